@@ -1,0 +1,187 @@
+//! The explicit limits on a job's parameters, checked before anything is stored.
+//!
+//! * Nesting depth is capped ([`ParamsLimits::max_depth`], 32 by default).
+//! * Integers must be exactly representable as IEEE 754 doubles (|n| ≤ 2^53), as I-JSON
+//!   (RFC 7493) requires: RFC 8785 canonicalises every number as a double, so two larger
+//!   integers could otherwise share one fingerprint. Send big identifiers as strings.
+//! * Strings and object keys must not contain U+0000, which PostgreSQL cannot store in JSON;
+//!   refusing it on every store keeps the two stores answering alike.
+
+use serde_json::Value;
+
+/// The largest integer magnitude that survives a round trip through an IEEE 754 double.
+pub const MAX_SAFE_INTEGER: u64 = 1 << 53;
+
+/// Why parameters were refused. Every variant names the JSON Pointer where it happened.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParamsError {
+    /// Objects or arrays nested deeper than the limit.
+    #[error("params nest deeper than {limit} levels at {path}")]
+    TooDeep {
+        /// JSON Pointer of the first value past the limit.
+        path: String,
+        /// The configured limit.
+        limit: usize,
+    },
+    /// An integer that an IEEE 754 double cannot hold exactly.
+    #[error("the integer at {path} is beyond ±2^53; send it as a string")]
+    UnsafeInteger {
+        /// JSON Pointer of the number.
+        path: String,
+    },
+    /// A string or key containing U+0000.
+    #[error("the string at {path} contains U+0000, which is not allowed")]
+    NulCharacter {
+        /// JSON Pointer of the string (or of the member whose key holds it).
+        path: String,
+    },
+}
+
+impl ParamsError {
+    /// The JSON Pointer the error is about.
+    pub fn path(&self) -> &str {
+        match self {
+            Self::TooDeep { path, .. }
+            | Self::UnsafeInteger { path }
+            | Self::NulCharacter { path } => path,
+        }
+    }
+}
+
+/// Limits applied to every job's parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParamsLimits {
+    /// The deepest nesting of objects and arrays allowed (the params object itself is 1).
+    pub max_depth: usize,
+}
+
+impl Default for ParamsLimits {
+    fn default() -> Self {
+        Self { max_depth: 32 }
+    }
+}
+
+impl ParamsLimits {
+    /// Checks `params` against the limits; the first problem found is returned.
+    pub fn check(&self, params: &Value) -> Result<(), ParamsError> {
+        self.walk(params, &mut String::new(), 0)
+    }
+
+    fn walk(&self, value: &Value, path: &mut String, depth: usize) -> Result<(), ParamsError> {
+        let pointer = |p: &String| {
+            if p.is_empty() {
+                "/".to_owned()
+            } else {
+                p.clone()
+            }
+        };
+        match value {
+            Value::Object(_) | Value::Array(_) if depth >= self.max_depth => {
+                Err(ParamsError::TooDeep {
+                    path: pointer(path),
+                    limit: self.max_depth,
+                })
+            }
+            Value::Object(map) => {
+                for (key, member) in map {
+                    let len = path.len();
+                    path.push('/');
+                    path.push_str(&key.replace('~', "~0").replace('/', "~1"));
+                    if key.contains('\0') {
+                        return Err(ParamsError::NulCharacter { path: path.clone() });
+                    }
+                    self.walk(member, path, depth + 1)?;
+                    path.truncate(len);
+                }
+                Ok(())
+            }
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    let len = path.len();
+                    path.push('/');
+                    path.push_str(&i.to_string());
+                    self.walk(item, path, depth + 1)?;
+                    path.truncate(len);
+                }
+                Ok(())
+            }
+            Value::Number(n) => {
+                let safe = match (n.as_u64(), n.as_i64()) {
+                    (Some(u), _) => u <= MAX_SAFE_INTEGER,
+                    (None, Some(i)) => i.unsigned_abs() <= MAX_SAFE_INTEGER,
+                    (None, None) => true,
+                };
+                if safe {
+                    Ok(())
+                } else {
+                    Err(ParamsError::UnsafeInteger {
+                        path: pointer(path),
+                    })
+                }
+            }
+            Value::String(s) if s.contains('\0') => Err(ParamsError::NulCharacter {
+                path: pointer(path),
+            }),
+            Value::String(_) | Value::Bool(_) | Value::Null => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn accepts_ordinary_params() {
+        let limits = ParamsLimits::default();
+        assert_eq!(
+            limits.check(&json!({"prompt": "a fox", "n": 9007199254740992u64, "x": -1.5})),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn refuses_deep_nesting_with_its_path() {
+        let limits = ParamsLimits { max_depth: 3 };
+        assert_eq!(limits.check(&json!({"a": {"b": 1}})), Ok(()));
+        assert_eq!(limits.check(&json!({"a": {"b": [1]}})), Ok(()));
+        assert_eq!(
+            limits.check(&json!({"a": {"b": [[1]]}})),
+            Err(ParamsError::TooDeep {
+                path: "/a/b/0".into(),
+                limit: 3
+            })
+        );
+    }
+
+    #[test]
+    fn refuses_integers_a_double_cannot_hold() {
+        let limits = ParamsLimits::default();
+        assert_eq!(
+            limits.check(&json!({"id": [9007199254740993u64]})),
+            Err(ParamsError::UnsafeInteger {
+                path: "/id/0".into()
+            })
+        );
+        assert_eq!(
+            limits.check(&json!({"id": -9007199254740993i64})),
+            Err(ParamsError::UnsafeInteger { path: "/id".into() })
+        );
+    }
+
+    #[test]
+    fn refuses_nul_in_strings_and_keys() {
+        let limits = ParamsLimits::default();
+        assert_eq!(
+            limits.check(&json!({"p": "a\u{0}b"})),
+            Err(ParamsError::NulCharacter { path: "/p".into() })
+        );
+        assert_eq!(
+            limits.check(&json!({"a\u{0}": 1})),
+            Err(ParamsError::NulCharacter {
+                path: "/a\u{0}".into()
+            })
+        );
+    }
+}
