@@ -6,8 +6,13 @@
 //!   integers could otherwise share one fingerprint. Send big identifiers as strings.
 //! * Strings and object keys must not contain U+0000, which PostgreSQL cannot store in JSON;
 //!   refusing it on every store keeps the two stores answering alike.
+//! * [`parse_json_strict`] refuses duplicate object keys, which different JSON parsers
+//!   resolve differently (first wins, last wins): such a document names no single intent.
 
-use serde_json::Value;
+use std::fmt;
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
 
 /// The largest integer magnitude that survives a round trip through an IEEE 754 double.
 pub const MAX_SAFE_INTEGER: u64 = 1 << 53;
@@ -127,10 +132,100 @@ impl ParamsLimits {
     }
 }
 
+/// Parses JSON like `serde_json::from_slice`, but refuses an object with a repeated key.
+pub fn parse_json_strict(bytes: &[u8]) -> Result<Value, serde_json::Error> {
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let StrictValue(value) = StrictValue::deserialize(&mut deserializer)?;
+    deserializer.end()?;
+    Ok(value)
+}
+
+struct StrictValue(Value);
+
+impl<'de> Deserialize<'de> for StrictValue {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(StrictVisitor)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> Visitor<'de> for StrictVisitor {
+    type Value = StrictValue;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<StrictValue, E> {
+        Ok(StrictValue(Value::Bool(v)))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<StrictValue, E> {
+        Ok(StrictValue(Value::from(v)))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<StrictValue, E> {
+        Ok(StrictValue(Value::from(v)))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<StrictValue, E> {
+        serde_json::Number::from_f64(v)
+            .map(|n| StrictValue(Value::Number(n)))
+            .ok_or_else(|| E::custom("numbers must be finite"))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<StrictValue, E> {
+        Ok(StrictValue(Value::String(v.to_owned())))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<StrictValue, E> {
+        Ok(StrictValue(Value::String(v)))
+    }
+
+    fn visit_unit<E>(self) -> Result<StrictValue, E> {
+        Ok(StrictValue(Value::Null))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<StrictValue, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(StrictValue(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(StrictValue(Value::Array(items)))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StrictValue, A::Error> {
+        let mut object = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if object.contains_key(&key) {
+                return Err(de::Error::custom(format_args!(
+                    "duplicate object key {key:?}"
+                )));
+            }
+            let StrictValue(value) = map.next_value()?;
+            object.insert(key, value);
+        }
+        Ok(StrictValue(Value::Object(object)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn strict_parsing_refuses_duplicate_keys_anywhere() {
+        assert_eq!(
+            parse_json_strict(br#"{"a": [1, {"b": null}], "c": 1.5}"#).unwrap(),
+            json!({"a": [1, {"b": null}], "c": 1.5})
+        );
+        let error = parse_json_strict(br#"{"a": {"b": 1, "b": 2}}"#).unwrap_err();
+        assert!(error.to_string().contains("duplicate object key \"b\""), "{error}");
+        assert!(parse_json_strict(b"{} x").is_err());
+        assert!(parse_json_strict(b"").is_err());
+    }
 
     #[test]
     fn accepts_ordinary_params() {

@@ -1,1 +1,23 @@
+//! onejob: one user intent, one job.
+//!
+//! A service (and this library under it) that sits between applications and slow, costly or
+//! side-effecting upstreams. Clients submit a job under an idempotency key; every retry,
+//! double click or recovery lands on that same job. The contract is `DESIGN.md`.
+//!
+//! Layout:
+//! * [`onejob_domain`] (its own crate): states, keys, fingerprints; no I/O.
+//! * [`store`]: the one storage trait, with PostgreSQL and SQLite beside each other.
+//! * [`jobs`]: the use cases (submit, read) over a store.
+//! * [`http`]: the HTTP API, a thin adapter over [`jobs`].
+//! * [`config`] and [`kind`]: the TOML configuration and the compiled job kinds.
+//! * [`api_key`]: issuing and checking API keys.
+//! * [`app`]: start-up; [`cli`]: the `onejob` command.
 
+pub mod api_key;
+pub mod app;
+pub mod cli;
+pub mod config;
+pub mod http;
+pub mod jobs;
+pub mod kind;
+pub mod store;

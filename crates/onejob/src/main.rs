@@ -1,1 +1,5 @@
-fn main() {}
+//! The `onejob` binary: everything happens in [`onejob::cli`].
+
+fn main() -> anyhow::Result<()> {
+    onejob::cli::run()
+}

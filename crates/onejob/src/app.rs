@@ -1,0 +1,105 @@
+//! Start-up: from a [`Config`] to a migrated store, compiled kinds and a serving API.
+//!
+//! `onejob serve` and the black-box tests go through the same [`App::open`] and
+//! [`App::serve`]; tests bind port 0 and read the address back.
+
+use std::{future::Future, net::SocketAddr, sync::Arc};
+
+use onejob_domain::ParamsLimits;
+use tokio::net::TcpListener;
+
+use crate::{
+    config::{Config, ConfigError},
+    http::{self, AppState},
+    jobs::Jobs,
+    kind::Kinds,
+    store::{self, Store, StoreError, StoreOptions},
+};
+
+/// Why onejob could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The configuration is unusable.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The database could not be opened or migrated.
+    #[error("database {url}: {source}")]
+    Store {
+        /// The database URL, password redacted.
+        url: String,
+        /// Why.
+        source: StoreError,
+    },
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// A configured onejob: store open and migrated, kinds compiled.
+#[derive(Clone)]
+pub struct App {
+    /// The configuration it was opened with.
+    pub config: Config,
+    /// The store.
+    pub store: Arc<dyn Store>,
+    /// The job use cases.
+    pub jobs: Jobs,
+}
+
+impl App {
+    /// Compiles the kinds, opens the database and applies migrations.
+    pub async fn open(config: Config) -> Result<App, StartError> {
+        let kinds = Kinds::compile(&config)?;
+        let store = open_store(&config.database).await?;
+        let limits = ParamsLimits {
+            max_depth: config.max_params_depth,
+        };
+        let jobs = Jobs::new(store.clone(), kinds, limits);
+        Ok(App {
+            config,
+            store,
+            jobs,
+        })
+    }
+
+    /// Binds the configured listen address.
+    pub async fn bind(&self) -> Result<TcpListener, StartError> {
+        let addr = self.config.listen;
+        TcpListener::bind(addr)
+            .await
+            .map_err(|source| StartError::Bind { addr, source })
+    }
+
+    /// Serves the API on `listener` until `shutdown` completes, then drains requests.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let state = Arc::new(AppState {
+            jobs: self.jobs,
+            max_body_bytes: self.config.max_body_bytes,
+        });
+        axum::serve(listener, http::router(state))
+            .with_graceful_shutdown(shutdown)
+            .await
+    }
+}
+
+/// Opens and migrates the database at `url`.
+pub async fn open_store(url: &str) -> Result<Arc<dyn Store>, StartError> {
+    let wrap = |source| StartError::Store {
+        url: store::redact(url),
+        source,
+    };
+    let store = store::open(url, &StoreOptions::default())
+        .await
+        .map_err(wrap)?;
+    store.migrate().await.map_err(wrap)?;
+    Ok(store)
+}

@@ -1,0 +1,80 @@
+//! The `onejob` command line (DESIGN §7): `serve`, `migrate`, `keys create`.
+//!
+//! Each subcommand lives in its own file; this one parses arguments, sets up logging and
+//! dispatches. Errors leave through `anyhow` here, at the binary's edge, and nowhere else.
+
+mod keys;
+mod migrate;
+mod serve;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::LogFormat;
+
+/// One user intent, one job.
+#[derive(Debug, Parser)]
+#[command(name = "onejob", version, about, long_about = None)]
+pub struct Cli {
+    /// Log line format.
+    #[arg(long, global = true, value_enum, env = "ONEJOB_LOG_FORMAT")]
+    pub log_format: Option<LogFormat>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the HTTP API (SQLite file, fake provider and demo kinds when given no config).
+    Serve(serve::ServeArgs),
+    /// Apply the database schema migrations and exit.
+    Migrate(DatabaseArgs),
+    /// Manage API keys.
+    #[command(subcommand)]
+    Keys(keys::KeysCommand),
+}
+
+/// Where the database is, for commands that need only that.
+#[derive(Debug, clap::Args)]
+pub struct DatabaseArgs {
+    /// Database URL (`sqlite://onejob.db`, `postgres://user@host:5432/db`).
+    #[arg(long, env = "ONEJOB_DATABASE", default_value = crate::config::DEFAULT_DATABASE)]
+    pub database: String,
+}
+
+/// Optional config file shared by subcommands that read one.
+#[derive(Debug, clap::Args)]
+pub struct ConfigArgs {
+    /// The onejob.toml to use; without it the built-in demo configuration is used.
+    #[arg(long, short, env = "ONEJOB_CONFIG")]
+    pub config: Option<PathBuf>,
+}
+
+/// Parses the command line and runs it.
+pub fn run() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    init_logging(cli.log_format.unwrap_or_default());
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Serve(args) => serve::run(args).await,
+            Command::Migrate(args) => migrate::run(args).await,
+            Command::Keys(command) => keys::run(command).await,
+        }
+    })
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}

@@ -1,0 +1,83 @@
+//! `onejob serve`: the API (and, from the attempts issue on, the workers).
+//!
+//! Without `--config` it runs the built-in demo configuration on `sqlite://onejob.db` and
+//! prints a fresh API key with a curl line to try.
+
+use std::net::SocketAddr;
+
+use anyhow::Context;
+use onejob_domain::Principal;
+
+use super::ConfigArgs;
+use crate::{app::App, config::Config};
+
+/// Arguments of `onejob serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// Override the listen address.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Override the database URL.
+    #[arg(long)]
+    database: Option<String>,
+}
+
+/// Runs `onejob serve`.
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let demo = args.config.config.is_none();
+    let mut config = Config::load(args.config.config.as_deref())?;
+    if let Some(listen) = args.listen {
+        config.listen = listen;
+    }
+    if let Some(database) = args.database {
+        config.database = database;
+    }
+    let app = App::open(config).await?;
+    let listener = app.bind().await?;
+    let addr = listener.local_addr().context("reading the bound address")?;
+    tracing::info!(%addr, database = app.store.backend(), "onejob serving");
+    if demo {
+        let token = super::keys::create(&*app.store, Principal::new("demo", "demo"), true).await?;
+        print_welcome(addr, &token);
+    }
+    app.serve(listener, shutdown_signal()).await?;
+    Ok(())
+}
+
+fn print_welcome(addr: SocketAddr, token: &str) {
+    println!(
+        "onejob is running on http://{addr} (demo config, database sqlite://onejob.db)\n\
+         API key (tenant demo, user demo, operator): {token}\n\n\
+         Try it:\n  \
+         curl -i http://{addr}/v1/jobs \\\n    \
+         -H 'Authorization: Bearer {token}' \\\n    \
+         -H 'Idempotency-Key: order-42:caption' \\\n    \
+         -H 'Content-Type: application/json' \\\n    \
+         -d '{{\"kind\": \"chat.completion\", \"params\": {{\"prompt\": \"Describe a red fox.\"}}}}'\n"
+    );
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutting down");
+}

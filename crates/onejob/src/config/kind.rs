@@ -1,0 +1,75 @@
+//! `[[kind]]` tables: a job type's schemas, template, intent fields, providers and limits.
+
+use std::{path::PathBuf, time::Duration};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A JSON Schema given as a file path (relative to the config file) or inline.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum SchemaSource {
+    /// A path to a JSON file.
+    Path(PathBuf),
+    /// The schema itself, as a TOML table.
+    Inline(Value),
+}
+
+/// One contract case for `onejob verify`: a real input and what its output must contain.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ContractCase {
+    /// A short name shown in reports.
+    pub name: String,
+    /// The params sent (they must pass the kind's params schema).
+    pub params: Value,
+    /// Substrings the output must contain, beyond the schema and the exact top-level keys.
+    #[serde(default)]
+    pub must_contain: Vec<String>,
+}
+
+/// A `[[kind]]` table as written.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KindConfig {
+    /// The kind's name (`image.generate`).
+    pub name: String,
+    /// JSON Schema the params must pass; without one, any JSON object is accepted.
+    #[serde(default)]
+    pub params_schema: Option<SchemaSource>,
+    /// JSON Schema a provider's output must pass to count as a real artifact.
+    #[serde(default)]
+    pub output_schema: Option<SchemaSource>,
+    /// A minijinja prompt template over the params (a file path).
+    #[serde(default)]
+    pub template: Option<PathBuf>,
+    /// The top-level params that carry intent; by default all of them.
+    #[serde(default)]
+    pub fingerprint: Option<Vec<String>>,
+    /// Provider names in failover order.
+    #[serde(default)]
+    pub providers: Vec<String>,
+    /// How long one attempt may take before its outcome is unknown.
+    #[serde(default = "default_attempt_timeout", with = "humantime_serde")]
+    pub attempt_timeout: Duration,
+    /// Most attempts per job (retries and failover included).
+    #[serde(default = "default_max_attempts")]
+    pub max_attempts: u32,
+    /// Start a hedged attempt on the next provider after this long (opt-in).
+    #[serde(default, with = "humantime_serde")]
+    pub hedge_after: Option<Duration>,
+    /// Turn a still-unknown attempt into failed after this long (opt-in).
+    #[serde(default, with = "humantime_serde")]
+    pub settle_unknown_after: Option<Duration>,
+    /// Contract cases run by `onejob verify`.
+    #[serde(default)]
+    pub contract: Vec<ContractCase>,
+}
+
+fn default_attempt_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+
+fn default_max_attempts() -> u32 {
+    3
+}

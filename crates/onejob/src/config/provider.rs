@@ -1,0 +1,64 @@
+//! `[[provider]]` tables: the upstream endpoints and which adapter speaks to them.
+
+use serde::{Deserialize, Serialize};
+
+/// Which adapter talks to a provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Adapter {
+    /// An OpenAI-compatible `/chat/completions` endpoint.
+    OpenaiChat,
+    /// A configurable submit / status / cancel task API.
+    AsyncTask,
+    /// The bundled fake provider (started in-process when it has no `base_url`).
+    Fake,
+}
+
+/// A `[[provider]]` table as written. Which keys are required depends on the adapter.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    /// The name kinds refer to.
+    pub name: String,
+    /// The adapter.
+    pub adapter: Adapter,
+    /// Base URL (`openai-chat`, `fake`).
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// Model name sent upstream (`openai-chat`).
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Name of the environment variable holding the upstream API key.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// Header carrying a stable per-job idempotency key upstream.
+    #[serde(default)]
+    pub idempotency_header: Option<String>,
+    /// `async-task`: where params are POSTed; answers with a task id.
+    #[serde(default)]
+    pub submit_url: Option<String>,
+    /// `async-task`: GET a task's status (`{task_id}` is replaced).
+    #[serde(default)]
+    pub status_url: Option<String>,
+    /// `async-task`: POST to cancel a task (optional).
+    #[serde(default)]
+    pub cancel_url: Option<String>,
+    /// `async-task`: JSON Pointer to the task id in the submit answer.
+    #[serde(default)]
+    pub task_id_pointer: Option<String>,
+    /// `async-task`: JSON Pointer to the status in the status answer.
+    #[serde(default)]
+    pub status_pointer: Option<String>,
+    /// `async-task`: JSON Pointer to the result in the status answer.
+    #[serde(default)]
+    pub result_pointer: Option<String>,
+    /// `async-task`: status values meaning success.
+    #[serde(default)]
+    pub succeeded: Vec<String>,
+    /// `async-task`: status values meaning failure.
+    #[serde(default)]
+    pub failed: Vec<String>,
+    /// The model's context window in tokens, checked by `onejob verify`.
+    #[serde(default)]
+    pub context_limit: Option<u32>,
+}

@@ -1,0 +1,42 @@
+//! `[worker]`: how the worker loop claims and runs attempts.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Worker settings (`[worker]`; `ONEJOB_WORKER__CONCURRENCY` and friends override them).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerConfig {
+    /// Attempts one process runs at once.
+    #[serde(default = "default_concurrency")]
+    pub concurrency: usize,
+    /// How long an attempt's lease lasts without a heartbeat; workers renew it at a third.
+    #[serde(default = "default_lease", with = "humantime_serde")]
+    pub lease: Duration,
+    /// How often to look for work when no wake-up arrives (a fallback, not the main path).
+    #[serde(default = "default_poll_interval", with = "humantime_serde")]
+    pub poll_interval: Duration,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            concurrency: default_concurrency(),
+            lease: default_lease(),
+            poll_interval: default_poll_interval(),
+        }
+    }
+}
+
+fn default_concurrency() -> usize {
+    16
+}
+
+fn default_lease() -> Duration {
+    Duration::from_secs(30)
+}
+
+fn default_poll_interval() -> Duration {
+    Duration::from_secs(2)
+}

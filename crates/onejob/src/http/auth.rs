@@ -1,0 +1,88 @@
+//! Bearer authentication: the [`Caller`] extractor turns `Authorization: Bearer oj_…` into a
+//! principal. Unknown ids and wrong secrets get the same 401, so a probe learns nothing.
+
+use std::sync::Arc;
+
+use axum::{extract::FromRequestParts, http::request::Parts};
+use onejob_domain::Principal;
+
+use super::{
+    AppState,
+    problem::{Problem, ProblemType},
+};
+use crate::api_key;
+
+/// The authenticated caller of a request.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// Whose jobs this request may see.
+    pub principal: Principal,
+    /// The API key's public id (recorded as the actor of events).
+    pub key_id: String,
+    /// Whether the key may use operator endpoints.
+    pub operator: bool,
+}
+
+impl Caller {
+    /// How this caller appears in event logs.
+    pub fn actor(&self) -> String {
+        format!("key:{}", self.key_id)
+    }
+
+    /// Refuses callers whose key is not an operator key.
+    pub fn require_operator(&self) -> Result<(), Problem> {
+        if self.operator {
+            Ok(())
+        } else {
+            Err(Problem::new(
+                ProblemType::Forbidden,
+                "this endpoint needs an operator key (onejob keys create --operator)",
+            ))
+        }
+    }
+}
+
+impl FromRequestParts<Arc<AppState>> for Caller {
+    type Rejection = Problem;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, Self::Rejection> {
+        let Some(value) = parts.headers.get(axum::http::header::AUTHORIZATION) else {
+            return Err(Problem::new(
+                ProblemType::Unauthorized,
+                "send your API key as `Authorization: Bearer oj_…`",
+            ));
+        };
+        let invalid = || {
+            Problem::new(
+                ProblemType::Unauthorized,
+                "the API key is not valid; check it or create one with `onejob keys create`",
+            )
+        };
+        let token = value
+            .to_str()
+            .ok()
+            .and_then(|v| {
+                let (scheme, token) = v.split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+            })
+            .ok_or_else(invalid)?;
+        let (id, secret) = api_key::parse(token).ok_or_else(invalid)?;
+        let record = state
+            .jobs
+            .store()
+            .api_key(id)
+            .await?
+            .ok_or_else(invalid)?;
+        if !api_key::verify(&record, secret) {
+            return Err(invalid());
+        }
+        Ok(Caller {
+            principal: record.principal,
+            key_id: record.id,
+            operator: record.operator,
+        })
+    }
+}

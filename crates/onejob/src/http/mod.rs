@@ -1,0 +1,78 @@
+//! The HTTP API (DESIGN §4): routes, shared state and the error and panic handling around
+//! them. Handlers stay thin: they parse, call [`crate::jobs::Jobs`], and shape the answer.
+
+mod auth;
+mod body;
+mod health;
+mod jobs;
+pub mod problem;
+mod view;
+
+use std::{any::Any, sync::Arc};
+
+use axum::{
+    Router,
+    http::Request,
+    response::{IntoResponse, Response},
+    routing::{get, post},
+};
+use tower_http::{catch_panic::CatchPanicLayer, trace::TraceLayer};
+
+pub use auth::Caller;
+pub use jobs::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
+pub use problem::{Problem, ProblemType};
+pub use view::{EventView, JobView, poll_after_ms};
+
+use crate::jobs::Jobs;
+
+/// What every handler shares.
+pub struct AppState {
+    /// The job use cases.
+    pub jobs: Jobs,
+    /// Largest request body accepted.
+    pub max_body_bytes: usize,
+}
+
+/// Builds the API's router.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/jobs", post(jobs::submit).get(jobs::by_key))
+        .route("/v1/jobs/{id}", get(jobs::get))
+        .route("/v1/jobs/{id}/events", get(jobs::events))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+        .layer(CatchPanicLayer::custom(panic_response))
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
+                tracing::info_span!("http", method = %request.method(), path = %request.uri().path())
+            }),
+        )
+}
+
+async fn not_found() -> Problem {
+    Problem::new(ProblemType::NotFound, "no such endpoint; see /openapi.json")
+}
+
+async fn method_not_allowed() -> Problem {
+    Problem::new(
+        ProblemType::MethodNotAllowed,
+        "this endpoint does not take that method",
+    )
+}
+
+fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response {
+    let message = panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("unknown panic");
+    tracing::error!(panic = message, "handler panicked");
+    Problem::new(
+        ProblemType::Internal,
+        "onejob hit an internal error; it has been logged",
+    )
+    .into_response()
+}

@@ -1,0 +1,112 @@
+//! The JSON shapes the API answers with: the job view and event entries.
+
+use onejob_domain::{EventKind, JobState};
+use serde::Serialize;
+use serde_json::Value;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::store::{EventRecord, JobRecord};
+
+/// How long a client should wait before polling a job again in this state; `None` once the
+/// job is terminal.
+pub fn poll_after_ms(state: JobState) -> Option<u64> {
+    match state {
+        JobState::Pending => Some(500),
+        JobState::Running => Some(1000),
+        JobState::Unknown => Some(5000),
+        JobState::Succeeded | JobState::Failed | JobState::Cancelled => None,
+    }
+}
+
+/// A job as the API shows it (DESIGN §4).
+#[derive(Debug, Serialize)]
+pub struct JobView {
+    /// The job id.
+    pub id: Uuid,
+    /// Its kind.
+    pub kind: String,
+    /// Its state.
+    pub state: JobState,
+    /// When it was accepted.
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// When it last changed.
+    #[serde(with = "time::serde::rfc3339")]
+    pub updated_at: OffsetDateTime,
+    /// How many attempts it has had.
+    pub attempts: i32,
+    /// While not terminal: when to poll again. Absent once terminal.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub poll_after_ms: Option<u64>,
+    /// The winning result; present only when succeeded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// Why it failed; present only when failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<Value>,
+    /// The winning attempt; present only when succeeded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completed_by: Option<Uuid>,
+}
+
+impl From<JobRecord> for JobView {
+    fn from(job: JobRecord) -> Self {
+        let succeeded = job.state == JobState::Succeeded;
+        let failed = job.state == JobState::Failed;
+        JobView {
+            id: job.id,
+            kind: job.kind,
+            state: job.state,
+            created_at: job.created_at,
+            updated_at: job.updated_at,
+            attempts: job.attempts,
+            poll_after_ms: poll_after_ms(job.state),
+            result: job.result.filter(|_| succeeded),
+            error: job.error.filter(|_| failed),
+            completed_by: job.completed_by.filter(|_| succeeded),
+        }
+    }
+}
+
+/// One entry of a job's event log.
+#[derive(Debug, Serialize)]
+pub struct EventView {
+    /// Position in the log.
+    pub id: i64,
+    /// What happened.
+    pub kind: EventKind,
+    /// When.
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+    /// The attempt it is about.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt_id: Option<Uuid>,
+    /// Who did it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actor: Option<String>,
+    /// Details.
+    pub detail: Value,
+}
+
+impl From<EventRecord> for EventView {
+    fn from(event: EventRecord) -> Self {
+        EventView {
+            id: event.id,
+            kind: event.kind,
+            at: event.at,
+            attempt_id: event.attempt_id,
+            actor: event.actor,
+            detail: event.detail,
+        }
+    }
+}
+
+/// A job's event log.
+#[derive(Debug, Serialize)]
+pub struct EventsView {
+    /// The job.
+    pub job_id: Uuid,
+    /// Oldest first.
+    pub events: Vec<EventView>,
+}

@@ -1,0 +1,180 @@
+//! The job use cases over a store: submit (create or replay), read, look up by key, events.
+//!
+//! This is the layer HTTP, the CLI and the client-facing tests share. It validates before it
+//! writes, so a refused request never burns its key: unknown kind, params past the limits and
+//! schema violations are all rejected before the store is touched.
+
+use std::sync::Arc;
+
+use onejob_domain::{
+    EventKind, IdempotencyKey, ParamsError, ParamsLimits, Principal, changed_paths,
+};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::{
+    kind::{FieldError, Kinds},
+    store::{EventRecord, Intake, JobRecord, NewEvent, NewJob, Store, StoreError},
+};
+
+/// A submission: which kind of job, with which params.
+#[derive(Debug, Clone)]
+pub struct Submission {
+    /// The job's kind.
+    pub kind: String,
+    /// Its params.
+    pub params: Value,
+}
+
+/// A submission that was accepted.
+#[derive(Debug, Clone)]
+pub enum Submitted {
+    /// A new job was created.
+    Created(JobRecord),
+    /// The key and fingerprint match an existing job; nothing new runs.
+    Replayed(JobRecord),
+}
+
+/// Why a submission was refused. Nothing was created.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    /// The kind is not configured.
+    #[error("unknown kind {kind:?}")]
+    UnknownKind {
+        /// The submitted kind.
+        kind: String,
+        /// The configured kinds.
+        known: Vec<String>,
+    },
+    /// The params break an explicit limit.
+    #[error(transparent)]
+    ParamsLimit(#[from] ParamsError),
+    /// The params fail the kind's schema.
+    #[error("params fail the kind's schema")]
+    ParamsSchema(Vec<FieldError>),
+    /// The key already names a job with another kind or fingerprint.
+    #[error("the idempotency key is already used for a different request")]
+    KeyReused {
+        /// The job the key belongs to.
+        job_id: Uuid,
+        /// Whether the kind differs.
+        kind_changed: bool,
+        /// JSON Pointers of the params that differ (never their values).
+        changed: Vec<String>,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The job use cases, bound to one store and one set of kinds.
+#[derive(Clone)]
+pub struct Jobs {
+    store: Arc<dyn Store>,
+    kinds: Kinds,
+    limits: ParamsLimits,
+}
+
+impl Jobs {
+    /// Binds the use cases to a store and kinds.
+    pub fn new(store: Arc<dyn Store>, kinds: Kinds, limits: ParamsLimits) -> Self {
+        Self {
+            store,
+            kinds,
+            limits,
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The kinds.
+    pub fn kinds(&self) -> &Kinds {
+        &self.kinds
+    }
+
+    /// Submits a job under `key`: creates it, or answers the job the key already names.
+    pub async fn submit(
+        &self,
+        owner: &Principal,
+        actor: &str,
+        key: &IdempotencyKey,
+        submission: Submission,
+    ) -> Result<Submitted, SubmitError> {
+        let kind = self
+            .kinds
+            .get(&submission.kind)
+            .ok_or_else(|| SubmitError::UnknownKind {
+                kind: submission.kind.clone(),
+                known: self.kinds.names().into_iter().map(str::to_owned).collect(),
+            })?;
+        self.limits.check(&submission.params)?;
+        kind.check_params(&submission.params)
+            .map_err(SubmitError::ParamsSchema)?;
+        let job = NewJob {
+            id: Uuid::now_v7(),
+            owner: owner.clone(),
+            key_hash: key.hash(),
+            kind: kind.name.clone(),
+            fingerprint: kind.fingerprint(&submission.params),
+            params: submission.params,
+            actor: actor.to_owned(),
+        };
+        match self.store.create_or_replay(job.clone()).await? {
+            Intake::Created(record) => Ok(Submitted::Created(record)),
+            Intake::Replayed(record) => Ok(Submitted::Replayed(record)),
+            Intake::Conflict(existing) => {
+                let kind_changed = existing.kind != job.kind;
+                let fields = if kind_changed {
+                    None
+                } else {
+                    kind.intent_fields.as_deref()
+                };
+                let changed = changed_paths(&existing.params, &job.params, fields);
+                self.store
+                    .append_event(NewEvent {
+                        job_id: existing.id,
+                        attempt_id: None,
+                        kind: EventKind::KeyConflict,
+                        actor: Some(actor.to_owned()),
+                        detail: json!({
+                            "kind_changed": kind_changed,
+                            "changed": changed,
+                            "submitted_fingerprint": job.fingerprint.to_string(),
+                        }),
+                    })
+                    .await?;
+                Err(SubmitError::KeyReused {
+                    job_id: existing.id,
+                    kind_changed,
+                    changed,
+                })
+            }
+        }
+    }
+
+    /// The owner's job, or `None` (missing and foreign jobs look the same).
+    pub async fn get(&self, owner: &Principal, id: Uuid) -> Result<Option<JobRecord>, StoreError> {
+        self.store.job(owner, id).await
+    }
+
+    /// The owner's job under `key`.
+    pub async fn by_key(
+        &self,
+        owner: &Principal,
+        key: &IdempotencyKey,
+    ) -> Result<Option<JobRecord>, StoreError> {
+        self.store.job_by_key(owner, &key.hash()).await
+    }
+
+    /// The owner's job's event log.
+    pub async fn events(
+        &self,
+        owner: &Principal,
+        id: Uuid,
+    ) -> Result<Option<Vec<EventRecord>>, StoreError> {
+        self.store.events(owner, id).await
+    }
+}

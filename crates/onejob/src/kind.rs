@@ -1,0 +1,252 @@
+//! Kinds, compiled: a job type's schemas as ready validators, its intent fields, its
+//! providers and limits. Built once from the configuration; looked up per request.
+
+use std::{collections::HashMap, path::Path, sync::Arc, time::Duration};
+
+use onejob_domain::Fingerprint;
+use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::config::{Config, ConfigError, ContractCase, KindConfig, SchemaSource};
+
+/// One schema violation: where, and what the schema wanted (never the offending value).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FieldError {
+    /// JSON Pointer into the validated document.
+    pub path: String,
+    /// What is wrong, with the value masked.
+    pub message: String,
+}
+
+/// A compiled JSON Schema with its source kept for hashing and display.
+pub struct Schema {
+    source: Value,
+    validator: jsonschema::Validator,
+}
+
+impl std::fmt::Debug for Schema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Schema").field("source", &self.source).finish()
+    }
+}
+
+impl Schema {
+    /// Compiles a schema; the error says why it is not a valid JSON Schema.
+    pub fn compile(source: Value) -> Result<Self, String> {
+        let validator = jsonschema::validator_for(&source).map_err(|e| e.to_string())?;
+        Ok(Self { source, validator })
+    }
+
+    /// The schema document.
+    pub fn source(&self) -> &Value {
+        &self.source
+    }
+
+    /// Every violation of the schema by `instance`, sorted by path.
+    pub fn check(&self, instance: &Value) -> Result<(), Vec<FieldError>> {
+        let mut errors: Vec<FieldError> = self
+            .validator
+            .iter_errors(instance)
+            .map(|e| FieldError {
+                path: match e.instance_path().as_str() {
+                    "" => "/".to_owned(),
+                    p => p.to_owned(),
+                },
+                message: e.masked().to_string(),
+            })
+            .collect();
+        if errors.is_empty() {
+            return Ok(());
+        }
+        errors.sort_by(|a, b| a.path.cmp(&b.path));
+        errors.dedup();
+        Err(errors)
+    }
+}
+
+/// A job kind, ready to validate and fingerprint submissions.
+#[derive(Debug)]
+pub struct Kind {
+    /// Its name.
+    pub name: String,
+    /// The params schema (without one, params must be a JSON object).
+    pub params_schema: Option<Schema>,
+    /// The output schema a provider's answer must pass.
+    pub output_schema: Option<Schema>,
+    /// The prompt template's text, if the kind has one.
+    pub template: Option<String>,
+    /// Intent-bearing params; `None` means all.
+    pub intent_fields: Option<Vec<String>>,
+    /// Providers in failover order.
+    pub providers: Vec<String>,
+    /// Deadline of one attempt.
+    pub attempt_timeout: Duration,
+    /// Most attempts per job.
+    pub max_attempts: u32,
+    /// Hedge after this long (opt-in).
+    pub hedge_after: Option<Duration>,
+    /// Settle unknown attempts as failed after this long (opt-in).
+    pub settle_unknown_after: Option<Duration>,
+    /// Contract cases for `onejob verify`.
+    pub contract: Vec<ContractCase>,
+}
+
+impl Kind {
+    /// Checks params against the kind's schema (or, without one, that they are an object).
+    pub fn check_params(&self, params: &Value) -> Result<(), Vec<FieldError>> {
+        match &self.params_schema {
+            Some(schema) => schema.check(params),
+            None if params.is_object() => Ok(()),
+            None => Err(vec![FieldError {
+                path: "/".into(),
+                message: "params must be a JSON object".into(),
+            }]),
+        }
+    }
+
+    /// The fingerprint of `params` under this kind.
+    pub fn fingerprint(&self, params: &Value) -> Fingerprint {
+        Fingerprint::of(&self.name, params, self.intent_fields.as_deref())
+    }
+
+    /// SHA-256 (hex) of the prompt template text; of the empty string without one.
+    pub fn template_hash(&self) -> String {
+        hex::encode(Sha256::digest(
+            self.template.as_deref().unwrap_or_default().as_bytes(),
+        ))
+    }
+
+    /// SHA-256 (hex) of the canonical output schema; of `null` without one.
+    pub fn schema_hash(&self) -> String {
+        let schema = self
+            .output_schema
+            .as_ref()
+            .map(Schema::source)
+            .unwrap_or(&Value::Null);
+        hex::encode(Sha256::digest(onejob_domain::fingerprint::canonical_bytes(
+            schema,
+        )))
+    }
+}
+
+/// All kinds of a configuration, by name.
+#[derive(Debug, Default, Clone)]
+pub struct Kinds {
+    by_name: HashMap<String, Arc<Kind>>,
+}
+
+impl Kinds {
+    /// Compiles every `[[kind]]` of `config`, checking names, schemas, templates and provider
+    /// references. Errors name the offending key.
+    pub fn compile(config: &Config) -> Result<Self, ConfigError> {
+        let mut by_name = HashMap::new();
+        for (index, raw) in config.kinds.iter().enumerate() {
+            let kind = compile_kind(raw, index, config)?;
+            if by_name
+                .insert(kind.name.clone(), Arc::new(kind))
+                .is_some()
+            {
+                return Err(ConfigError::invalid(
+                    format!("kind[{index}].name"),
+                    format!("kind {:?} is declared twice", raw.name),
+                ));
+            }
+        }
+        Ok(Self { by_name })
+    }
+
+    /// The kind with this name.
+    pub fn get(&self, name: &str) -> Option<&Arc<Kind>> {
+        self.by_name.get(name)
+    }
+
+    /// Kind names, sorted.
+    pub fn names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.by_name.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        names
+    }
+}
+
+fn compile_kind(raw: &KindConfig, index: usize, config: &Config) -> Result<Kind, ConfigError> {
+    let key = |field: &str| format!("kind[{}].{field}", raw.name);
+    if raw.name.is_empty() || raw.name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(ConfigError::invalid(
+            format!("kind[{index}].name"),
+            "a kind name is a non-empty word without spaces, like image.generate",
+        ));
+    }
+    if raw.max_attempts == 0 {
+        return Err(ConfigError::invalid(key("max_attempts"), "must be at least 1"));
+    }
+    if raw.attempt_timeout.is_zero() {
+        return Err(ConfigError::invalid(key("attempt_timeout"), "must be longer than 0s"));
+    }
+    for (i, provider) in raw.providers.iter().enumerate() {
+        if !config.providers.iter().any(|p| &p.name == provider) {
+            return Err(ConfigError::invalid(
+                key(&format!("providers[{i}]")),
+                format!("{provider:?} is not a declared [[provider]] name"),
+            ));
+        }
+    }
+    if let Some(fields) = &raw.fingerprint
+        && (fields.is_empty() || fields.iter().any(String::is_empty))
+    {
+        return Err(ConfigError::invalid(
+            key("fingerprint"),
+            "list at least one param name, or leave the key out to use all params",
+        ));
+    }
+    let params_schema = raw
+        .params_schema
+        .as_ref()
+        .map(|s| load_schema(s, &config.base_dir, &key("params_schema")))
+        .transpose()?;
+    let output_schema = raw
+        .output_schema
+        .as_ref()
+        .map(|s| load_schema(s, &config.base_dir, &key("output_schema")))
+        .transpose()?;
+    let template = raw
+        .template
+        .as_ref()
+        .map(|path| {
+            let path = config.base_dir.join(path);
+            std::fs::read_to_string(&path).map_err(|e| {
+                ConfigError::invalid(key("template"), format!("cannot read {}: {e}", path.display()))
+            })
+        })
+        .transpose()?;
+    Ok(Kind {
+        name: raw.name.clone(),
+        params_schema,
+        output_schema,
+        template,
+        intent_fields: raw.fingerprint.clone(),
+        providers: raw.providers.clone(),
+        attempt_timeout: raw.attempt_timeout,
+        max_attempts: raw.max_attempts,
+        hedge_after: raw.hedge_after,
+        settle_unknown_after: raw.settle_unknown_after,
+        contract: raw.contract.clone(),
+    })
+}
+
+fn load_schema(source: &SchemaSource, base: &Path, key: &str) -> Result<Schema, ConfigError> {
+    let document = match source {
+        SchemaSource::Inline(value) => value.clone(),
+        SchemaSource::Path(path) => {
+            let path = base.join(path);
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                ConfigError::invalid(key, format!("cannot read {}: {e}", path.display()))
+            })?;
+            serde_json::from_str(&text).map_err(|e| {
+                ConfigError::invalid(key, format!("{} is not JSON: {e}", path.display()))
+            })?
+        }
+    };
+    Schema::compile(document)
+        .map_err(|e| ConfigError::invalid(key, format!("not a valid JSON Schema: {e}")))
+}

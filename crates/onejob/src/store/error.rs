@@ -1,0 +1,68 @@
+//! The store's typed error, which says whether trying again later can help.
+
+/// What went wrong talking to the database.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database cannot be reached right now (connection refused or lost, pool exhausted,
+    /// server shutting down, SQLite busy). Retrying later can succeed; HTTP answers 503.
+    #[error("the database is unavailable: {0}")]
+    Unavailable(#[source] sqlx::Error),
+    /// The database refused the statement for a reason retrying will not fix.
+    #[error("database error: {0}")]
+    Database(#[source] sqlx::Error),
+    /// A stored value could not be read back into its type.
+    #[error("stored data is not what onejob wrote: {0}")]
+    Corrupt(String),
+    /// Applying the schema migrations failed.
+    #[error("migrating the schema failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The database URL names no database onejob supports.
+    #[error(
+        "unsupported database URL {0:?}: use postgres://user@host:5432/db or sqlite://file.db"
+    )]
+    UnsupportedUrl(String),
+}
+
+impl StoreError {
+    /// True when the same call may succeed later.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(error: sqlx::Error) -> Self {
+        if is_unavailable(&error) {
+            StoreError::Unavailable(error)
+        } else {
+            StoreError::Database(error)
+        }
+    }
+}
+
+fn is_unavailable(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Protocol(_) => true,
+        sqlx::Error::Database(db) => match db.code() {
+            // PostgreSQL: connection exceptions (08…), operator intervention (57P0x: shutdown,
+            // crash, cannot connect now), serialization failure and deadlock (40001, 40P01).
+            Some(code) => {
+                code.starts_with("08")
+                    || code.starts_with("57P0")
+                    || code == "40001"
+                    || code == "40P01"
+                    // SQLite: SQLITE_BUSY (5) and SQLITE_LOCKED (6), with extended codes.
+                    || code == "5"
+                    || code == "6"
+                    || code.parse::<i32>().is_ok_and(|c| c & 0xff == 5 || c & 0xff == 6)
+            }
+            None => false,
+        },
+        _ => false,
+    }
+}

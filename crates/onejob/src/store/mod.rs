@@ -1,0 +1,112 @@
+//! Storage: one [`Store`] trait, with a PostgreSQL and a SQLite implementation side by side.
+//!
+//! The database is the arbiter of the design's invariants: the unique constraint on
+//! `(tenant, user_id, key_hash)` decides which of two racing submissions creates the job,
+//! check constraints and triggers keep a job's intent immutable and its result written once.
+//! Both implementations pass the same conformance suite (`tests/api/store_conformance.rs`).
+
+mod error;
+pub mod postgres;
+mod records;
+pub mod sqlite;
+
+use std::{sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use onejob_domain::{KeyHash, Principal};
+use uuid::Uuid;
+
+pub use error::StoreError;
+pub use records::{ApiKeyRecord, EventRecord, Intake, JobRecord, NewApiKey, NewEvent, NewJob};
+
+/// Everything onejob keeps durably. One implementation per database.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Which database this is (`"postgres"` or `"sqlite"`), for logs and `/readyz`.
+    fn backend(&self) -> &'static str;
+
+    /// Applies the pending schema migrations.
+    async fn migrate(&self) -> Result<(), StoreError>;
+
+    /// Checks that the database answers.
+    async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Creates the job, or finds the one already under its `(owner, key_hash)`.
+    ///
+    /// The insert does nothing on conflict and the winner is read back, so concurrent
+    /// submissions of one key (on any number of nodes) all see the same job. The read-back
+    /// job is compared with `job` (owner, kind, fingerprint): a match is a replay and appends
+    /// a `replayed` event; a mismatch is a [`Intake::Conflict`] and changes nothing.
+    /// A created job gets its `created` event in the same transaction.
+    async fn create_or_replay(&self, job: NewJob) -> Result<Intake, StoreError>;
+
+    /// Appends an event to a job's log.
+    async fn append_event(&self, event: NewEvent) -> Result<(), StoreError>;
+
+    /// The owner's job with this id; `None` if it does not exist or belongs to someone else.
+    async fn job(&self, owner: &Principal, id: Uuid) -> Result<Option<JobRecord>, StoreError>;
+
+    /// The owner's job under this key hash.
+    async fn job_by_key(
+        &self,
+        owner: &Principal,
+        key_hash: &KeyHash,
+    ) -> Result<Option<JobRecord>, StoreError>;
+
+    /// The event log of the owner's job, oldest first; `None` if the job is not the owner's.
+    async fn events(
+        &self,
+        owner: &Principal,
+        job_id: Uuid,
+    ) -> Result<Option<Vec<EventRecord>>, StoreError>;
+
+    /// Stores a new API key (its salted hash only).
+    async fn insert_api_key(&self, key: NewApiKey) -> Result<(), StoreError>;
+
+    /// The API key with this public id, unless revoked.
+    async fn api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError>;
+}
+
+/// Settings for opening a store.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Most connections the pool opens.
+    pub max_connections: u32,
+    /// How long a caller waits for a pooled connection before the store reports itself
+    /// unavailable.
+    pub acquire_timeout: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            max_connections: 16,
+            acquire_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Opens the store named by a database URL (`postgres://…` or `sqlite://…`).
+///
+/// Fails with [`StoreError::Unavailable`] when the database cannot be reached and with
+/// [`StoreError::UnsupportedUrl`] for any other scheme.
+pub async fn open(url: &str, options: &StoreOptions) -> Result<Arc<dyn Store>, StoreError> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(postgres::PgStore::connect(url, options).await?))
+    } else if url.starts_with("sqlite:") {
+        Ok(Arc::new(sqlite::SqliteStore::connect(url, options).await?))
+    } else {
+        Err(StoreError::UnsupportedUrl(redact(url)))
+    }
+}
+
+/// The URL with any password replaced by `***`, for error messages and logs.
+pub fn redact(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        _ => url.to_owned(),
+    }
+}

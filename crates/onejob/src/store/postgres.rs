@@ -1,0 +1,316 @@
+//! The PostgreSQL store: production, and several onejob nodes sharing one database.
+//!
+//! Every statement is a static string with bound parameters. Intake relies on
+//! `INSERT … ON CONFLICT (tenant, user_id, key_hash) DO NOTHING`: under READ COMMITTED a
+//! conflicting insert waits for the other transaction, and the read-back that follows (a new
+//! statement, so a new snapshot) sees the winner's committed row.
+
+use async_trait::async_trait;
+use onejob_domain::{EventKind, Fingerprint, JobState, KeyHash, Principal};
+use serde_json::Value;
+use sqlx::{
+    PgPool, Postgres, Transaction,
+    postgres::{PgConnectOptions, PgPoolOptions},
+    types::Json,
+};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use super::{
+    ApiKeyRecord, EventRecord, Intake, JobRecord, NewApiKey, NewEvent, NewJob, Store, StoreError,
+    StoreOptions,
+};
+
+/// The column list every job query returns, in [`PgJobRow`] order.
+macro_rules! job_columns {
+    () => {
+        "id, tenant, user_id, key_hash, kind, fingerprint, params, state, version, attempts, \
+         completed_by, result, error, created_at, updated_at"
+    };
+}
+
+/// A [`Store`] on PostgreSQL.
+#[derive(Debug, Clone)]
+pub struct PgStore {
+    pool: PgPool,
+}
+
+impl PgStore {
+    /// Connects a pool to `url` and checks that one connection can be opened.
+    pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self, StoreError> {
+        let connect: PgConnectOptions = url.parse().map_err(StoreError::Database)?;
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections)
+            .acquire_timeout(options.acquire_timeout)
+            .connect_with(connect)
+            .await?;
+        Ok(Self { pool })
+    }
+
+    /// Wraps an existing pool.
+    pub fn from_pool(pool: PgPool) -> Self {
+        Self { pool }
+    }
+
+    /// The underlying pool (for tests and tools).
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct PgJobRow {
+    id: Uuid,
+    tenant: String,
+    user_id: String,
+    key_hash: Vec<u8>,
+    kind: String,
+    fingerprint: Vec<u8>,
+    params: Json<Value>,
+    state: String,
+    version: i64,
+    attempts: i32,
+    completed_by: Option<Uuid>,
+    result: Option<Json<Value>>,
+    error: Option<Json<Value>>,
+    created_at: OffsetDateTime,
+    updated_at: OffsetDateTime,
+}
+
+impl TryFrom<PgJobRow> for JobRecord {
+    type Error = StoreError;
+
+    fn try_from(row: PgJobRow) -> Result<Self, StoreError> {
+        Ok(JobRecord {
+            id: row.id,
+            owner: Principal::new(row.tenant, row.user_id),
+            key_hash: KeyHash(
+                row.key_hash
+                    .try_into()
+                    .map_err(|_| StoreError::Corrupt("key_hash is not 32 bytes".into()))?,
+            ),
+            kind: row.kind,
+            fingerprint: Fingerprint::from_slice(&row.fingerprint)
+                .ok_or_else(|| StoreError::Corrupt("fingerprint is not 32 bytes".into()))?,
+            params: row.params.0,
+            state: row
+                .state
+                .parse::<JobState>()
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            version: row.version,
+            attempts: row.attempts,
+            completed_by: row.completed_by,
+            result: row.result.map(|j| j.0),
+            error: row.error.map(|j| j.0),
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct PgEventRow {
+    id: i64,
+    job_id: Uuid,
+    attempt_id: Option<Uuid>,
+    kind: String,
+    actor: Option<String>,
+    detail: Json<Value>,
+    at: OffsetDateTime,
+}
+
+impl TryFrom<PgEventRow> for EventRecord {
+    type Error = StoreError;
+
+    fn try_from(row: PgEventRow) -> Result<Self, StoreError> {
+        Ok(EventRecord {
+            id: row.id,
+            job_id: row.job_id,
+            attempt_id: row.attempt_id,
+            kind: row
+                .kind
+                .parse::<EventKind>()
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            actor: row.actor,
+            detail: row.detail.0,
+            at: row.at,
+        })
+    }
+}
+
+async fn insert_event(
+    tx: &mut Transaction<'static, Postgres>,
+    event: &NewEvent,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO job_events (job_id, attempt_id, kind, actor, detail) VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(event.job_id)
+    .bind(event.attempt_id)
+    .bind(event.kind.as_str())
+    .bind(event.actor.as_deref())
+    .bind(Json(&event.detail))
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+#[async_trait]
+impl Store for PgStore {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        sqlx::migrate!("./migrations/postgres")
+            .run(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn create_or_replay(&self, job: NewJob) -> Result<Intake, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let inserted: Option<PgJobRow> = sqlx::query_as(concat!(
+            "INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) \
+             ON CONFLICT (tenant, user_id, key_hash) DO NOTHING RETURNING ",
+            job_columns!()
+        ))
+        .bind(job.id)
+        .bind(&job.owner.tenant)
+        .bind(&job.owner.user)
+        .bind(&job.key_hash.0[..])
+        .bind(&job.kind)
+        .bind(&job.fingerprint.0[..])
+        .bind(Json(&job.params))
+        .fetch_optional(&mut *tx)
+        .await?;
+
+        if let Some(row) = inserted {
+            let record = JobRecord::try_from(row)?;
+            insert_event(&mut tx, &job.created_event(&record)).await?;
+            tx.commit().await?;
+            return Ok(Intake::Created(record));
+        }
+
+        let existing: PgJobRow = sqlx::query_as(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE tenant = $1 AND user_id = $2 AND key_hash = $3"
+        ))
+        .bind(&job.owner.tenant)
+        .bind(&job.owner.user)
+        .bind(&job.key_hash.0[..])
+        .fetch_one(&mut *tx)
+        .await?;
+        let existing = JobRecord::try_from(existing)?;
+        if job.matches(&existing) {
+            insert_event(&mut tx, &job.replayed_event(&existing)).await?;
+            tx.commit().await?;
+            Ok(Intake::Replayed(existing))
+        } else {
+            tx.rollback().await?;
+            Ok(Intake::Conflict(existing))
+        }
+    }
+
+    async fn append_event(&self, event: NewEvent) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        insert_event(&mut tx, &event).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn job(&self, owner: &Principal, id: Uuid) -> Result<Option<JobRecord>, StoreError> {
+        let row: Option<PgJobRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE id = $1 AND tenant = $2 AND user_id = $3"
+        ))
+        .bind(id)
+        .bind(&owner.tenant)
+        .bind(&owner.user)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(JobRecord::try_from).transpose()
+    }
+
+    async fn job_by_key(
+        &self,
+        owner: &Principal,
+        key_hash: &KeyHash,
+    ) -> Result<Option<JobRecord>, StoreError> {
+        let row: Option<PgJobRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE tenant = $1 AND user_id = $2 AND key_hash = $3"
+        ))
+        .bind(&owner.tenant)
+        .bind(&owner.user)
+        .bind(&key_hash.0[..])
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(JobRecord::try_from).transpose()
+    }
+
+    async fn events(
+        &self,
+        owner: &Principal,
+        job_id: Uuid,
+    ) -> Result<Option<Vec<EventRecord>>, StoreError> {
+        if self.job(owner, job_id).await?.is_none() {
+            return Ok(None);
+        }
+        let rows: Vec<PgEventRow> = sqlx::query_as(
+            "SELECT id, job_id, attempt_id, kind, actor, detail, at FROM job_events \
+             WHERE job_id = $1 ORDER BY id",
+        )
+        .bind(job_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(EventRecord::try_from)
+            .collect::<Result<_, _>>()
+            .map(Some)
+    }
+
+    async fn insert_api_key(&self, key: NewApiKey) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO api_keys (id, tenant, user_id, salt, secret_hash, operator) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(&key.id)
+        .bind(&key.principal.tenant)
+        .bind(&key.principal.user)
+        .bind(&key.salt[..])
+        .bind(&key.secret_hash[..])
+        .bind(key.operator)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
+        let row: Option<(String, String, String, Vec<u8>, Vec<u8>, bool)> = sqlx::query_as(
+            "SELECT id, tenant, user_id, salt, secret_hash, operator FROM api_keys \
+             WHERE id = $1 AND revoked_at IS NULL",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(
+            |(id, tenant, user, salt, secret_hash, operator)| ApiKeyRecord {
+                id,
+                principal: Principal::new(tenant, user),
+                salt,
+                secret_hash,
+                operator,
+            },
+        ))
+    }
+}

@@ -1,0 +1,345 @@
+//! The SQLite store: onejob's embedded default, one file and zero setup.
+//!
+//! Differences from PostgreSQL, kept here rather than scattered:
+//! * uuids, JSON and timestamps are TEXT; timestamps are RFC 3339 UTC with milliseconds
+//!   (`strftime('%Y-%m-%dT%H:%M:%fZ')`), so they compare correctly as strings;
+//! * SQLite has one writer at a time. Write transactions start with `BEGIN IMMEDIATE`, which
+//!   takes the write lock up front: a read-then-write inside one is atomic across every
+//!   connection and process, and waiting writers queue on `busy_timeout` instead of failing
+//!   when they upgrade a read lock;
+//! * the database runs in WAL mode with `synchronous = FULL`, so a committed job survives a
+//!   power cut, and readers never block the writer.
+
+use std::{str::FromStr, time::Duration};
+
+use async_trait::async_trait;
+use onejob_domain::{EventKind, Fingerprint, JobState, KeyHash, Principal};
+use serde_json::Value;
+use sqlx::{
+    Sqlite, SqlitePool, Transaction,
+    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
+};
+use time::{OffsetDateTime, format_description::well_known::Rfc3339};
+use uuid::Uuid;
+
+use super::{
+    ApiKeyRecord, EventRecord, Intake, JobRecord, NewApiKey, NewEvent, NewJob, Store, StoreError,
+    StoreOptions,
+};
+
+/// The column list every job query returns, in [`SqliteJobRow`] order.
+macro_rules! job_columns {
+    () => {
+        "id, tenant, user_id, key_hash, kind, fingerprint, params, state, version, attempts, \
+         completed_by, result, error, created_at, updated_at"
+    };
+}
+
+/// How long a writer waits for SQLite's write lock before the store reports itself busy.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A [`Store`] on SQLite.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+impl SqliteStore {
+    /// Opens (creating if missing) the database file named by `url` (`sqlite://onejob.db`).
+    pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self, StoreError> {
+        let connect = SqliteConnectOptions::from_str(url)
+            .map_err(StoreError::Database)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .foreign_keys(true)
+            .busy_timeout(BUSY_TIMEOUT);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(options.max_connections)
+            .acquire_timeout(options.acquire_timeout)
+            .connect_with(connect)
+            .await?;
+        Ok(Self { pool })
+    }
+
+    /// The underlying pool (for tests and tools).
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    /// Begins a write transaction holding SQLite's write lock from its first statement.
+    async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
+        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+    }
+}
+
+fn corrupt(what: &str) -> impl FnOnce(String) -> StoreError + '_ {
+    move |detail| StoreError::Corrupt(format!("{what}: {detail}"))
+}
+
+fn parse_uuid(text: &str) -> Result<Uuid, StoreError> {
+    Uuid::parse_str(text).map_err(|e| corrupt("uuid")(e.to_string()))
+}
+
+fn parse_json(text: &str) -> Result<Value, StoreError> {
+    serde_json::from_str(text).map_err(|e| corrupt("json")(e.to_string()))
+}
+
+fn parse_time(text: &str) -> Result<OffsetDateTime, StoreError> {
+    OffsetDateTime::parse(text, &Rfc3339).map_err(|e| corrupt("timestamp")(e.to_string()))
+}
+
+#[derive(sqlx::FromRow)]
+struct SqliteJobRow {
+    id: String,
+    tenant: String,
+    user_id: String,
+    key_hash: Vec<u8>,
+    kind: String,
+    fingerprint: Vec<u8>,
+    params: String,
+    state: String,
+    version: i64,
+    attempts: i32,
+    completed_by: Option<String>,
+    result: Option<String>,
+    error: Option<String>,
+    created_at: String,
+    updated_at: String,
+}
+
+impl TryFrom<SqliteJobRow> for JobRecord {
+    type Error = StoreError;
+
+    fn try_from(row: SqliteJobRow) -> Result<Self, StoreError> {
+        Ok(JobRecord {
+            id: parse_uuid(&row.id)?,
+            owner: Principal::new(row.tenant, row.user_id),
+            key_hash: KeyHash(
+                row.key_hash
+                    .try_into()
+                    .map_err(|_| StoreError::Corrupt("key_hash is not 32 bytes".into()))?,
+            ),
+            kind: row.kind,
+            fingerprint: Fingerprint::from_slice(&row.fingerprint)
+                .ok_or_else(|| StoreError::Corrupt("fingerprint is not 32 bytes".into()))?,
+            params: parse_json(&row.params)?,
+            state: row
+                .state
+                .parse::<JobState>()
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            version: row.version,
+            attempts: row.attempts,
+            completed_by: row.completed_by.as_deref().map(parse_uuid).transpose()?,
+            result: row.result.as_deref().map(parse_json).transpose()?,
+            error: row.error.as_deref().map(parse_json).transpose()?,
+            created_at: parse_time(&row.created_at)?,
+            updated_at: parse_time(&row.updated_at)?,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct SqliteEventRow {
+    id: i64,
+    job_id: String,
+    attempt_id: Option<String>,
+    kind: String,
+    actor: Option<String>,
+    detail: String,
+    at: String,
+}
+
+impl TryFrom<SqliteEventRow> for EventRecord {
+    type Error = StoreError;
+
+    fn try_from(row: SqliteEventRow) -> Result<Self, StoreError> {
+        Ok(EventRecord {
+            id: row.id,
+            job_id: parse_uuid(&row.job_id)?,
+            attempt_id: row.attempt_id.as_deref().map(parse_uuid).transpose()?,
+            kind: row
+                .kind
+                .parse::<EventKind>()
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            actor: row.actor,
+            detail: parse_json(&row.detail)?,
+            at: parse_time(&row.at)?,
+        })
+    }
+}
+
+async fn insert_event(
+    tx: &mut Transaction<'static, Sqlite>,
+    event: &NewEvent,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO job_events (job_id, attempt_id, kind, actor, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )
+    .bind(event.job_id.to_string())
+    .bind(event.attempt_id.map(|id| id.to_string()))
+    .bind(event.kind.as_str())
+    .bind(event.actor.as_deref())
+    .bind(event.detail.to_string())
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        sqlx::migrate!("./migrations/sqlite").run(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn create_or_replay(&self, job: NewJob) -> Result<Intake, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let inserted: Option<SqliteJobRow> = sqlx::query_as(concat!(
+            "INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+             ON CONFLICT (tenant, user_id, key_hash) DO NOTHING RETURNING ",
+            job_columns!()
+        ))
+        .bind(job.id.to_string())
+        .bind(&job.owner.tenant)
+        .bind(&job.owner.user)
+        .bind(&job.key_hash.0[..])
+        .bind(&job.kind)
+        .bind(&job.fingerprint.0[..])
+        .bind(job.params.to_string())
+        .fetch_optional(&mut *tx)
+        .await?;
+
+        if let Some(row) = inserted {
+            let record = JobRecord::try_from(row)?;
+            insert_event(&mut tx, &job.created_event(&record)).await?;
+            tx.commit().await?;
+            return Ok(Intake::Created(record));
+        }
+
+        let existing: SqliteJobRow = sqlx::query_as(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE tenant = ?1 AND user_id = ?2 AND key_hash = ?3"
+        ))
+        .bind(&job.owner.tenant)
+        .bind(&job.owner.user)
+        .bind(&job.key_hash.0[..])
+        .fetch_one(&mut *tx)
+        .await?;
+        let existing = JobRecord::try_from(existing)?;
+        if job.matches(&existing) {
+            insert_event(&mut tx, &job.replayed_event(&existing)).await?;
+            tx.commit().await?;
+            Ok(Intake::Replayed(existing))
+        } else {
+            tx.rollback().await?;
+            Ok(Intake::Conflict(existing))
+        }
+    }
+
+    async fn append_event(&self, event: NewEvent) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        insert_event(&mut tx, &event).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn job(&self, owner: &Principal, id: Uuid) -> Result<Option<JobRecord>, StoreError> {
+        let row: Option<SqliteJobRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE id = ?1 AND tenant = ?2 AND user_id = ?3"
+        ))
+        .bind(id.to_string())
+        .bind(&owner.tenant)
+        .bind(&owner.user)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(JobRecord::try_from).transpose()
+    }
+
+    async fn job_by_key(
+        &self,
+        owner: &Principal,
+        key_hash: &KeyHash,
+    ) -> Result<Option<JobRecord>, StoreError> {
+        let row: Option<SqliteJobRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE tenant = ?1 AND user_id = ?2 AND key_hash = ?3"
+        ))
+        .bind(&owner.tenant)
+        .bind(&owner.user)
+        .bind(&key_hash.0[..])
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(JobRecord::try_from).transpose()
+    }
+
+    async fn events(
+        &self,
+        owner: &Principal,
+        job_id: Uuid,
+    ) -> Result<Option<Vec<EventRecord>>, StoreError> {
+        if self.job(owner, job_id).await?.is_none() {
+            return Ok(None);
+        }
+        let rows: Vec<SqliteEventRow> = sqlx::query_as(
+            "SELECT id, job_id, attempt_id, kind, actor, detail, at FROM job_events \
+             WHERE job_id = ?1 ORDER BY id",
+        )
+        .bind(job_id.to_string())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(EventRecord::try_from)
+            .collect::<Result<_, _>>()
+            .map(Some)
+    }
+
+    async fn insert_api_key(&self, key: NewApiKey) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO api_keys (id, tenant, user_id, salt, secret_hash, operator) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )
+        .bind(&key.id)
+        .bind(&key.principal.tenant)
+        .bind(&key.principal.user)
+        .bind(&key.salt[..])
+        .bind(&key.secret_hash[..])
+        .bind(key.operator)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
+        let row: Option<(String, String, String, Vec<u8>, Vec<u8>, bool)> = sqlx::query_as(
+            "SELECT id, tenant, user_id, salt, secret_hash, operator FROM api_keys \
+             WHERE id = ?1 AND revoked_at IS NULL",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(
+            |(id, tenant, user, salt, secret_hash, operator)| ApiKeyRecord {
+                id,
+                principal: Principal::new(tenant, user),
+                salt,
+                secret_hash,
+                operator,
+            },
+        ))
+    }
+}
