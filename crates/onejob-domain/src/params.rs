@@ -222,7 +222,10 @@ mod tests {
             json!({"a": [1, {"b": null}], "c": 1.5})
         );
         let error = parse_json_strict(br#"{"a": {"b": 1, "b": 2}}"#).unwrap_err();
-        assert!(error.to_string().contains("duplicate object key \"b\""), "{error}");
+        assert!(
+            error.to_string().contains("duplicate object key \"b\""),
+            "{error}"
+        );
         assert!(parse_json_strict(b"{} x").is_err());
         assert!(parse_json_strict(b"").is_err());
     }

@@ -52,7 +52,9 @@ pub fn issue(principal: Principal, operator: bool) -> IssuedKey {
 pub fn parse(token: &str) -> Option<(&str, &str)> {
     let (id, secret) = token.strip_prefix(PREFIX)?.split_once('_')?;
     let well_formed = |s: &str, len: usize| {
-        s.len() == len * 2 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        s.len() == len * 2
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
     };
     (well_formed(id, ID_BYTES) && well_formed(secret, SECRET_BYTES)).then_some((id, secret))
 }
@@ -111,7 +113,13 @@ mod tests {
 
     #[test]
     fn malformed_tokens_do_not_parse() {
-        for token in ["", "oj_", "oj_abc_def", "xx_0011223344556677_00", "oj_00112233445566ZZ_"] {
+        for token in [
+            "",
+            "oj_",
+            "oj_abc_def",
+            "xx_0011223344556677_00",
+            "oj_00112233445566ZZ_",
+        ] {
             assert!(parse(token).is_none(), "{token}");
         }
     }

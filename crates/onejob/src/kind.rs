@@ -27,7 +27,9 @@ pub struct Schema {
 
 impl std::fmt::Debug for Schema {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Schema").field("source", &self.source).finish()
+        f.debug_struct("Schema")
+            .field("source", &self.source)
+            .finish()
     }
 }
 
@@ -143,10 +145,7 @@ impl Kinds {
         let mut by_name = HashMap::new();
         for (index, raw) in config.kinds.iter().enumerate() {
             let kind = compile_kind(raw, index, config)?;
-            if by_name
-                .insert(kind.name.clone(), Arc::new(kind))
-                .is_some()
-            {
+            if by_name.insert(kind.name.clone(), Arc::new(kind)).is_some() {
                 return Err(ConfigError::invalid(
                     format!("kind[{index}].name"),
                     format!("kind {:?} is declared twice", raw.name),
@@ -171,17 +170,28 @@ impl Kinds {
 
 fn compile_kind(raw: &KindConfig, index: usize, config: &Config) -> Result<Kind, ConfigError> {
     let key = |field: &str| format!("kind[{}].{field}", raw.name);
-    if raw.name.is_empty() || raw.name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+    if raw.name.is_empty()
+        || raw
+            .name
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control())
+    {
         return Err(ConfigError::invalid(
             format!("kind[{index}].name"),
             "a kind name is a non-empty word without spaces, like image.generate",
         ));
     }
     if raw.max_attempts == 0 {
-        return Err(ConfigError::invalid(key("max_attempts"), "must be at least 1"));
+        return Err(ConfigError::invalid(
+            key("max_attempts"),
+            "must be at least 1",
+        ));
     }
     if raw.attempt_timeout.is_zero() {
-        return Err(ConfigError::invalid(key("attempt_timeout"), "must be longer than 0s"));
+        return Err(ConfigError::invalid(
+            key("attempt_timeout"),
+            "must be longer than 0s",
+        ));
     }
     for (i, provider) in raw.providers.iter().enumerate() {
         if !config.providers.iter().any(|p| &p.name == provider) {
@@ -215,7 +225,10 @@ fn compile_kind(raw: &KindConfig, index: usize, config: &Config) -> Result<Kind,
         .map(|path| {
             let path = config.base_dir.join(path);
             std::fs::read_to_string(&path).map_err(|e| {
-                ConfigError::invalid(key("template"), format!("cannot read {}: {e}", path.display()))
+                ConfigError::invalid(
+                    key("template"),
+                    format!("cannot read {}: {e}", path.display()),
+                )
             })
         })
         .transpose()?;

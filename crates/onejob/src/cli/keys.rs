@@ -38,7 +38,12 @@ pub async fn run(command: KeysCommand) -> anyhow::Result<()> {
                 "--tenant and --user must not be empty"
             );
             let store = open_store(&args.database.database).await?;
-            let token = create(&*store, Principal::new(args.tenant, args.user), args.operator).await?;
+            let token = create(
+                &*store,
+                Principal::new(args.tenant, args.user),
+                args.operator,
+            )
+            .await?;
             println!("{token}");
             Ok(())
         }

@@ -208,9 +208,9 @@ impl Config {
                 parse_env_value(&value),
             ));
         }
-        let mut config: Config = figment.extract().map_err(|e| {
-            ConfigError::Env(format!("{e} (overrides set: {})", names.join(", ")))
-        })?;
+        let mut config: Config = figment
+            .extract()
+            .map_err(|e| ConfigError::Env(format!("{e} (overrides set: {})", names.join(", "))))?;
         config.base_dir = base_dir;
         Ok(config)
     }

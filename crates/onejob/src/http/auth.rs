@@ -70,12 +70,7 @@ impl FromRequestParts<Arc<AppState>> for Caller {
             })
             .ok_or_else(invalid)?;
         let (id, secret) = api_key::parse(token).ok_or_else(invalid)?;
-        let record = state
-            .jobs
-            .store()
-            .api_key(id)
-            .await?
-            .ok_or_else(invalid)?;
+        let record = state.jobs.store().api_key(id).await?.ok_or_else(invalid)?;
         if !api_key::verify(&record, secret) {
             return Err(invalid());
         }

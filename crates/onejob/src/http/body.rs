@@ -57,7 +57,9 @@ fn check_media_type(headers: &HeaderMap) -> Result<(), Problem> {
     let Some(value) = headers.get(header::CONTENT_TYPE) else {
         return Err(unsupported("no Content-Type"));
     };
-    let text = value.to_str().map_err(|_| unsupported("an unreadable Content-Type"))?;
+    let text = value
+        .to_str()
+        .map_err(|_| unsupported("an unreadable Content-Type"))?;
     let essence = text
         .split(';')
         .next()

@@ -22,7 +22,7 @@ use super::{
     view::{EventView, EventsView, JobView},
 };
 use crate::{
-    jobs::{SubmitError, Submitted, Submission},
+    jobs::{Submission, SubmitError, Submitted},
     store::JobRecord,
 };
 
@@ -107,7 +107,10 @@ pub async fn by_key(
     query: Result<Query<HashMap<String, String>>, QueryRejection>,
 ) -> Result<Response, Problem> {
     let Query(query) = query.map_err(|e| {
-        Problem::new(ProblemType::InvalidRequest, format!("bad query string: {e}"))
+        Problem::new(
+            ProblemType::InvalidRequest,
+            format!("bad query string: {e}"),
+        )
     })?;
     let Some(raw) = query.get("idempotency_key") else {
         return Err(Problem::new(

@@ -17,9 +17,7 @@ pub enum StoreError {
     #[error("migrating the schema failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     /// The database URL names no database onejob supports.
-    #[error(
-        "unsupported database URL {0:?}: use postgres://user@host:5432/db or sqlite://file.db"
-    )]
+    #[error("unsupported database URL {0:?}: use postgres://user@host:5432/db or sqlite://file.db")]
     UnsupportedUrl(String),
 }
 

@@ -193,7 +193,9 @@ impl Store for SqliteStore {
     }
 
     async fn migrate(&self) -> Result<(), StoreError> {
-        sqlx::migrate!("./migrations/sqlite").run(&self.pool).await?;
+        sqlx::migrate!("./migrations/sqlite")
+            .run(&self.pool)
+            .await?;
         Ok(())
     }
 

@@ -1,0 +1,296 @@
+//! Test fixtures: a fresh database per test, a running onejob on port 0, API keys, and the
+//! `backend_tests!` macro that runs one test body on PostgreSQL and on SQLite.
+
+use std::{net::SocketAddr, path::PathBuf, sync::Arc};
+
+use onejob::{
+    app::App,
+    config::{Config, DEMO_CONFIG},
+    store::{Store, postgres::PgStore, sqlite::SqliteStore},
+};
+use onejob_domain::Principal;
+use reqwest::{Client, RequestBuilder, Response};
+use serde_json::Value;
+use sqlx::{Connection, Executor, PgConnection};
+use tokio::sync::oneshot;
+
+/// Which database a test runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    Sqlite,
+}
+
+/// Runs each listed async test body (a `fn(Backend) -> impl Future`) once per backend.
+macro_rules! backend_tests {
+    ($($name:ident),+ $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name($crate::helpers::Backend::Postgres).await
+                }
+            )+
+        }
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name($crate::helpers::Backend::Sqlite).await
+                }
+            )+
+        }
+    };
+}
+pub(crate) use backend_tests;
+
+fn postgres_admin_url() -> String {
+    std::env::var("ONEJOB_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+/// A fresh, empty database that is removed when dropped.
+pub struct TestDatabase {
+    pub backend: Backend,
+    pub url: String,
+    name: String,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl TestDatabase {
+    pub async fn create(backend: Backend) -> Self {
+        let name = format!("onejob_test_{}", uuid::Uuid::new_v4().simple());
+        match backend {
+            Backend::Postgres => {
+                let admin = postgres_admin_url();
+                let mut conn = PgConnection::connect(&admin).await.unwrap_or_else(|e| {
+                    panic!("PostgreSQL is required for the tests ({admin}): {e}")
+                });
+                conn.execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                    .await
+                    .expect("create test database");
+                let mut url = url::Url::parse(&admin).expect("admin url");
+                url.set_path(&name);
+                Self {
+                    backend,
+                    url: url.to_string(),
+                    name,
+                    _dir: None,
+                }
+            }
+            Backend::Sqlite => {
+                let dir = tempfile::tempdir().expect("temp dir");
+                let path: PathBuf = dir.path().join("onejob.db");
+                Self {
+                    backend,
+                    url: format!("sqlite://{}", path.display()),
+                    name,
+                    _dir: Some(dir),
+                }
+            }
+        }
+    }
+
+    /// Opens a second, independent store (its own pool) on this database, migrated.
+    pub async fn open_store(&self) -> Arc<dyn Store> {
+        onejob::app::open_store(&self.url)
+            .await
+            .expect("open store")
+    }
+
+    /// Runs a scalar SQL query that both dialects understand, returning an i64.
+    pub async fn scalar(&self, sql: &'static str) -> i64 {
+        match self.backend {
+            Backend::Postgres => {
+                let store = PgStore::connect(&self.url, &Default::default())
+                    .await
+                    .unwrap();
+                sqlx::query_scalar::<_, i64>(sql)
+                    .fetch_one(store.pool())
+                    .await
+                    .unwrap()
+            }
+            Backend::Sqlite => {
+                let store = SqliteStore::connect(&self.url, &Default::default())
+                    .await
+                    .unwrap();
+                sqlx::query_scalar::<_, i64>(sql)
+                    .fetch_one(store.pool())
+                    .await
+                    .unwrap()
+            }
+        }
+    }
+}
+
+impl TestDatabase {
+    /// Executes one statement (written for this backend's dialect) and returns rows affected,
+    /// or the database's error message.
+    pub async fn exec(&self, sql: &'static str) -> Result<u64, String> {
+        match self.backend {
+            Backend::Postgres => {
+                let store = PgStore::connect(&self.url, &Default::default())
+                    .await
+                    .unwrap();
+                sqlx::query(sql)
+                    .execute(store.pool())
+                    .await
+                    .map(|r| r.rows_affected())
+                    .map_err(|e| e.to_string())
+            }
+            Backend::Sqlite => {
+                let store = SqliteStore::connect(&self.url, &Default::default())
+                    .await
+                    .unwrap();
+                sqlx::query(sql)
+                    .execute(store.pool())
+                    .await
+                    .map(|r| r.rows_affected())
+                    .map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    /// Picks the statement for this backend.
+    pub fn dialect(&self, postgres: &'static str, sqlite: &'static str) -> &'static str {
+        match self.backend {
+            Backend::Postgres => postgres,
+            Backend::Sqlite => sqlite,
+        }
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        if self.backend != Backend::Postgres {
+            return;
+        }
+        let name = self.name.clone();
+        // Drop from a plain thread: Drop cannot await, and the test's runtime may be gone.
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                if let Ok(mut conn) = PgConnection::connect(&postgres_admin_url()).await {
+                    let _ = conn
+                        .execute(sqlx::AssertSqlSafe(format!(
+                            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                        )))
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// The demo configuration pointed at `url`.
+pub fn test_config(url: &str) -> Config {
+    let mut config = Config::from_toml(
+        DEMO_CONFIG,
+        "demo.toml".as_ref(),
+        ".".into(),
+        std::iter::empty(),
+    )
+    .expect("demo config parses");
+    config.database = url.to_owned();
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    config
+}
+
+/// A onejob serving on a loopback port.
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub client: Client,
+    pub store: Arc<dyn Store>,
+    /// An API key for tenant `acme`, user `alice`.
+    pub token: String,
+    shutdown: Option<oneshot::Sender<()>>,
+}
+
+impl TestApp {
+    /// A onejob with the demo configuration on a fresh database.
+    pub async fn spawn(db: &TestDatabase) -> TestApp {
+        Self::spawn_with(db, |_| {}).await
+    }
+
+    /// Like [`TestApp::spawn`], with a chance to change the configuration first.
+    pub async fn spawn_with(db: &TestDatabase, change: impl FnOnce(&mut Config)) -> TestApp {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut config = test_config(&db.url);
+        change(&mut config);
+        let app = App::open(config).await.expect("app opens");
+        let listener = app.bind().await.expect("bind");
+        let addr = listener.local_addr().unwrap();
+        let store = app.store.clone();
+        let (tx, rx) = oneshot::channel();
+        tokio::spawn(app.serve(listener, async {
+            let _ = rx.await;
+        }));
+        let token = create_key(&*store, "acme", "alice", false).await;
+        TestApp {
+            addr,
+            client: Client::new(),
+            store,
+            token,
+            shutdown: Some(tx),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// `POST /v1/jobs` with the default key, a JSON body and an idempotency key.
+    pub fn submit(&self, key: &str, body: &Value) -> RequestBuilder {
+        self.submit_as(&self.token, key, body)
+    }
+
+    pub fn submit_as(&self, token: &str, key: &str, body: &Value) -> RequestBuilder {
+        self.client
+            .post(self.url("/v1/jobs"))
+            .bearer_auth(token)
+            .header("Idempotency-Key", key)
+            .json(body)
+    }
+
+    pub fn get_as(&self, token: &str, path: &str) -> RequestBuilder {
+        self.client.get(self.url(path)).bearer_auth(token)
+    }
+
+    pub fn get(&self, path: &str) -> RequestBuilder {
+        self.get_as(&self.token, path)
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// Issues an API key straight into the store.
+pub async fn create_key(store: &dyn Store, tenant: &str, user: &str, operator: bool) -> String {
+    let issued = onejob::api_key::issue(Principal::new(tenant, user), operator);
+    store
+        .insert_api_key(issued.record)
+        .await
+        .expect("insert key");
+    issued.token
+}
+
+/// A response's status and JSON body.
+pub async fn json(response: Response) -> (u16, Value) {
+    let status = response.status().as_u16();
+    let body = response.json().await.unwrap_or(Value::Null);
+    (status, body)
+}
+
+/// A valid chat submission.
+pub fn chat(prompt: &str) -> Value {
+    serde_json::json!({ "kind": "chat.completion", "params": { "prompt": prompt } })
+}

@@ -1,0 +1,12 @@
+//! Black-box tests of onejob: a real server on a loopback port, a real PostgreSQL and a real
+//! SQLite file, the same test bodies run against each (see [`helpers::Backend`]).
+//!
+//! PostgreSQL is taken from `ONEJOB_TEST_POSTGRES` (default
+//! `postgres://postgres@127.0.0.1:5432/postgres`); each test gets a fresh database. A missing
+//! PostgreSQL fails the tests: it is never skipped.
+
+mod bad_input;
+mod helpers;
+mod intake;
+mod isolation;
+mod store_conformance;
