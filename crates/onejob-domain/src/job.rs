@@ -15,6 +15,8 @@ use std::{fmt, str::FromStr};
 
 use serde::{Deserialize, Serialize};
 
+use crate::AttemptState;
+
 /// The state of a job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -84,6 +86,28 @@ impl JobState {
     }
 }
 
+impl JobState {
+    /// The state of a job that no attempt has won and nobody cancelled, derived from its
+    /// attempts: `running` while any attempt is live, else `unknown` while any is unknown,
+    /// else `pending` if another attempt may follow, else `failed`.
+    pub fn settle(attempts: impl IntoIterator<Item = AttemptState>, may_retry: bool) -> JobState {
+        let (mut live, mut unknown) = (false, false);
+        for state in attempts {
+            live |= state.is_live();
+            unknown |= state == AttemptState::Unknown;
+        }
+        if live {
+            JobState::Running
+        } else if unknown {
+            JobState::Unknown
+        } else if may_retry {
+            JobState::Pending
+        } else {
+            JobState::Failed
+        }
+    }
+}
+
 impl fmt::Display for JobState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -126,6 +150,26 @@ mod tests {
             .filter(|n| JobState::Pending.can_become(*n))
             .collect();
         assert_eq!(allowed, vec![JobState::Running, JobState::Cancelled]);
+    }
+
+    #[test]
+    fn settle_prefers_live_then_unknown_then_retry() {
+        use AttemptState::*;
+        assert_eq!(
+            JobState::settle([Failed, Running], false),
+            JobState::Running
+        );
+        assert_eq!(
+            JobState::settle([Unknown, Starting], false),
+            JobState::Running
+        );
+        assert_eq!(JobState::settle([Failed, Unknown], true), JobState::Unknown);
+        assert_eq!(JobState::settle([Failed], true), JobState::Pending);
+        assert_eq!(
+            JobState::settle([Failed, Cancelled], false),
+            JobState::Failed
+        );
+        assert_eq!(JobState::settle([], true), JobState::Pending);
     }
 
     #[test]

@@ -13,7 +13,9 @@ use crate::{
     http::{self, AppState},
     jobs::Jobs,
     kind::Kinds,
+    provider::Providers,
     store::{self, Store, StoreError, StoreOptions},
+    worker::{self, WorkerContext, WorkerHandle, WorkerSettings},
 };
 
 /// Why onejob could not start.
@@ -49,12 +51,23 @@ pub struct App {
     pub store: Arc<dyn Store>,
     /// The job use cases.
     pub jobs: Jobs,
+    /// The providers (bundled fakes started).
+    pub providers: Providers,
 }
 
 impl App {
     /// Compiles the kinds, opens the database and applies migrations.
     pub async fn open(config: Config) -> Result<App, StartError> {
+        // One TLS crypto provider for every HTTPS client (ring; see STACK.md).
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let kinds = Kinds::compile(&config)?;
+        let http = reqwest::Client::builder()
+            .user_agent(concat!("onejob/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| {
+                ConfigError::invalid("provider", format!("cannot build the HTTP client: {e}"))
+            })?;
+        let providers = Providers::from_config(&config, http).await?;
         let store = open_store(&config.database).await?;
         let limits = ParamsLimits {
             max_depth: config.max_params_depth,
@@ -64,6 +77,24 @@ impl App {
             config,
             store,
             jobs,
+            providers,
+        })
+    }
+
+    /// Starts a worker loop with the configured `[worker]` settings.
+    pub fn spawn_worker(&self) -> WorkerHandle {
+        let settings = WorkerSettings {
+            id: WorkerSettings::new_id(),
+            concurrency: self.config.worker.concurrency,
+            lease: self.config.worker.lease,
+            poll_interval: self.config.worker.poll_interval,
+            shutdown_grace: self.config.worker.shutdown_grace,
+        };
+        worker::spawn(WorkerContext {
+            store: self.store.clone(),
+            kinds: self.jobs.kinds().clone(),
+            providers: self.providers.clone(),
+            settings,
         })
     }
 
@@ -77,12 +108,12 @@ impl App {
 
     /// Serves the API on `listener` until `shutdown` completes, then drains requests.
     pub async fn serve(
-        self,
+        &self,
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let state = Arc::new(AppState {
-            jobs: self.jobs,
+            jobs: self.jobs.clone(),
             max_body_bytes: self.config.max_body_bytes,
         });
         axum::serve(listener, http::router(state))

@@ -86,6 +86,8 @@ pub struct Kind {
     pub attempt_timeout: Duration,
     /// Most attempts per job.
     pub max_attempts: u32,
+    /// Base wait before the attempt after a definite failure.
+    pub retry_backoff: Duration,
     /// Hedge after this long (opt-in).
     pub hedge_after: Option<Duration>,
     /// Settle unknown attempts as failed after this long (opt-in).
@@ -105,6 +107,13 @@ impl Kind {
                 message: "params must be a JSON object".into(),
             }]),
         }
+    }
+
+    /// The wait before attempt number `next` (2, 3, …) after a definite failure:
+    /// `retry_backoff` doubled per attempt already made, at most one minute.
+    pub fn backoff(&self, next: i32) -> Duration {
+        let doublings = u32::try_from(next.saturating_sub(2)).unwrap_or(0).min(16);
+        (self.retry_backoff * 2u32.pow(doublings)).min(Duration::from_secs(60))
     }
 
     /// The fingerprint of `params` under this kind.
@@ -241,6 +250,7 @@ fn compile_kind(raw: &KindConfig, index: usize, config: &Config) -> Result<Kind,
         providers: raw.providers.clone(),
         attempt_timeout: raw.attempt_timeout,
         max_attempts: raw.max_attempts,
+        retry_backoff: raw.retry_backoff,
         hedge_after: raw.hedge_after,
         settle_unknown_after: raw.settle_unknown_after,
         contract: raw.contract.clone(),

@@ -20,4 +20,6 @@ pub mod config;
 pub mod http;
 pub mod jobs;
 pub mod kind;
+pub mod provider;
 pub mod store;
+pub mod worker;

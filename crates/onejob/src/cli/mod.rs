@@ -1,4 +1,4 @@
-//! The `onejob` command line (DESIGN §7): `serve`, `migrate`, `keys create`.
+//! The `onejob` command line (DESIGN §7): `serve`, `worker`, `migrate`, `keys create`.
 //!
 //! Each subcommand lives in its own file; this one parses arguments, sets up logging and
 //! dispatches. Errors leave through `anyhow` here, at the binary's edge, and nowhere else.
@@ -6,6 +6,7 @@
 mod keys;
 mod migrate;
 mod serve;
+mod worker;
 
 use std::path::PathBuf;
 
@@ -30,6 +31,8 @@ pub struct Cli {
 pub enum Command {
     /// Run the HTTP API (SQLite file, fake provider and demo kinds when given no config).
     Serve(serve::ServeArgs),
+    /// Run a worker only (no API): claims due jobs and runs their attempts.
+    Worker(worker::WorkerArgs),
     /// Apply the database schema migrations and exit.
     Migrate(DatabaseArgs),
     /// Manage API keys.
@@ -61,6 +64,7 @@ pub fn run() -> anyhow::Result<()> {
     runtime.block_on(async move {
         match cli.command {
             Command::Serve(args) => serve::run(args).await,
+            Command::Worker(args) => worker::run(args).await,
             Command::Migrate(args) => migrate::run(args).await,
             Command::Keys(command) => keys::run(command).await,
         }

@@ -1,4 +1,4 @@
-//! `onejob serve`: the API (and, from the attempts issue on, the workers).
+//! `onejob serve`: the API and a worker in one process (`--no-worker` for the API alone).
 //!
 //! Without `--config` it runs the built-in demo configuration on `sqlite://onejob.db` and
 //! prints a fresh API key with a curl line to try.
@@ -22,6 +22,9 @@ pub struct ServeArgs {
     /// Override the database URL.
     #[arg(long)]
     database: Option<String>,
+    /// Serve the API only; run workers separately with `onejob worker`.
+    #[arg(long)]
+    no_worker: bool,
 }
 
 /// Runs `onejob serve`.
@@ -42,7 +45,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         let token = super::keys::create(&*app.store, Principal::new("demo", "demo"), true).await?;
         print_welcome(addr, &token);
     }
+    let worker = (!args.no_worker).then(|| app.spawn_worker());
     app.serve(listener, shutdown_signal()).await?;
+    if let Some(worker) = worker {
+        worker.shutdown().await;
+    }
     Ok(())
 }
 

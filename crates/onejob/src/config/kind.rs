@@ -55,6 +55,9 @@ pub struct KindConfig {
     /// Most attempts per job (retries and failover included).
     #[serde(default = "default_max_attempts")]
     pub max_attempts: u32,
+    /// Wait before the attempt after a definite failure; doubles with each attempt (cap 1m).
+    #[serde(default = "default_retry_backoff", with = "humantime_serde")]
+    pub retry_backoff: Duration,
     /// Start a hedged attempt on the next provider after this long (opt-in).
     #[serde(default, with = "humantime_serde")]
     pub hedge_after: Option<Duration>,
@@ -68,6 +71,10 @@ pub struct KindConfig {
 
 fn default_attempt_timeout() -> Duration {
     Duration::from_secs(30)
+}
+
+fn default_retry_backoff() -> Duration {
+    Duration::from_secs(1)
 }
 
 fn default_max_attempts() -> u32 {

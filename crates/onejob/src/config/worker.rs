@@ -17,6 +17,10 @@ pub struct WorkerConfig {
     /// How often to look for work when no wake-up arrives (a fallback, not the main path).
     #[serde(default = "default_poll_interval", with = "humantime_serde")]
     pub poll_interval: Duration,
+    /// On shutdown, how long in-flight attempts may still finish before they are recorded
+    /// as `unknown`.
+    #[serde(default = "default_shutdown_grace", with = "humantime_serde")]
+    pub shutdown_grace: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -25,6 +29,7 @@ impl Default for WorkerConfig {
             concurrency: default_concurrency(),
             lease: default_lease(),
             poll_interval: default_poll_interval(),
+            shutdown_grace: default_shutdown_grace(),
         }
     }
 }
@@ -39,4 +44,8 @@ fn default_lease() -> Duration {
 
 fn default_poll_interval() -> Duration {
     Duration::from_secs(2)
+}
+
+fn default_shutdown_grace() -> Duration {
+    Duration::from_secs(10)
 }

@@ -19,7 +19,7 @@ use super::{
     auth::Caller,
     body::read_json,
     problem::{Problem, ProblemType},
-    view::{EventView, EventsView, JobView},
+    view::{AttemptView, AttemptsView, EventView, EventsView, JobView},
 };
 use crate::{
     jobs::{Submission, SubmitError, Submitted},
@@ -142,6 +142,25 @@ pub async fn events(
     Ok(Json(EventsView {
         job_id,
         events: events.into_iter().map(EventView::from).collect(),
+    }))
+}
+
+/// `GET /v1/jobs/{id}/attempts`.
+pub async fn attempts(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<AttemptsView>, Problem> {
+    let job_id = parse_id(&id)?;
+    let attempts = state
+        .jobs
+        .store()
+        .attempts(&caller.principal, job_id)
+        .await?
+        .ok_or_else(|| Problem::not_found("job"))?;
+    Ok(Json(AttemptsView {
+        job_id,
+        attempts: attempts.into_iter().map(AttemptView::from).collect(),
     }))
 }
 

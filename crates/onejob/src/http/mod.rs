@@ -21,7 +21,7 @@ use tower_http::{catch_panic::CatchPanicLayer, trace::TraceLayer};
 pub use auth::Caller;
 pub use jobs::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
 pub use problem::{Problem, ProblemType};
-pub use view::{EventView, JobView, poll_after_ms};
+pub use view::{AttemptView, EventView, JobView, poll_after_ms};
 
 use crate::jobs::Jobs;
 
@@ -39,6 +39,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/jobs", post(jobs::submit).get(jobs::by_key))
         .route("/v1/jobs/{id}", get(jobs::get))
         .route("/v1/jobs/{id}/events", get(jobs::events))
+        .route("/v1/jobs/{id}/attempts", get(jobs::attempts))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .fallback(not_found)

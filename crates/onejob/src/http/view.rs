@@ -1,12 +1,12 @@
 //! The JSON shapes the API answers with: the job view and event entries.
 
-use onejob_domain::{EventKind, JobState};
+use onejob_domain::{AttemptState, EventKind, JobState};
 use serde::Serialize;
 use serde_json::Value;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::store::{EventRecord, JobRecord};
+use crate::store::{AttemptRecord, EventRecord, JobRecord};
 
 /// How long a client should wait before polling a job again in this state; `None` once the
 /// job is terminal.
@@ -109,4 +109,77 @@ pub struct EventsView {
     pub job_id: Uuid,
     /// Oldest first.
     pub events: Vec<EventView>,
+}
+
+/// One attempt as the API shows it.
+#[derive(Debug, Serialize)]
+pub struct AttemptView {
+    /// The attempt id.
+    pub id: Uuid,
+    /// 1, 2, … within the job.
+    pub number: i32,
+    /// The provider it went to.
+    pub provider: String,
+    /// Its state.
+    pub state: AttemptState,
+    /// Whether it was a hedge beside a running attempt.
+    pub hedge: bool,
+    /// The provider's task id, once known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    /// The worker that ran it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+    /// When it started.
+    #[serde(with = "time::serde::rfc3339")]
+    pub started_at: OffsetDateTime,
+    /// When the provider acknowledged it.
+    #[serde(
+        with = "time::serde::rfc3339::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub acknowledged_at: Option<OffsetDateTime>,
+    /// When its outcome becomes unknown without an answer.
+    #[serde(
+        with = "time::serde::rfc3339::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub deadline_at: Option<OffsetDateTime>,
+    /// When it reached a final state.
+    #[serde(
+        with = "time::serde::rfc3339::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub finished_at: Option<OffsetDateTime>,
+    /// Why it failed or is unknown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<Value>,
+}
+
+impl From<AttemptRecord> for AttemptView {
+    fn from(a: AttemptRecord) -> Self {
+        AttemptView {
+            id: a.id,
+            number: a.number,
+            provider: a.provider,
+            state: a.state,
+            hedge: a.hedge,
+            task_id: a.task_id,
+            worker: a.worker,
+            started_at: a.started_at,
+            acknowledged_at: a.acknowledged_at,
+            deadline_at: a.deadline_at,
+            finished_at: a.finished_at,
+            error: a.error,
+        }
+    }
+}
+
+/// A job's attempts.
+#[derive(Debug, Serialize)]
+pub struct AttemptsView {
+    /// The job.
+    pub job_id: Uuid,
+    /// Oldest first.
+    pub attempts: Vec<AttemptView>,
 }

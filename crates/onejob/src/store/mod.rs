@@ -13,11 +13,15 @@ pub mod sqlite;
 use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;
-use onejob_domain::{KeyHash, Principal};
+use onejob_domain::{JobState, KeyHash, Principal};
+use serde_json::Value;
 use uuid::Uuid;
 
 pub use error::StoreError;
-pub use records::{ApiKeyRecord, EventRecord, Intake, JobRecord, NewApiKey, NewEvent, NewJob};
+pub use records::{
+    ApiKeyRecord, AttemptRecord, AttemptStart, Completion, EventRecord, Intake, JobRecord,
+    NewApiKey, NewEvent, NewJob, RetryPolicy, StartOutcome, StartRefusal, payload_digest,
+};
 
 /// Everything onejob keeps durably. One implementation per database.
 #[async_trait]
@@ -65,6 +69,87 @@ pub trait Store: Send + Sync + 'static {
 
     /// The API key with this public id, unless revoked.
     async fn api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError>;
+
+    /// The owner's job's attempts, oldest first; `None` if the job is not the owner's.
+    async fn attempts(
+        &self,
+        owner: &Principal,
+        job_id: Uuid,
+    ) -> Result<Option<Vec<AttemptRecord>>, StoreError>;
+
+    // ----- Dispatch: used by workers, never with a client's principal. -----
+
+    /// Ids of jobs whose dispatch time has come, oldest first. Only candidates:
+    /// [`Store::start_attempt`] decides.
+    async fn due_jobs(&self, limit: u32) -> Result<Vec<Uuid>, StoreError>;
+
+    /// A job by id, whoever owns it.
+    async fn job_for_dispatch(&self, id: Uuid) -> Result<Option<JobRecord>, StoreError>;
+
+    /// All attempts of a job, oldest first.
+    async fn job_attempts(&self, job_id: Uuid) -> Result<Vec<AttemptRecord>, StoreError>;
+
+    /// Starts an attempt if the attempt guard allows it, in one atomic step: the job is due,
+    /// its attempt count is the expected one and under `max_attempts`, no attempt of it is
+    /// `starting` or `unknown`, and one is `running` exactly when this start is a hedge.
+    /// The job becomes `running`; `attempt_started` (and `failover` when the provider changes)
+    /// is logged.
+    async fn start_attempt(&self, start: &AttemptStart) -> Result<StartOutcome, StoreError>;
+
+    /// The provider acknowledged a `starting` attempt: it becomes `running`, its task id is
+    /// stored, and with `hedge_after` the job becomes due again for a hedge at that time.
+    /// False if the attempt was no longer `starting`.
+    async fn acknowledge_attempt(
+        &self,
+        attempt_id: Uuid,
+        task_id: Option<&str>,
+        hedge_after: Option<Duration>,
+    ) -> Result<bool, StoreError>;
+
+    /// Renews the lease of every live attempt `worker` holds; returns how many.
+    async fn heartbeat(&self, worker: &str, lease: Duration) -> Result<u64, StoreError>;
+
+    /// Offers an attempt's validated output as the job's result. Exactly one attempt per job
+    /// wins, by `UPDATE … WHERE id = $1 AND version = $2 AND completed_by IS NULL`; any
+    /// other is `discarded` with a `race_lost` event recording only the payload's size and
+    /// hash.
+    async fn complete_attempt(
+        &self,
+        attempt_id: Uuid,
+        output: &Value,
+    ) -> Result<Completion, StoreError>;
+
+    /// Records a definite failure. The job goes back to `pending` (due after the backoff)
+    /// while attempts remain, else `failed`; it stays `running`/`unknown` while another
+    /// attempt is open. Returns the job's new state, or `None` if the attempt was already
+    /// final.
+    async fn fail_attempt(
+        &self,
+        attempt_id: Uuid,
+        error: &Value,
+        retry: RetryPolicy,
+    ) -> Result<Option<JobState>, StoreError>;
+
+    /// A live attempt's outcome became unknown (deadline, lost lease, shutdown): it blocks new
+    /// attempts until resolved. If the job already has a winner (or was cancelled), the
+    /// attempt is `discarded` instead. Returns whether it became `unknown`.
+    async fn mark_unknown(&self, attempt_id: Uuid, reason: &str) -> Result<bool, StoreError>;
+
+    /// Live attempts whose lease expired, or whose deadline passed more than `grace` ago.
+    async fn expired_attempts(&self, grace: Duration) -> Result<Vec<Uuid>, StoreError>;
+
+    /// Pushes a due job's dispatch time `delay` into the future, if the job is still at
+    /// `version` (a job that changed meanwhile keeps its new dispatch time).
+    async fn defer_dispatch(
+        &self,
+        job_id: Uuid,
+        version: i64,
+        delay: Duration,
+    ) -> Result<bool, StoreError>;
+
+    /// Waits until work may have become due (a wake-up from this or another node), or
+    /// `max_wait`.
+    async fn wait_for_work(&self, max_wait: Duration);
 }
 
 /// Settings for opening a store.

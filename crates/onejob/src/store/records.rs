@@ -1,6 +1,8 @@
 //! The rows the store reads and writes, as plain Rust values shared by both databases.
 
-use onejob_domain::{EventKind, Fingerprint, JobState, KeyHash, Principal};
+use std::time::Duration;
+
+use onejob_domain::{AttemptState, EventKind, Fingerprint, JobState, KeyHash, Principal};
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -161,4 +163,124 @@ pub struct ApiKeyRecord {
     pub secret_hash: Vec<u8>,
     /// Whether it may use operator endpoints.
     pub operator: bool,
+}
+
+/// A stored attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptRecord {
+    /// The attempt id.
+    pub id: Uuid,
+    /// Its job.
+    pub job_id: Uuid,
+    /// 1, 2, … within the job.
+    pub number: i32,
+    /// The provider it was sent to.
+    pub provider: String,
+    /// Its state.
+    pub state: AttemptState,
+    /// Whether it was started as a hedge beside a running attempt.
+    pub hedge: bool,
+    /// The provider's task id, once known.
+    pub task_id: Option<String>,
+    /// The worker holding its lease.
+    pub worker: Option<String>,
+    /// When its lease runs out unless renewed.
+    pub lease_expires_at: Option<OffsetDateTime>,
+    /// When its outcome becomes unknown if no answer came.
+    pub deadline_at: Option<OffsetDateTime>,
+    /// When it started.
+    pub started_at: OffsetDateTime,
+    /// When the provider acknowledged it.
+    pub acknowledged_at: Option<OffsetDateTime>,
+    /// When it reached a final state.
+    pub finished_at: Option<OffsetDateTime>,
+    /// Why it failed, or why its outcome is unknown.
+    pub error: Option<Value>,
+}
+
+/// A request to start an attempt, checked by the store against the attempt guard.
+#[derive(Debug, Clone)]
+pub struct AttemptStart {
+    /// The job.
+    pub job_id: Uuid,
+    /// The job's attempt count the plan was made for; a different count refuses as stale.
+    pub expected_attempts: i32,
+    /// The provider to send it to.
+    pub provider: String,
+    /// A hedge starts beside a running attempt; anything else needs no live attempt at all.
+    pub hedge: bool,
+    /// The worker that will run it (its lease holder).
+    pub worker: String,
+    /// The lease length.
+    pub lease: Duration,
+    /// The attempt's deadline, from now.
+    pub timeout: Duration,
+    /// The kind's `max_attempts`.
+    pub max_attempts: u32,
+}
+
+/// What [`super::Store::start_attempt`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StartOutcome {
+    /// The attempt exists, in state `starting`, leased to the worker.
+    Started(Box<AttemptRecord>),
+    /// No attempt was created.
+    Refused(StartRefusal),
+}
+
+/// Why no attempt was started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartRefusal {
+    /// Another transaction holds the job right now (PostgreSQL `SKIP LOCKED`).
+    Busy,
+    /// No such job.
+    NotFound,
+    /// The job is not due for dispatch (or is final).
+    NotDue(JobState),
+    /// The job's attempt count moved since the plan was made.
+    Stale,
+    /// An attempt is `starting` or `unknown`: nothing may start beside it.
+    Blocked {
+        /// The blocking attempt.
+        attempt_id: Uuid,
+        /// Its state.
+        state: AttemptState,
+    },
+    /// An attempt is running and this start is not a hedge (or a hedge found none running).
+    NotHedgeable,
+    /// The job used up `max_attempts`.
+    Exhausted,
+}
+
+/// What [`super::Store::complete_attempt`] did with a result.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Completion {
+    /// The result won the compare-and-swap and is the job's result.
+    Won,
+    /// The result came too late and was discarded; a `race_lost` event records it.
+    Discarded {
+        /// The attempt that won, if one did.
+        winner: Option<Uuid>,
+        /// The job's state when the result arrived.
+        job_state: JobState,
+    },
+}
+
+/// Whether a definitely failed attempt may be followed by another.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    /// The kind's `max_attempts`.
+    pub max_attempts: u32,
+    /// Wait before the next attempt is due.
+    pub backoff: Duration,
+}
+
+/// The size and SHA-256 of a payload's canonical JSON: what the event log keeps of a result
+/// (never the result itself).
+pub fn payload_digest(payload: &Value) -> Value {
+    let bytes = onejob_domain::fingerprint::canonical_bytes(payload);
+    json!({
+        "size": bytes.len(),
+        "sha256": hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes)),
+    })
 }

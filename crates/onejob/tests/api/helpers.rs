@@ -3,12 +3,16 @@
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc};
 
+use std::time::Duration;
+
 use onejob::{
     app::App,
     config::{Config, DEMO_CONFIG},
     store::{Store, postgres::PgStore, sqlite::SqliteStore},
+    worker::WorkerHandle,
 };
 use onejob_domain::Principal;
+use onejob_fake::FakeServer;
 use reqwest::{Client, RequestBuilder, Response};
 use serde_json::Value;
 use sqlx::{Connection, Executor, PgConnection};
@@ -200,6 +204,45 @@ pub fn test_config(url: &str) -> Config {
     config
 }
 
+/// The two fake providers of the demo kinds (`fake`, then `fake-backup`), as real servers.
+pub struct Fakes {
+    pub primary: FakeServer,
+    pub backup: FakeServer,
+}
+
+impl Fakes {
+    pub async fn spawn() -> Fakes {
+        Fakes {
+            primary: FakeServer::spawn(([127, 0, 0, 1], 0).into()).await.unwrap(),
+            backup: FakeServer::spawn(([127, 0, 0, 1], 0).into()).await.unwrap(),
+        }
+    }
+
+    /// Side effects both fakes have seen.
+    pub fn total(&self) -> u64 {
+        self.primary.submissions().total + self.backup.submissions().total
+    }
+
+    /// Points the demo providers at these servers (forwarding an idempotency key) and makes
+    /// the worker quick.
+    pub fn configure(&self, config: &mut Config) {
+        for provider in &mut config.providers {
+            let server = match provider.name.as_str() {
+                "fake" => &self.primary,
+                _ => &self.backup,
+            };
+            provider.base_url = Some(server.base_url());
+            provider.idempotency_header = Some("Idempotency-Key".into());
+        }
+        for kind in &mut config.kinds {
+            kind.retry_backoff = Duration::from_millis(50);
+        }
+        config.worker.poll_interval = Duration::from_millis(100);
+        config.worker.lease = Duration::from_secs(2);
+        config.worker.shutdown_grace = Duration::from_millis(500);
+    }
+}
+
 /// A onejob serving on a loopback port.
 pub struct TestApp {
     pub addr: SocketAddr,
@@ -208,6 +251,7 @@ pub struct TestApp {
     /// An API key for tenant `acme`, user `alice`.
     pub token: String,
     shutdown: Option<oneshot::Sender<()>>,
+    worker: Option<WorkerHandle>,
 }
 
 impl TestApp {
@@ -218,17 +262,36 @@ impl TestApp {
 
     /// Like [`TestApp::spawn`], with a chance to change the configuration first.
     pub async fn spawn_with(db: &TestDatabase, change: impl FnOnce(&mut Config)) -> TestApp {
-        let _ = rustls::crypto::ring::default_provider().install_default();
         let mut config = test_config(&db.url);
         change(&mut config);
+        Self::start(config, false).await
+    }
+
+    /// A onejob with a worker, its providers pointed at `fakes`, after `change`.
+    pub async fn running(
+        db: &TestDatabase,
+        fakes: &Fakes,
+        change: impl FnOnce(&mut Config),
+    ) -> TestApp {
+        let mut config = test_config(&db.url);
+        fakes.configure(&mut config);
+        change(&mut config);
+        Self::start(config, true).await
+    }
+
+    async fn start(config: Config, with_worker: bool) -> TestApp {
         let app = App::open(config).await.expect("app opens");
         let listener = app.bind().await.expect("bind");
         let addr = listener.local_addr().unwrap();
         let store = app.store.clone();
+        let worker = with_worker.then(|| app.spawn_worker());
         let (tx, rx) = oneshot::channel();
-        tokio::spawn(app.serve(listener, async {
-            let _ = rx.await;
-        }));
+        tokio::spawn(async move {
+            app.serve(listener, async {
+                let _ = rx.await;
+            })
+            .await
+        });
         let token = create_key(&*store, "acme", "alice", false).await;
         TestApp {
             addr,
@@ -236,6 +299,96 @@ impl TestApp {
             store,
             token,
             shutdown: Some(tx),
+            worker,
+        }
+    }
+
+    /// Stops the worker the way `onejob` does on SIGTERM.
+    pub async fn stop_worker(&mut self) {
+        if let Some(worker) = self.worker.take() {
+            worker.shutdown().await;
+        }
+    }
+
+    /// Submits and returns the job view, asserting a 201.
+    pub async fn create(&self, key: &str, body: &Value) -> Value {
+        let (status, job) = json(self.submit(key, body).send().await.unwrap()).await;
+        assert_eq!(status, 201, "{job}");
+        job
+    }
+
+    /// The job view.
+    pub async fn job(&self, id: &str) -> Value {
+        let (status, job) = json(self.get(&format!("/v1/jobs/{id}")).send().await.unwrap()).await;
+        assert_eq!(status, 200, "{job}");
+        job
+    }
+
+    /// The job's attempts.
+    pub async fn attempts(&self, id: &str) -> Vec<Value> {
+        let (status, body) = json(
+            self.get(&format!("/v1/jobs/{id}/attempts"))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        body["attempts"].as_array().unwrap().clone()
+    }
+
+    /// The job's event kinds, oldest first.
+    pub async fn events(&self, id: &str) -> Vec<Value> {
+        let (status, body) = json(
+            self.get(&format!("/v1/jobs/{id}/events"))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        body["events"].as_array().unwrap().clone()
+    }
+
+    /// Polls the job until `done` holds (or panics after `within`).
+    pub async fn wait_job(
+        &self,
+        id: &str,
+        within: Duration,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let job = self.job(id).await;
+            if done(&job) {
+                return job;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting; job is {job}"
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// Polls the job's attempts until `done` holds.
+    pub async fn wait_attempts(
+        &self,
+        id: &str,
+        within: Duration,
+        done: impl Fn(&[Value]) -> bool,
+    ) -> Vec<Value> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let attempts = self.attempts(id).await;
+            if done(&attempts) {
+                return attempts;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out; attempts are {attempts:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
         }
     }
 

@@ -5,8 +5,10 @@
 //! `postgres://postgres@127.0.0.1:5432/postgres`); each test gets a fresh database. A missing
 //! PostgreSQL fails the tests: it is never skipped.
 
+mod attempts;
 mod bad_input;
 mod helpers;
 mod intake;
 mod isolation;
 mod store_conformance;
+mod worker;

@@ -5,7 +5,12 @@
 use std::sync::Arc;
 
 use futures::future::join_all;
-use onejob::store::{Intake, NewJob, Store};
+use std::time::Duration;
+
+use onejob::store::{
+    AttemptStart, Completion, Intake, NewJob, RetryPolicy, StartOutcome, StartRefusal, Store,
+};
+use onejob_domain::AttemptState;
 use onejob_domain::{Fingerprint, IdempotencyKey, Principal};
 use serde_json::json;
 use uuid::Uuid;
@@ -19,6 +24,12 @@ backend_tests!(
     a_jobs_intent_cannot_be_changed_in_the_database,
     the_event_log_is_append_only,
     a_result_needs_a_winning_attempt_of_the_same_job,
+    thirty_two_racing_starts_make_exactly_one_attempt,
+    nothing_starts_beside_a_starting_or_unknown_attempt,
+    a_hedge_starts_only_beside_a_running_attempt,
+    racing_completions_have_exactly_one_winner,
+    a_result_is_written_once_in_the_database,
+    a_failed_attempt_frees_the_job_for_the_next_within_max_attempts,
 );
 
 fn new_job(key: &str, prompt: &str) -> NewJob {
@@ -167,4 +178,251 @@ async fn a_result_needs_a_winning_attempt_of_the_same_job(backend: Backend) {
     ] {
         assert!(db.exec(statement).await.is_err(), "{statement}");
     }
+}
+
+async fn created(store: &dyn Store, key: &str) -> Uuid {
+    match store.create_or_replay(new_job(key, key)).await.unwrap() {
+        Intake::Created(job) => job.id,
+        other => panic!("expected a new job, got {other:?}"),
+    }
+}
+
+fn start_for(job_id: Uuid, expected_attempts: i32, provider: &str, hedge: bool) -> AttemptStart {
+    AttemptStart {
+        job_id,
+        expected_attempts,
+        provider: provider.into(),
+        hedge,
+        worker: "test-worker".into(),
+        lease: Duration::from_secs(30),
+        timeout: Duration::from_secs(30),
+        max_attempts: 3,
+    }
+}
+
+async fn started(store: &dyn Store, start: &AttemptStart) -> Uuid {
+    match store.start_attempt(start).await.unwrap() {
+        StartOutcome::Started(attempt) => attempt.id,
+        StartOutcome::Refused(reason) => panic!("refused: {reason:?}"),
+    }
+}
+
+const RETRY: RetryPolicy = RetryPolicy {
+    max_attempts: 3,
+    backoff: Duration::ZERO,
+};
+
+async fn thirty_two_racing_starts_make_exactly_one_attempt(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let stores: [Arc<dyn Store>; 2] = [db.open_store().await, db.open_store().await];
+    for round in 0..5 {
+        let job_id = created(&*stores[0], &format!("guard-{round}")).await;
+        let tries = (0..32).map(|i| {
+            let store = stores[i % 2].clone();
+            tokio::spawn(
+                async move { store.start_attempt(&start_for(job_id, 0, "a", false)).await },
+            )
+        });
+        let outcomes: Vec<StartOutcome> = join_all(tries)
+            .await
+            .into_iter()
+            .map(|r| {
+                r.unwrap()
+                    .expect("a refused start is an answer, not an error")
+            })
+            .collect();
+        let winners = outcomes
+            .iter()
+            .filter(|o| matches!(o, StartOutcome::Started(_)))
+            .count();
+        assert_eq!(winners, 1, "{outcomes:?}");
+        assert_eq!(stores[0].job_attempts(job_id).await.unwrap().len(), 1);
+    }
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM attempts").await, 5);
+    assert_eq!(db.scalar("SELECT CAST(MAX(attempts) AS BIGINT) FROM jobs").await, 1);
+}
+
+async fn nothing_starts_beside_a_starting_or_unknown_attempt(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    let job_id = created(&*store, "blocked").await;
+    let first = started(&*store, &start_for(job_id, 0, "a", false)).await;
+    // While it is starting, nothing else (not even a hedge) starts; the job is not due anyway,
+    // so force it due to prove the guard itself refuses.
+    let force_due = db.dialect(
+        "UPDATE jobs SET dispatch_at = now() - interval '1 second'",
+        "UPDATE jobs SET dispatch_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 seconds')",
+    );
+    db.exec(force_due).await.unwrap();
+    for hedge in [false, true] {
+        assert_eq!(
+            store
+                .start_attempt(&start_for(job_id, 1, "b", hedge))
+                .await
+                .unwrap(),
+            StartOutcome::Refused(StartRefusal::Blocked {
+                attempt_id: first,
+                state: AttemptState::Starting
+            })
+        );
+    }
+    assert!(store.mark_unknown(first, "deadline").await.unwrap());
+    db.exec(force_due).await.unwrap();
+    assert_eq!(
+        store
+            .start_attempt(&start_for(job_id, 1, "b", false))
+            .await
+            .unwrap(),
+        StartOutcome::Refused(StartRefusal::Blocked {
+            attempt_id: first,
+            state: AttemptState::Unknown
+        })
+    );
+    assert_eq!(store.job_attempts(job_id).await.unwrap().len(), 1);
+}
+
+async fn a_hedge_starts_only_beside_a_running_attempt(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    let job_id = created(&*store, "hedge").await;
+    let first = started(&*store, &start_for(job_id, 0, "a", false)).await;
+    assert!(
+        store
+            .acknowledge_attempt(first, Some("task-1"), Some(Duration::ZERO))
+            .await
+            .unwrap()
+    );
+    // Running and due for a hedge: a plain start is refused, a hedge starts.
+    assert_eq!(
+        store
+            .start_attempt(&start_for(job_id, 1, "b", false))
+            .await
+            .unwrap(),
+        StartOutcome::Refused(StartRefusal::NotHedgeable)
+    );
+    let hedge = started(&*store, &start_for(job_id, 1, "b", true)).await;
+    let attempts = store.job_attempts(job_id).await.unwrap();
+    assert_eq!(attempts[0].task_id.as_deref(), Some("task-1"));
+    assert_eq!(attempts[0].state, AttemptState::Running);
+    assert!(attempts[1].hedge && attempts[1].id == hedge);
+}
+
+async fn racing_completions_have_exactly_one_winner(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let stores: [Arc<dyn Store>; 2] = [db.open_store().await, db.open_store().await];
+    for round in 0..8 {
+        let store = &stores[0];
+        let job_id = created(&**store, &format!("race-{round}")).await;
+        let a = started(&**store, &start_for(job_id, 0, "a", false)).await;
+        store
+            .acknowledge_attempt(a, None, Some(Duration::ZERO))
+            .await
+            .unwrap();
+        let b = started(&**store, &start_for(job_id, 1, "b", true)).await;
+        let finishes = [(a, 0), (b, 1)].map(|(attempt, i)| {
+            let store = stores[i].clone();
+            tokio::spawn(async move {
+                let output = json!({ "text": format!("from {attempt}") });
+                (attempt, store.complete_attempt(attempt, &output).await)
+            })
+        });
+        let results: Vec<(Uuid, Completion)> = join_all(finishes)
+            .await
+            .into_iter()
+            .map(|r| {
+                let (attempt, completion) = r.unwrap();
+                (
+                    attempt,
+                    completion.expect("a lost race is an answer, not an error"),
+                )
+            })
+            .collect();
+        let winners: Vec<Uuid> = results
+            .iter()
+            .filter(|(_, c)| *c == Completion::Won)
+            .map(|(a, _)| *a)
+            .collect();
+        assert_eq!(winners.len(), 1, "{results:?}");
+        let job = store.job_for_dispatch(job_id).await.unwrap().unwrap();
+        assert_eq!(job.completed_by, Some(winners[0]));
+        assert_eq!(
+            job.result,
+            Some(json!({ "text": format!("from {}", winners[0]) }))
+        );
+        let states: Vec<AttemptState> = store
+            .job_attempts(job_id)
+            .await
+            .unwrap()
+            .iter()
+            .map(|a| a.state)
+            .collect();
+        assert!(
+            states.contains(&AttemptState::Succeeded) && states.contains(&AttemptState::Discarded)
+        );
+    }
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM job_events WHERE kind = 'race_lost'")
+            .await,
+        8
+    );
+}
+
+async fn a_result_is_written_once_in_the_database(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    let job_id = created(&*store, "once").await;
+    let a = started(&*store, &start_for(job_id, 0, "a", false)).await;
+    assert_eq!(
+        store
+            .complete_attempt(a, &json!({"text": "first"}))
+            .await
+            .unwrap(),
+        Completion::Won
+    );
+    // Bypassing the application: overwriting the result or the winner is refused.
+    for statement in [
+        db.dialect(
+            "UPDATE jobs SET result = '{\"text\": \"second\"}'::jsonb",
+            "UPDATE jobs SET result = '{\"text\": \"second\"}'",
+        ),
+        "UPDATE jobs SET completed_by = NULL, state = 'running'",
+    ] {
+        let error = db.exec(statement).await.expect_err(statement);
+        assert!(error.contains("written once"), "{statement}: {error}");
+    }
+    // A late completion of the same attempt changes nothing either.
+    assert!(matches!(
+        store
+            .complete_attempt(a, &json!({"text": "again"}))
+            .await
+            .unwrap(),
+        Completion::Discarded { .. }
+    ));
+    let job = store.job_for_dispatch(job_id).await.unwrap().unwrap();
+    assert_eq!(job.result, Some(json!({"text": "first"})));
+}
+
+async fn a_failed_attempt_frees_the_job_for_the_next_within_max_attempts(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    let job_id = created(&*store, "retry").await;
+    for n in 0..3 {
+        let attempt = started(&*store, &start_for(job_id, n, "a", false)).await;
+        let state = store
+            .fail_attempt(attempt, &json!({"message": "no"}), RETRY)
+            .await
+            .unwrap()
+            .unwrap();
+        let expected = if n < 2 { "pending" } else { "failed" };
+        assert_eq!(state.as_str(), expected);
+    }
+    assert_eq!(
+        store
+            .start_attempt(&start_for(job_id, 3, "a", false))
+            .await
+            .unwrap(),
+        StartOutcome::Refused(StartRefusal::NotDue(onejob_domain::JobState::Failed))
+    );
+    let job = store.job_for_dispatch(job_id).await.unwrap().unwrap();
+    assert_eq!(job.error.unwrap()["attempts"], 3);
 }

@@ -10,21 +10,22 @@
 //! * the database runs in WAL mode with `synchronous = FULL`, so a committed job survives a
 //!   power cut, and readers never block the writer.
 
-use std::{str::FromStr, time::Duration};
+use std::{str::FromStr, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
-use onejob_domain::{EventKind, Fingerprint, JobState, KeyHash, Principal};
+use onejob_domain::{AttemptState, EventKind, Fingerprint, JobState, KeyHash, Principal};
 use serde_json::Value;
 use sqlx::{
     Sqlite, SqlitePool, Transaction,
     sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
 };
 use time::{OffsetDateTime, format_description::well_known::Rfc3339};
+use tokio::sync::Notify;
 use uuid::Uuid;
 
 use super::{
-    ApiKeyRecord, EventRecord, Intake, JobRecord, NewApiKey, NewEvent, NewJob, Store, StoreError,
-    StoreOptions,
+    ApiKeyRecord, AttemptRecord, AttemptStart, Completion, EventRecord, Intake, JobRecord,
+    NewApiKey, NewEvent, NewJob, RetryPolicy, StartOutcome, Store, StoreError, StoreOptions,
 };
 
 /// The column list every job query returns, in [`SqliteJobRow`] order.
@@ -35,13 +36,46 @@ macro_rules! job_columns {
     };
 }
 
+/// The current time as onejob stores it: RFC 3339 UTC with milliseconds.
+macro_rules! now {
+    () => {
+        "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+    };
+}
+
+/// The current time plus a `strftime` modifier bound at `$param` (`'+1.500 seconds'`).
+macro_rules! now_plus {
+    ($param:literal) => {
+        concat!("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ", $param, ")")
+    };
+}
+
+/// The column list every attempt query returns, in [`SqliteAttemptRow`] order.
+macro_rules! attempt_columns {
+    () => {
+        "id, job_id, number, provider, state, hedge, task_id, worker, lease_expires_at, \
+         deadline_at, started_at, acknowledged_at, finished_at, error"
+    };
+}
+
+mod attempts;
+
 /// How long a writer waits for SQLite's write lock before the store reports itself busy.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A [`Store`] on SQLite.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
+    /// Readers: WAL lets them run beside the writer.
     pool: SqlitePool,
+    /// The one writing connection of this process. SQLite admits one writer at a time
+    /// anyway; queueing this process's writers here (a fair, immediate hand-over) instead of
+    /// in SQLite's busy handler (sleep and retry) keeps write latency low under contention.
+    /// Other processes on the same file still meet it through `busy_timeout`.
+    writer: SqlitePool,
+    /// Wakes this process's workers; SQLite has no cross-process notifications, so other
+    /// processes on the same file find work by polling.
+    wake: Arc<Notify>,
 }
 
 impl SqliteStore {
@@ -54,22 +88,31 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Full)
             .foreign_keys(true)
             .busy_timeout(BUSY_TIMEOUT);
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(options.acquire_timeout)
+            .connect_with(connect.clone())
+            .await?;
         let pool = SqlitePoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
             .connect_with(connect)
             .await?;
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            writer,
+            wake: Arc::new(Notify::new()),
+        })
     }
 
-    /// The underlying pool (for tests and tools).
+    /// The readers' pool (for tests and tools).
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
     }
 
     /// Begins a write transaction holding SQLite's write lock from its first statement.
     async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
-        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+        Ok(self.writer.begin_with("BEGIN IMMEDIATE").await?)
     }
 }
 
@@ -77,7 +120,7 @@ fn corrupt(what: &str) -> impl FnOnce(String) -> StoreError + '_ {
     move |detail| StoreError::Corrupt(format!("{what}: {detail}"))
 }
 
-fn parse_uuid(text: &str) -> Result<Uuid, StoreError> {
+pub(super) fn parse_uuid(text: &str) -> Result<Uuid, StoreError> {
     Uuid::parse_str(text).map_err(|e| corrupt("uuid")(e.to_string()))
 }
 
@@ -140,6 +183,51 @@ impl TryFrom<SqliteJobRow> for JobRecord {
 }
 
 #[derive(sqlx::FromRow)]
+struct SqliteAttemptRow {
+    id: String,
+    job_id: String,
+    number: i32,
+    provider: String,
+    state: String,
+    hedge: bool,
+    task_id: Option<String>,
+    worker: Option<String>,
+    lease_expires_at: Option<String>,
+    deadline_at: Option<String>,
+    started_at: String,
+    acknowledged_at: Option<String>,
+    finished_at: Option<String>,
+    error: Option<String>,
+}
+
+impl TryFrom<SqliteAttemptRow> for AttemptRecord {
+    type Error = StoreError;
+
+    fn try_from(row: SqliteAttemptRow) -> Result<Self, StoreError> {
+        let time = |t: Option<String>| t.as_deref().map(parse_time).transpose();
+        Ok(AttemptRecord {
+            id: parse_uuid(&row.id)?,
+            job_id: parse_uuid(&row.job_id)?,
+            number: row.number,
+            provider: row.provider,
+            state: row
+                .state
+                .parse::<AttemptState>()
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            hedge: row.hedge,
+            task_id: row.task_id,
+            worker: row.worker,
+            lease_expires_at: time(row.lease_expires_at)?,
+            deadline_at: time(row.deadline_at)?,
+            started_at: parse_time(&row.started_at)?,
+            acknowledged_at: time(row.acknowledged_at)?,
+            finished_at: time(row.finished_at)?,
+            error: row.error.as_deref().map(parse_json).transpose()?,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
 struct SqliteEventRow {
     id: i64,
     job_id: String,
@@ -194,7 +282,7 @@ impl Store for SqliteStore {
 
     async fn migrate(&self) -> Result<(), StoreError> {
         sqlx::migrate!("./migrations/sqlite")
-            .run(&self.pool)
+            .run(&self.writer)
             .await?;
         Ok(())
     }
@@ -226,6 +314,7 @@ impl Store for SqliteStore {
             let record = JobRecord::try_from(row)?;
             insert_event(&mut tx, &job.created_event(&record)).await?;
             tx.commit().await?;
+            self.wake.notify_one();
             return Ok(Intake::Created(record));
         }
 
@@ -321,7 +410,7 @@ impl Store for SqliteStore {
         .bind(&key.salt[..])
         .bind(&key.secret_hash[..])
         .bind(key.operator)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         Ok(())
     }
@@ -343,5 +432,119 @@ impl Store for SqliteStore {
                 operator,
             },
         ))
+    }
+
+    async fn attempts(
+        &self,
+        owner: &Principal,
+        job_id: Uuid,
+    ) -> Result<Option<Vec<AttemptRecord>>, StoreError> {
+        if self.job(owner, job_id).await?.is_none() {
+            return Ok(None);
+        }
+        self.job_attempts(job_id).await.map(Some)
+    }
+
+    async fn due_jobs(&self, limit: u32) -> Result<Vec<Uuid>, StoreError> {
+        let ids: Vec<String> = sqlx::query_scalar(concat!(
+            "SELECT id FROM jobs WHERE dispatch_at <= ",
+            now!(),
+            " ORDER BY dispatch_at LIMIT ?1"
+        ))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        ids.iter().map(|id| parse_uuid(id)).collect()
+    }
+
+    async fn job_for_dispatch(&self, id: Uuid) -> Result<Option<JobRecord>, StoreError> {
+        let row: Option<SqliteJobRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE id = ?1"
+        ))
+        .bind(id.to_string())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(JobRecord::try_from).transpose()
+    }
+
+    async fn job_attempts(&self, job_id: Uuid) -> Result<Vec<AttemptRecord>, StoreError> {
+        let rows: Vec<SqliteAttemptRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            attempt_columns!(),
+            " FROM attempts WHERE job_id = ?1 ORDER BY number"
+        ))
+        .bind(job_id.to_string())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(AttemptRecord::try_from).collect()
+    }
+
+    async fn start_attempt(&self, start: &AttemptStart) -> Result<StartOutcome, StoreError> {
+        attempts::start(self, start).await
+    }
+
+    async fn acknowledge_attempt(
+        &self,
+        attempt_id: Uuid,
+        task_id: Option<&str>,
+        hedge_after: Option<Duration>,
+    ) -> Result<bool, StoreError> {
+        attempts::acknowledge(self, attempt_id, task_id, hedge_after).await
+    }
+
+    async fn heartbeat(&self, worker: &str, lease: Duration) -> Result<u64, StoreError> {
+        attempts::heartbeat(self, worker, lease).await
+    }
+
+    async fn complete_attempt(
+        &self,
+        attempt_id: Uuid,
+        output: &Value,
+    ) -> Result<Completion, StoreError> {
+        attempts::complete(self, attempt_id, output).await
+    }
+
+    async fn fail_attempt(
+        &self,
+        attempt_id: Uuid,
+        error: &Value,
+        retry: RetryPolicy,
+    ) -> Result<Option<JobState>, StoreError> {
+        attempts::fail(self, attempt_id, error, retry).await
+    }
+
+    async fn mark_unknown(&self, attempt_id: Uuid, reason: &str) -> Result<bool, StoreError> {
+        attempts::mark_unknown(self, attempt_id, reason).await
+    }
+
+    async fn expired_attempts(&self, grace: Duration) -> Result<Vec<Uuid>, StoreError> {
+        attempts::expired(self, grace).await
+    }
+
+    async fn defer_dispatch(
+        &self,
+        job_id: Uuid,
+        version: i64,
+        delay: Duration,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let result = sqlx::query(concat!(
+            "UPDATE jobs SET dispatch_at = ",
+            now_plus!("?3"),
+            " WHERE id = ?1 AND version = ?2 AND dispatch_at IS NOT NULL"
+        ))
+        .bind(job_id.to_string())
+        .bind(version)
+        .bind(format!("+{:.3} seconds", delay.as_secs_f64()))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(result.rows_affected() == 1)
+    }
+
+    async fn wait_for_work(&self, max_wait: Duration) {
+        let _ = tokio::time::timeout(max_wait, self.wake.notified()).await;
     }
 }

@@ -6,7 +6,9 @@
 //! statement, so a new snapshot) sees the winner's committed row.
 
 use async_trait::async_trait;
-use onejob_domain::{EventKind, Fingerprint, JobState, KeyHash, Principal};
+use std::time::Duration;
+
+use onejob_domain::{AttemptState, EventKind, Fingerprint, JobState, KeyHash, Principal};
 use serde_json::Value;
 use sqlx::{
     PgPool, Postgres, Transaction,
@@ -17,8 +19,8 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::{
-    ApiKeyRecord, EventRecord, Intake, JobRecord, NewApiKey, NewEvent, NewJob, Store, StoreError,
-    StoreOptions,
+    ApiKeyRecord, AttemptRecord, AttemptStart, Completion, EventRecord, Intake, JobRecord,
+    NewApiKey, NewEvent, NewJob, RetryPolicy, StartOutcome, Store, StoreError, StoreOptions,
 };
 
 /// The column list every job query returns, in [`PgJobRow`] order.
@@ -29,10 +31,25 @@ macro_rules! job_columns {
     };
 }
 
+/// The column list every attempt query returns, in [`PgAttemptRow`] order.
+macro_rules! attempt_columns {
+    () => {
+        "id, job_id, number, provider, state, hedge, task_id, worker, lease_expires_at, \
+         deadline_at, started_at, acknowledged_at, finished_at, error"
+    };
+}
+
+mod attempts;
+mod wake;
+
+/// The channel workers LISTEN on; a trigger notifies it when a job becomes due.
+pub const DISPATCH_CHANNEL: &str = "onejob_dispatch";
+
 /// A [`Store`] on PostgreSQL.
 #[derive(Debug, Clone)]
 pub struct PgStore {
     pool: PgPool,
+    wake: wake::Wake,
 }
 
 impl PgStore {
@@ -44,12 +61,15 @@ impl PgStore {
             .acquire_timeout(options.acquire_timeout)
             .connect_with(connect)
             .await?;
-        Ok(Self { pool })
+        Ok(Self::from_pool(pool))
     }
 
     /// Wraps an existing pool.
     pub fn from_pool(pool: PgPool) -> Self {
-        Self { pool }
+        Self {
+            wake: wake::Wake::new(pool.clone()),
+            pool,
+        }
     }
 
     /// The underlying pool (for tests and tools).
@@ -104,6 +124,50 @@ impl TryFrom<PgJobRow> for JobRecord {
             error: row.error.map(|j| j.0),
             created_at: row.created_at,
             updated_at: row.updated_at,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct PgAttemptRow {
+    id: Uuid,
+    job_id: Uuid,
+    number: i32,
+    provider: String,
+    state: String,
+    hedge: bool,
+    task_id: Option<String>,
+    worker: Option<String>,
+    lease_expires_at: Option<OffsetDateTime>,
+    deadline_at: Option<OffsetDateTime>,
+    started_at: OffsetDateTime,
+    acknowledged_at: Option<OffsetDateTime>,
+    finished_at: Option<OffsetDateTime>,
+    error: Option<Json<Value>>,
+}
+
+impl TryFrom<PgAttemptRow> for AttemptRecord {
+    type Error = StoreError;
+
+    fn try_from(row: PgAttemptRow) -> Result<Self, StoreError> {
+        Ok(AttemptRecord {
+            id: row.id,
+            job_id: row.job_id,
+            number: row.number,
+            provider: row.provider,
+            state: row
+                .state
+                .parse::<AttemptState>()
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            hedge: row.hedge,
+            task_id: row.task_id,
+            worker: row.worker,
+            lease_expires_at: row.lease_expires_at,
+            deadline_at: row.deadline_at,
+            started_at: row.started_at,
+            acknowledged_at: row.acknowledged_at,
+            finished_at: row.finished_at,
+            error: row.error.map(|j| j.0),
         })
     }
 }
@@ -312,5 +376,113 @@ impl Store for PgStore {
                 operator,
             },
         ))
+    }
+
+    async fn due_jobs(&self, limit: u32) -> Result<Vec<Uuid>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT id FROM jobs WHERE dispatch_at <= now() ORDER BY dispatch_at LIMIT $1",
+        )
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn job_for_dispatch(&self, id: Uuid) -> Result<Option<JobRecord>, StoreError> {
+        let row: Option<PgJobRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(JobRecord::try_from).transpose()
+    }
+
+    async fn job_attempts(&self, job_id: Uuid) -> Result<Vec<AttemptRecord>, StoreError> {
+        let rows: Vec<PgAttemptRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            attempt_columns!(),
+            " FROM attempts WHERE job_id = $1 ORDER BY number"
+        ))
+        .bind(job_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(AttemptRecord::try_from).collect()
+    }
+
+    async fn attempts(
+        &self,
+        owner: &Principal,
+        job_id: Uuid,
+    ) -> Result<Option<Vec<AttemptRecord>>, StoreError> {
+        if self.job(owner, job_id).await?.is_none() {
+            return Ok(None);
+        }
+        self.job_attempts(job_id).await.map(Some)
+    }
+
+    async fn start_attempt(&self, start: &AttemptStart) -> Result<StartOutcome, StoreError> {
+        attempts::start(&self.pool, start).await
+    }
+
+    async fn acknowledge_attempt(
+        &self,
+        attempt_id: Uuid,
+        task_id: Option<&str>,
+        hedge_after: Option<Duration>,
+    ) -> Result<bool, StoreError> {
+        attempts::acknowledge(&self.pool, attempt_id, task_id, hedge_after).await
+    }
+
+    async fn heartbeat(&self, worker: &str, lease: Duration) -> Result<u64, StoreError> {
+        attempts::heartbeat(&self.pool, worker, lease).await
+    }
+
+    async fn complete_attempt(
+        &self,
+        attempt_id: Uuid,
+        output: &Value,
+    ) -> Result<Completion, StoreError> {
+        attempts::complete(&self.pool, attempt_id, output).await
+    }
+
+    async fn fail_attempt(
+        &self,
+        attempt_id: Uuid,
+        error: &Value,
+        retry: RetryPolicy,
+    ) -> Result<Option<JobState>, StoreError> {
+        attempts::fail(&self.pool, attempt_id, error, retry).await
+    }
+
+    async fn mark_unknown(&self, attempt_id: Uuid, reason: &str) -> Result<bool, StoreError> {
+        attempts::mark_unknown(&self.pool, attempt_id, reason).await
+    }
+
+    async fn expired_attempts(&self, grace: Duration) -> Result<Vec<Uuid>, StoreError> {
+        attempts::expired(&self.pool, grace).await
+    }
+
+    async fn defer_dispatch(
+        &self,
+        job_id: Uuid,
+        version: i64,
+        delay: Duration,
+    ) -> Result<bool, StoreError> {
+        let result = sqlx::query(
+            "UPDATE jobs SET dispatch_at = now() + make_interval(secs => $3) \
+             WHERE id = $1 AND version = $2 AND dispatch_at IS NOT NULL",
+        )
+        .bind(job_id)
+        .bind(version)
+        .bind(delay.as_secs_f64())
+        .execute(&self.pool)
+        .await?;
+        Ok(result.rows_affected() == 1)
+    }
+
+    async fn wait_for_work(&self, max_wait: Duration) {
+        self.wake.wait(max_wait).await;
     }
 }

@@ -1,0 +1,37 @@
+//! onejob's bundled fake provider: a real HTTP server on a loopback port that tests,
+//! benchmarks and the demo use in place of real AI and task APIs.
+//!
+//! It speaks two upstream shapes:
+//!
+//! * [`chat`]: an OpenAI-compatible, synchronous `POST /v1/chat/completions`;
+//! * [`tasks`]: an asynchronous task API (`POST /v1/tasks` → task id, status by id, cancel,
+//!   and lookup by `Idempotency-Key`).
+//!
+//! What each request does is scripted by [`Rule`]s (latency, hangs before or after the
+//! acknowledgement, failures, missing artifacts, drifted keys, malformed output, HTTP
+//! statuses), added in-process with [`FakeServer::add_rule`] or over HTTP through the
+//! [`control`] endpoints under `/_fake`. Every submit that reaches the server is counted as a
+//! side effect in [`Submissions`], keyed by the [`input_hash`] of its input, so a test can
+//! prove that nothing ran twice.
+//!
+//! Module map: [`behaviour`] (rules and what they script), [`submissions`] (the side-effect
+//! log), [`task`] (one task's timeline and result), [`idempotency`] (the upstream
+//! idempotency headers), [`error`] (the JSON error answers), `state` (the shared state
+//! behind every handler) and [`server`] (binding and serving).
+
+pub mod behaviour;
+pub mod chat;
+pub mod control;
+pub mod error;
+pub mod idempotency;
+pub mod server;
+mod state;
+pub mod submissions;
+pub mod task;
+pub mod tasks;
+
+pub use behaviour::{Behaviour, Outcome, Rule, RuleError};
+pub use error::FakeError;
+pub use server::FakeServer;
+pub use submissions::{SubmissionRecord, Submissions, input_hash};
+pub use task::TaskStatus;

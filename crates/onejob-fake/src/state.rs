@@ -1,0 +1,209 @@
+//! The state shared by every handler of one fake server: the rules, the tasks, the
+//! side-effect log, the upstream idempotency caches of both endpoints, and the shutdown
+//! signal that releases hanging requests.
+//!
+//! Each admission (replay check, counting, rule pick, task creation) happens under one lock,
+//! so concurrent submits with the same `Idempotency-Key` run the work exactly once.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use axum::http::StatusCode;
+use serde_json::Value;
+use tokio::sync::watch;
+
+use crate::behaviour::{Behaviour, Rule, RuleBook};
+use crate::submissions::{SubmissionRecord, Submissions, canonical_text, input_hash};
+use crate::task::{Task, new_task_id};
+
+/// A finished HTTP answer kept so a replay can answer the same.
+#[derive(Clone, Debug)]
+pub(crate) struct StoredReply {
+    /// The answer's status.
+    pub(crate) status: StatusCode,
+    /// The answer's JSON body.
+    pub(crate) body: Value,
+}
+
+/// Where one chat completion's answer is published once it is ready.
+pub(crate) type ChatSlot = Arc<watch::Sender<Option<StoredReply>>>;
+
+/// What to do with a chat submit.
+pub(crate) enum ChatAdmission {
+    /// The key was seen: wait for the first request's answer.
+    Replay(watch::Receiver<Option<StoredReply>>),
+    /// Counted; answer with this scripted status.
+    Scripted(u16),
+    /// Counted; run with this behaviour and publish the answer in `slot`.
+    Run {
+        /// The behaviour picked by the rules.
+        behaviour: Behaviour,
+        /// Where the answer goes (and where replays wait for it).
+        slot: ChatSlot,
+    },
+}
+
+/// What to do with a task submit.
+pub(crate) enum TaskAdmission {
+    /// The key was seen: answer this status document of the original task.
+    Replay(Value),
+    /// Counted; answer with this scripted status.
+    Scripted(u16),
+    /// Counted and created; acknowledge with this task id after the behaviour's delay.
+    Accepted {
+        /// The new task's id.
+        task_id: String,
+        /// The behaviour picked by the rules.
+        behaviour: Behaviour,
+    },
+}
+
+#[derive(Default)]
+struct Inner {
+    rules: RuleBook,
+    tasks: HashMap<String, Task>,
+    task_keys: HashMap<String, String>,
+    chat_keys: HashMap<String, ChatSlot>,
+    log: Submissions,
+}
+
+/// The state behind one fake server.
+pub(crate) struct Shared {
+    inner: Mutex<Inner>,
+    shutdown: watch::Sender<bool>,
+}
+
+impl Shared {
+    /// Empty state: no rules, no tasks, zero counters.
+    pub(crate) fn new() -> Arc<Shared> {
+        Arc::new(Shared {
+            inner: Mutex::new(Inner::default()),
+            shutdown: watch::Sender::new(false),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // Nothing panics while holding the lock, so a poisoned lock still holds valid state.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Appends a rule.
+    pub(crate) fn add_rule(&self, rule: Rule) {
+        self.lock().rules.add(rule);
+    }
+
+    /// Removes every rule.
+    pub(crate) fn clear_rules(&self) {
+        self.lock().rules.clear();
+    }
+
+    /// Clears rules, tasks, idempotency caches and counters.
+    pub(crate) fn reset(&self) {
+        *self.lock() = Inner::default();
+    }
+
+    /// A snapshot of the side-effect log.
+    pub(crate) fn submissions(&self) -> Submissions {
+        self.lock().log.clone()
+    }
+
+    /// Admits a chat submit whose input is `messages`.
+    pub(crate) fn admit_chat(&self, messages: &Value, key: Option<String>) -> ChatAdmission {
+        let mut inner = self.lock();
+        if let Some(slot) = key.as_ref().and_then(|k| inner.chat_keys.get(k)) {
+            let waiting = slot.subscribe();
+            inner.log.idempotent_replays += 1;
+            return ChatAdmission::Replay(waiting);
+        }
+        let behaviour = inner.rules.pick(&canonical_text(messages));
+        inner
+            .log
+            .record(record("chat", messages, key.clone(), None));
+        if let Some(status) = behaviour.http_status {
+            return ChatAdmission::Scripted(status);
+        }
+        let slot: ChatSlot = Arc::new(watch::Sender::new(None));
+        if let Some(key) = key {
+            inner.chat_keys.insert(key, Arc::clone(&slot));
+        }
+        ChatAdmission::Run { behaviour, slot }
+    }
+
+    /// Admits a task submit with this body.
+    pub(crate) fn admit_task(&self, body: &Value, key: Option<String>) -> TaskAdmission {
+        let mut inner = self.lock();
+        let original = key
+            .as_ref()
+            .and_then(|k| inner.task_keys.get(k))
+            .and_then(|id| inner.tasks.get(id))
+            .map(Task::view);
+        if let Some(view) = original {
+            inner.log.idempotent_replays += 1;
+            return TaskAdmission::Replay(view);
+        }
+        let behaviour = inner.rules.pick(&canonical_text(body));
+        if let Some(status) = behaviour.http_status {
+            inner.log.record(record("tasks", body, key, None));
+            return TaskAdmission::Scripted(status);
+        }
+        let task_id = new_task_id();
+        let task = Task::new(task_id.clone(), body, &behaviour);
+        inner.tasks.insert(task_id.clone(), task);
+        if let Some(key) = &key {
+            inner.task_keys.insert(key.clone(), task_id.clone());
+        }
+        inner
+            .log
+            .record(record("tasks", body, key, Some(task_id.clone())));
+        TaskAdmission::Accepted { task_id, behaviour }
+    }
+
+    /// The status document of a task.
+    pub(crate) fn task_view(&self, task_id: &str) -> Option<Value> {
+        self.lock().tasks.get(task_id).map(Task::view)
+    }
+
+    /// The status document of the task submitted under this idempotency key.
+    pub(crate) fn task_by_key(&self, key: &str) -> Option<Value> {
+        let inner = self.lock();
+        let task_id = inner.task_keys.get(key)?;
+        inner.tasks.get(task_id).map(Task::view)
+    }
+
+    /// Cancels a task (unless finished), counts the cancel, and returns its status document.
+    pub(crate) fn cancel_task(&self, task_id: &str) -> Option<Value> {
+        let mut inner = self.lock();
+        let task = inner.tasks.get_mut(task_id)?;
+        task.cancel();
+        let view = task.view();
+        inner.log.cancels += 1;
+        Some(view)
+    }
+
+    /// Releases every hanging request and stops the server.
+    pub(crate) fn shut_down(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    /// Completes once [`Shared::shut_down`] was called; how hanging requests hang.
+    pub(crate) async fn until_shutdown(&self) {
+        let mut stopped = self.shutdown.subscribe();
+        // An error means the sender is gone, which also means the server is gone.
+        let _ = stopped.wait_for(|stopped| *stopped).await;
+    }
+}
+
+fn record(
+    endpoint: &str,
+    input: &Value,
+    idempotency_key: Option<String>,
+    task_id: Option<String>,
+) -> SubmissionRecord {
+    SubmissionRecord {
+        endpoint: endpoint.into(),
+        input_hash: input_hash(input),
+        input: input.clone(),
+        idempotency_key,
+        task_id,
+    }
+}

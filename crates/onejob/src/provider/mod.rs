@@ -1,0 +1,101 @@
+//! Providers: the upstreams attempts are sent to, behind one [`Provider`] trait.
+//!
+//! Adapters: [`openai_chat`] (an OpenAI-compatible `/chat/completions`), [`async_task`] (a
+//! configurable submit / status / cancel task API) and [`fake`] (the bundled fake provider,
+//! started in-process when it has no `base_url`). [`Providers`] builds them from the
+//! configuration.
+//!
+//! Errors say whether the upstream may have done the work ([`ProviderError::is_definite`]):
+//! a definite failure lets the job fail over, an ambiguous one makes the attempt `unknown`.
+
+pub mod async_task;
+mod error;
+pub mod fake;
+pub mod openai_chat;
+mod registry;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use tokio::sync::oneshot;
+use uuid::Uuid;
+
+pub use error::ProviderError;
+pub use registry::Providers;
+
+use crate::kind::Kind;
+
+/// What a provider is asked to do for one attempt.
+#[derive(Debug)]
+pub struct AttemptRequest<'a> {
+    /// The job.
+    pub job_id: Uuid,
+    /// The attempt.
+    pub attempt_id: Uuid,
+    /// The job's kind (schemas, template).
+    pub kind: &'a Kind,
+    /// The job's params.
+    pub params: &'a Value,
+    /// The stable per-job key forwarded upstream where the provider has an
+    /// `idempotency_header`.
+    pub idempotency_key: String,
+}
+
+/// The upstream's answer to a submit.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Submitted {
+    /// A synchronous API answered with the output.
+    Output(Value),
+    /// An asynchronous API accepted the work under a task id; poll [`Provider::status`].
+    Accepted {
+        /// The provider's id for the task.
+        task_id: String,
+    },
+}
+
+/// What an asynchronous task is doing.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TaskStatus {
+    /// Not finished yet.
+    Running,
+    /// Finished with this output (still to be validated).
+    Succeeded(Value),
+    /// Finished without a result (failed or cancelled upstream).
+    Failed(String),
+}
+
+/// Fired by synchronous adapters once the request has been handed to the connection: the
+/// upstream has it, so the attempt is `running` rather than `starting`.
+pub type Sent = oneshot::Sender<()>;
+
+/// An upstream endpoint with an adapter.
+#[async_trait]
+pub trait Provider: Send + Sync + std::fmt::Debug {
+    /// The configured name.
+    fn name(&self) -> &str;
+
+    /// Sends the attempt upstream. Synchronous adapters fire `sent` once the request is out
+    /// and answer with the output; asynchronous ones answer with the task id.
+    async fn submit(
+        &self,
+        request: &AttemptRequest<'_>,
+        sent: Option<Sent>,
+    ) -> Result<Submitted, ProviderError>;
+
+    /// The status of an accepted task, where the upstream can report it.
+    async fn status(&self, task_id: &str) -> Result<TaskStatus, ProviderError> {
+        let _ = task_id;
+        Err(ProviderError::Unsupported("status"))
+    }
+
+    /// Asks the upstream to cancel a task, where it can.
+    async fn cancel(&self, task_id: &str) -> Result<(), ProviderError> {
+        let _ = task_id;
+        Err(ProviderError::Unsupported("cancel"))
+    }
+
+    /// The task the upstream holds under a forwarded idempotency key, where it can say.
+    async fn task_by_idempotency_key(&self, key: &str) -> Result<Option<String>, ProviderError> {
+        let _ = key;
+        Err(ProviderError::Unsupported("lookup by idempotency key"))
+    }
+}

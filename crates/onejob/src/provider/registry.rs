@@ -1,0 +1,87 @@
+//! [`Providers`]: every configured provider by name, built once at start-up. Bundled fake
+//! servers started for `fake` providers without a `base_url` live as long as it does.
+
+use std::{collections::HashMap, sync::Arc};
+
+use onejob_fake::FakeServer;
+
+use super::{Provider, async_task::AsyncTask, fake, openai_chat::OpenAiChat};
+use crate::config::{Adapter, Config, ConfigError, ProviderConfig};
+
+/// The configured providers.
+#[derive(Debug, Clone, Default)]
+pub struct Providers {
+    by_name: HashMap<String, Arc<dyn Provider>>,
+    fakes: Vec<Arc<FakeServer>>,
+}
+
+impl Providers {
+    /// Builds every `[[provider]]`, starting in-process fake servers where needed.
+    pub async fn from_config(config: &Config, http: reqwest::Client) -> Result<Self, ConfigError> {
+        let mut providers = Providers::default();
+        for (index, raw) in config.providers.iter().enumerate() {
+            let invalid =
+                |message: String| ConfigError::invalid(format!("provider[{}]", raw.name), message);
+            if raw.name.is_empty() {
+                return Err(ConfigError::invalid(
+                    format!("provider[{index}].name"),
+                    "a provider needs a name",
+                ));
+            }
+            let adapter: Arc<dyn Provider> = match raw.adapter {
+                Adapter::OpenaiChat => {
+                    Arc::new(OpenAiChat::new(raw, http.clone()).map_err(invalid)?)
+                }
+                Adapter::AsyncTask => Arc::new(AsyncTask::new(raw, http.clone()).map_err(invalid)?),
+                Adapter::Fake => {
+                    let base_url = match &raw.base_url {
+                        Some(url) => url.clone(),
+                        None => {
+                            let server = FakeServer::spawn(([127, 0, 0, 1], 0).into())
+                                .await
+                                .map_err(|e| {
+                                    invalid(format!("cannot start the bundled fake: {e}"))
+                                })?;
+                            let url = server.base_url();
+                            tracing::info!(provider = %raw.name, %url, "bundled fake provider started");
+                            providers.fakes.push(Arc::new(server));
+                            url
+                        }
+                    };
+                    Arc::new(fake::adapter(raw, &base_url, http.clone()).map_err(invalid)?)
+                }
+            };
+            if providers
+                .by_name
+                .insert(raw.name.clone(), adapter)
+                .is_some()
+            {
+                return Err(ConfigError::invalid(
+                    format!("provider[{index}].name"),
+                    format!("provider {:?} is declared twice", raw.name),
+                ));
+            }
+        }
+        Ok(providers)
+    }
+
+    /// The provider with this name.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Provider>> {
+        self.by_name.get(name)
+    }
+
+    /// The fake servers started in-process, in configuration order.
+    pub fn bundled_fakes(&self) -> &[Arc<FakeServer>] {
+        &self.fakes
+    }
+}
+
+/// The upstream API key named by `api_key_env`, if any; an error if the variable is unset.
+pub(super) fn api_key(config: &ProviderConfig) -> Result<Option<String>, String> {
+    match &config.api_key_env {
+        None => Ok(None),
+        Some(var) => std::env::var(var)
+            .map(Some)
+            .map_err(|_| format!("api_key_env names {var}, which is not set")),
+    }
+}

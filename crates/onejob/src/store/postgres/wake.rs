@@ -1,0 +1,67 @@
+//! Worker wake-ups on PostgreSQL: one `LISTEN onejob_dispatch` connection per store, started
+//! on first use, forwarding notifications to the local waiters. If the listening connection
+//! drops, sqlx reconnects it; waiters fall back to their poll interval meanwhile.
+
+use std::{sync::Arc, time::Duration};
+
+use sqlx::{PgPool, postgres::PgListener};
+use tokio::sync::{Notify, OnceCell};
+
+use super::DISPATCH_CHANNEL;
+
+/// The shared wake-up signal of one [`super::PgStore`].
+#[derive(Debug, Clone)]
+pub(super) struct Wake {
+    pool: PgPool,
+    notify: Arc<Notify>,
+    listener: Arc<OnceCell<()>>,
+}
+
+impl Wake {
+    pub(super) fn new(pool: PgPool) -> Self {
+        Self {
+            pool,
+            notify: Arc::new(Notify::new()),
+            listener: Arc::new(OnceCell::new()),
+        }
+    }
+
+    /// Waits for a dispatch notification, or `max_wait`, whichever comes first.
+    pub(super) async fn wait(&self, max_wait: Duration) {
+        self.listener
+            .get_or_init(|| async {
+                tokio::spawn(listen(self.pool.clone(), self.notify.clone()));
+            })
+            .await;
+        let _ = tokio::time::timeout(max_wait, self.notify.notified()).await;
+    }
+}
+
+async fn listen(pool: PgPool, notify: Arc<Notify>) {
+    loop {
+        match PgListener::connect_with(&pool).await {
+            Ok(mut listener) => {
+                if let Err(error) = listener.listen(DISPATCH_CHANNEL).await {
+                    tracing::warn!(%error, "LISTEN failed; retrying");
+                } else {
+                    // Anything committed while we were not listening is found by the next poll.
+                    notify.notify_one();
+                    loop {
+                        match listener.recv().await {
+                            Ok(_) => notify.notify_one(),
+                            Err(error) => {
+                                tracing::warn!(%error, "dispatch listener lost; reconnecting");
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+            Err(error) => tracing::warn!(%error, "cannot open the dispatch listener; retrying"),
+        }
+        if pool.is_closed() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}

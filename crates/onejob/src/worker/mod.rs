@@ -1,0 +1,209 @@
+//! The worker: its own loop that claims due jobs, starts their attempts through the store's
+//! attempt guard, and runs them against providers.
+//!
+//! It wakes on the store's signal (LISTEN/NOTIFY on PostgreSQL, in-process on SQLite) and
+//! polls only as a fallback. It runs at most `concurrency` attempts at once, heartbeats
+//! their leases, and rescues other workers' expired leases. On shutdown it stops claiming,
+//! gives in-flight attempts `shutdown_grace` to finish, and makes the rest `unknown`.
+
+mod attempt;
+mod lease;
+pub mod plan;
+
+use std::{sync::Arc, time::Duration};
+
+use tokio::{sync::Semaphore, task::JoinSet};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+pub use attempt::Ending;
+pub use lease::rescue_once;
+
+use crate::{
+    kind::Kinds,
+    provider::Providers,
+    store::{AttemptStart, StartOutcome, StartRefusal, Store},
+};
+
+/// How a worker behaves.
+#[derive(Debug, Clone)]
+pub struct WorkerSettings {
+    /// This worker's id, written on the attempts it leases.
+    pub id: String,
+    /// Attempts run at once.
+    pub concurrency: usize,
+    /// Lease length.
+    pub lease: Duration,
+    /// Fallback poll interval.
+    pub poll_interval: Duration,
+    /// How long in-flight attempts may still finish after shutdown begins.
+    pub shutdown_grace: Duration,
+}
+
+impl WorkerSettings {
+    /// A fresh worker id: host, process and a random suffix.
+    pub fn new_id() -> String {
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "host".into());
+        let suffix = Uuid::new_v4().simple().to_string();
+        format!("{host}:{}:{}", std::process::id(), &suffix[..8])
+    }
+}
+
+/// What the worker's tasks share.
+pub struct WorkerContext {
+    /// The store.
+    pub store: Arc<dyn Store>,
+    /// The kinds.
+    pub kinds: Kinds,
+    /// The providers.
+    pub providers: Providers,
+    /// The settings.
+    pub settings: WorkerSettings,
+}
+
+/// A running worker.
+pub struct WorkerHandle {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl WorkerHandle {
+    /// Stops claiming, waits for in-flight attempts (up to the grace), then returns.
+    pub async fn shutdown(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+}
+
+/// Starts a worker loop in the background.
+pub fn spawn(ctx: WorkerContext) -> WorkerHandle {
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(run(Arc::new(ctx), stop.clone()));
+    WorkerHandle { stop, task }
+}
+
+async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
+    tracing::info!(worker = %ctx.settings.id, concurrency = ctx.settings.concurrency, "worker started");
+    let background = CancellationToken::new();
+    let abandon = CancellationToken::new();
+    let heartbeat = tokio::spawn(lease::heartbeat(ctx.clone(), background.clone()));
+    let rescue = tokio::spawn(lease::rescue(ctx.clone(), background.clone()));
+    let slots = Arc::new(Semaphore::new(ctx.settings.concurrency.max(1)));
+    let mut running = JoinSet::new();
+
+    while !stop.is_cancelled() {
+        let mut saturated = false;
+        let free = slots.available_permits();
+        if free > 0 {
+            match ctx.store.due_jobs(free as u32).await {
+                Ok(due) => {
+                    saturated = due.len() == free;
+                    for job_id in due {
+                        let Ok(permit) = slots.clone().try_acquire_owned() else {
+                            break;
+                        };
+                        if let Some((job, kind, attempt)) = claim(&ctx, job_id).await {
+                            let ctx = ctx.clone();
+                            let abandon = abandon.clone();
+                            running.spawn(async move {
+                                let ending = attempt::run(ctx, job, kind, attempt, abandon).await;
+                                drop(permit);
+                                ending
+                            });
+                        }
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "looking for due jobs failed"),
+            }
+        }
+        while running.try_join_next().is_some() {}
+        if saturated && slots.available_permits() > 0 {
+            continue;
+        }
+        tokio::select! {
+            () = ctx.store.wait_for_work(ctx.settings.poll_interval) => {}
+            Some(_) = running.join_next(), if !running.is_empty() => {}
+            () = stop.cancelled() => {}
+        }
+    }
+
+    tracing::info!(
+        in_flight = running.len(),
+        "worker stopping: no new attempts"
+    );
+    let drained = tokio::time::timeout(ctx.settings.shutdown_grace, async {
+        while running.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        // Whatever is still in flight becomes unknown: honest, and blocks re-sending.
+        abandon.cancel();
+        while running.join_next().await.is_some() {}
+    }
+    background.cancel();
+    let _ = heartbeat.await;
+    let _ = rescue.await;
+    tracing::info!("worker stopped");
+}
+
+/// Plans and starts the next attempt of a due job; `None` if nothing was started.
+async fn claim(
+    ctx: &WorkerContext,
+    job_id: Uuid,
+) -> Option<(
+    crate::store::JobRecord,
+    Arc<crate::kind::Kind>,
+    crate::store::AttemptRecord,
+)> {
+    let job = match ctx.store.job_for_dispatch(job_id).await {
+        Ok(Some(job)) => job,
+        Ok(None) => return None,
+        Err(error) => {
+            tracing::warn!(%error, %job_id, "loading a due job failed");
+            return None;
+        }
+    };
+    let Some(kind) = ctx.kinds.get(&job.kind).cloned() else {
+        tracing::warn!(%job_id, kind = %job.kind, "a due job's kind is not configured; deferring it");
+        let _ = ctx
+            .store
+            .defer_dispatch(job_id, job.version, Duration::from_secs(60))
+            .await;
+        return None;
+    };
+    let attempts = ctx.store.job_attempts(job_id).await.ok()?;
+    let Some(next) = plan::next_attempt(&kind, &attempts) else {
+        let _ = ctx
+            .store
+            .defer_dispatch(job_id, job.version, Duration::from_secs(60))
+            .await;
+        return None;
+    };
+    let start = AttemptStart {
+        job_id,
+        expected_attempts: job.attempts,
+        provider: next.provider,
+        hedge: next.hedge,
+        worker: ctx.settings.id.clone(),
+        lease: ctx.settings.lease,
+        timeout: kind.attempt_timeout,
+        max_attempts: kind.max_attempts,
+    };
+    match ctx.store.start_attempt(&start).await {
+        Ok(StartOutcome::Started(attempt)) => Some((job, kind, *attempt)),
+        Ok(StartOutcome::Refused(reason)) => {
+            tracing::debug!(%job_id, ?reason, "attempt not started");
+            if matches!(reason, StartRefusal::NotHedgeable | StartRefusal::Exhausted) {
+                let _ = ctx
+                    .store
+                    .defer_dispatch(job_id, job.version, Duration::from_secs(60))
+                    .await;
+            }
+            None
+        }
+        Err(error) => {
+            tracing::warn!(%error, %job_id, "starting an attempt failed");
+            None
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! The worker as a process: killed with SIGKILL mid-attempt, stopped gracefully, woken
+//! without polling, and forwarding a stable idempotency key upstream.
+
+use std::{process::Stdio, time::Duration};
+
+use onejob_fake::{Behaviour, Rule};
+use serde_json::Value;
+
+use crate::helpers::{Backend, Fakes, TestApp, TestDatabase, backend_tests, chat};
+
+backend_tests!(
+    a_worker_killed_after_acknowledgement_leaves_unknown_and_nothing_resent,
+    a_worker_killed_before_acknowledgement_leaves_unknown_and_nothing_resent,
+    graceful_shutdown_stops_claiming_and_records_in_flight_as_unknown,
+    workers_are_woken_without_polling,
+    a_stable_idempotency_key_is_forwarded_upstream,
+);
+
+const WITHIN: Duration = Duration::from_secs(15);
+
+/// A `onejob worker` process on `db`, sending `chat.completion` to `fakes.primary`.
+fn worker_process(
+    db: &TestDatabase,
+    fakes: &Fakes,
+    dir: &std::path::Path,
+) -> tokio::process::Child {
+    let config = format!(
+        r#"database = "{database}"
+
+[worker]
+lease = "1s"
+poll_interval = "100ms"
+
+[[provider]]
+name = "fake"
+adapter = "fake"
+base_url = "{base_url}"
+
+[[kind]]
+name = "chat.completion"
+providers = ["fake"]
+attempt_timeout = "60s"
+"#,
+        database = db.url,
+        base_url = fakes.primary.base_url(),
+    );
+    let path = dir.join("worker.toml");
+    std::fs::write(&path, config).unwrap();
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_onejob"))
+        .arg("worker")
+        .arg("--config")
+        .arg(&path)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start onejob worker")
+}
+
+async fn killed_mid_attempt(backend: Backend, hang: Behaviour, acknowledged: bool) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(Rule {
+        matches: Some("doomed".into()),
+        times: None,
+        behaviour: hang,
+    });
+    let api = TestApp::spawn(&db).await; // API only: the worker is the child process
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = worker_process(&db, &fakes, dir.path());
+
+    let job = api.create("doomed", &chat("doomed")).await;
+    let id = job["id"].as_str().unwrap().to_owned();
+    let want = if acknowledged { "running" } else { "starting" };
+    api.wait_attempts(&id, WITHIN, |a| {
+        a.len() == 1 && a[0]["state"] == want && fakes.total() == 1
+    })
+    .await;
+    child.kill().await.expect("SIGKILL the worker");
+
+    // Another worker (with its own rescuer) takes over the database.
+    let rescuer = TestApp::running(&db, &fakes, |_| {}).await;
+    let attempts = rescuer
+        .wait_attempts(&id, WITHIN, |a| a[0]["state"] == "unknown")
+        .await;
+    assert!(
+        attempts[0]["error"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("lease expired"),
+        "{attempts:?}"
+    );
+    assert_eq!(rescuer.job(&id).await["state"], "unknown");
+    // Restarted workers do not re-send it.
+    let mut again = worker_process(&db, &fakes, dir.path());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let _ = again.kill().await;
+    assert_eq!(rescuer.attempts(&id).await.len(), 1);
+    assert_eq!(fakes.total(), 1, "the killed attempt was never sent again");
+}
+
+async fn a_worker_killed_after_acknowledgement_leaves_unknown_and_nothing_resent(backend: Backend) {
+    let hang = Behaviour {
+        hang_after_ack: true,
+        ..Default::default()
+    };
+    killed_mid_attempt(backend, hang, true).await;
+}
+
+async fn a_worker_killed_before_acknowledgement_leaves_unknown_and_nothing_resent(
+    backend: Backend,
+) {
+    let hang = Behaviour {
+        hang_before_ack: true,
+        ..Default::default()
+    };
+    killed_mid_attempt(backend, hang, false).await;
+}
+
+async fn graceful_shutdown_stops_claiming_and_records_in_flight_as_unknown(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(Rule {
+        matches: Some("endless".into()),
+        times: None,
+        behaviour: Behaviour {
+            hang_after_ack: true,
+            ..Default::default()
+        },
+    });
+    let mut app = TestApp::running(&db, &fakes, |_| {}).await;
+    let job = app.create("endless", &chat("endless")).await;
+    let id = job["id"].as_str().unwrap().to_owned();
+    app.wait_attempts(&id, WITHIN, |a| a.len() == 1 && a[0]["state"] == "running")
+        .await;
+
+    app.stop_worker().await; // grace is 500 ms in tests
+    let attempts = app.attempts(&id).await;
+    assert_eq!(attempts[0]["state"], "unknown", "{attempts:?}");
+    assert!(
+        attempts[0]["error"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("shut down")
+    );
+
+    // A stopped worker claims nothing more.
+    let later = app.create("later", &chat("later")).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(
+        app.job(later["id"].as_str().unwrap()).await["state"],
+        "pending"
+    );
+    assert_eq!(fakes.total(), 1);
+}
+
+async fn workers_are_woken_without_polling(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, |config| {
+        // Polling alone would take an hour: only the wake-up (NOTIFY / in-process) runs jobs.
+        config.worker.poll_interval = Duration::from_secs(3600);
+    })
+    .await;
+    // Let the worker settle into its wait (and, on PostgreSQL, LISTEN).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for i in 0..3 {
+        let job = app.create(&format!("wake-{i}"), &chat("wake")).await;
+        let done = app
+            .wait_job(job["id"].as_str().unwrap(), Duration::from_secs(10), |j| {
+                j["state"] == "succeeded"
+            })
+            .await;
+        assert_eq!(done["attempts"], 1);
+    }
+}
+
+async fn a_stable_idempotency_key_is_forwarded_upstream(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, |_| {}).await;
+    let job = app.create("fwd", &chat("forward")).await;
+    let id = job["id"].as_str().unwrap();
+    app.wait_job(id, WITHIN, |j| j["state"] == "succeeded")
+        .await;
+    let seen = fakes.primary.submissions();
+    let keys: Vec<Option<String>> = seen
+        .requests
+        .iter()
+        .map(|r| r.idempotency_key.clone())
+        .collect();
+    assert_eq!(keys, vec![Some(format!("onejob:{id}"))]);
+    let _: Value = app.job(id).await;
+}
