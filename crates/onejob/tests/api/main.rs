@@ -10,5 +10,6 @@ mod bad_input;
 mod helpers;
 mod intake;
 mod isolation;
+mod providers;
 mod store_conformance;
 mod worker;

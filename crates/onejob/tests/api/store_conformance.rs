@@ -239,7 +239,11 @@ async fn thirty_two_racing_starts_make_exactly_one_attempt(backend: Backend) {
         assert_eq!(stores[0].job_attempts(job_id).await.unwrap().len(), 1);
     }
     assert_eq!(db.scalar("SELECT COUNT(*) FROM attempts").await, 5);
-    assert_eq!(db.scalar("SELECT CAST(MAX(attempts) AS BIGINT) FROM jobs").await, 1);
+    assert_eq!(
+        db.scalar("SELECT CAST(MAX(attempts) AS BIGINT) FROM jobs")
+            .await,
+        1
+    );
 }
 
 async fn nothing_starts_beside_a_starting_or_unknown_attempt(backend: Backend) {
