@@ -115,6 +115,7 @@ impl App {
         let state = Arc::new(AppState {
             jobs: self.jobs.clone(),
             max_body_bytes: self.config.max_body_bytes,
+            providers: self.providers.clone(),
         });
         axum::serve(listener, http::router(state))
             .with_graceful_shutdown(shutdown)

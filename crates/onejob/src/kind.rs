@@ -3,7 +3,7 @@
 
 use std::{collections::HashMap, path::Path, sync::Arc, time::Duration};
 
-use onejob_domain::Fingerprint;
+use onejob_domain::{Fingerprint, ParamsLimits};
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -20,6 +20,7 @@ pub struct FieldError {
 }
 
 /// A compiled JSON Schema with its source kept for hashing and display.
+#[derive(Clone)]
 pub struct Schema {
     source: Value,
     validator: jsonschema::Validator,
@@ -68,7 +69,7 @@ impl Schema {
 }
 
 /// A job kind, ready to validate and fingerprint submissions.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Kind {
     /// Its name.
     pub name: String,
@@ -106,6 +107,27 @@ impl Kind {
                 path: "/".into(),
                 message: "params must be a JSON object".into(),
             }]),
+        }
+    }
+
+    /// Checks that a provider's output is a real result: storable (no U+0000, nesting within
+    /// 64 levels), present, and passing the kind's output schema. A "success" that fails this
+    /// is a failed attempt, never a result.
+    pub fn check_output(&self, output: &Value) -> Result<(), Vec<FieldError>> {
+        const OUTPUT_LIMITS: ParamsLimits = ParamsLimits { max_depth: 64 };
+        if let Err(error) = OUTPUT_LIMITS.check(output) {
+            return Err(vec![FieldError {
+                path: error.path().to_owned(),
+                message: error.to_string(),
+            }]);
+        }
+        match &self.output_schema {
+            Some(schema) => schema.check(output),
+            None if output.is_null() => Err(vec![FieldError {
+                path: "/".into(),
+                message: "the provider returned no output".into(),
+            }]),
+            None => Ok(()),
         }
     }
 
@@ -162,6 +184,11 @@ impl Kinds {
             }
         }
         Ok(Self { by_name })
+    }
+
+    /// Adds (or replaces) a kind.
+    pub fn insert(&mut self, kind: Kind) {
+        self.by_name.insert(kind.name.clone(), Arc::new(kind));
     }
 
     /// The kind with this name.

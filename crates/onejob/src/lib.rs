@@ -15,11 +15,14 @@
 
 pub mod api_key;
 pub mod app;
+pub mod certification;
 pub mod cli;
 pub mod config;
 pub mod http;
 pub mod jobs;
 pub mod kind;
+pub mod outcome;
 pub mod provider;
 pub mod store;
+pub mod verify;
 pub mod worker;

@@ -1,5 +1,5 @@
 //! The `onejob` binary: everything happens in [`onejob::cli`].
 
-fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<std::process::ExitCode> {
     onejob::cli::run()
 }

@@ -3,12 +3,14 @@
 //! Each subcommand lives in its own file; this one parses arguments, sets up logging and
 //! dispatches. Errors leave through `anyhow` here, at the binary's edge, and nowhere else.
 
+mod attempts;
 mod keys;
 mod migrate;
 mod serve;
+mod verify;
 mod worker;
 
-use std::path::PathBuf;
+use std::{path::PathBuf, process::ExitCode};
 
 use clap::{Parser, Subcommand};
 
@@ -38,6 +40,11 @@ pub enum Command {
     /// Manage API keys.
     #[command(subcommand)]
     Keys(keys::KeysCommand),
+    /// Run a kind's contract against a provider and record a certificate.
+    Verify(verify::VerifyArgs),
+    /// Operate on attempts (resolve an unknown one).
+    #[command(subcommand)]
+    Attempts(attempts::AttemptsCommand),
 }
 
 /// Where the database is, for commands that need only that.
@@ -56,17 +63,20 @@ pub struct ConfigArgs {
     pub config: Option<PathBuf>,
 }
 
-/// Parses the command line and runs it.
-pub fn run() -> anyhow::Result<()> {
+/// Parses the command line and runs it; the exit code says whether it succeeded.
+pub fn run() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     init_logging(cli.log_format.unwrap_or_default());
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
+        let done = |r: anyhow::Result<()>| r.map(|()| ExitCode::SUCCESS);
         match cli.command {
-            Command::Serve(args) => serve::run(args).await,
-            Command::Worker(args) => worker::run(args).await,
-            Command::Migrate(args) => migrate::run(args).await,
-            Command::Keys(command) => keys::run(command).await,
+            Command::Serve(args) => done(serve::run(args).await),
+            Command::Worker(args) => done(worker::run(args).await),
+            Command::Migrate(args) => done(migrate::run(args).await),
+            Command::Keys(command) => done(keys::run(command).await),
+            Command::Verify(args) => verify::run(args).await,
+            Command::Attempts(command) => attempts::run(command).await,
         }
     })
 }

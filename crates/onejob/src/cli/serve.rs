@@ -9,7 +9,7 @@ use anyhow::Context;
 use onejob_domain::Principal;
 
 use super::ConfigArgs;
-use crate::{app::App, config::Config};
+use crate::{app::App, config::Config, verify};
 
 /// Arguments of `onejob serve`.
 #[derive(Debug, clap::Args)]
@@ -42,6 +42,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let addr = listener.local_addr().context("reading the bound address")?;
     tracing::info!(%addr, database = app.store.backend(), "onejob serving");
     if demo {
+        certify_bundled_fakes(&app).await?;
         let token = super::keys::create(&*app.store, Principal::new("demo", "demo"), true).await?;
         print_welcome(addr, &token);
     }
@@ -49,6 +50,31 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     app.serve(listener, shutdown_signal()).await?;
     if let Some(worker) = worker {
         worker.shutdown().await;
+    }
+    Ok(())
+}
+
+/// Runs every demo kind's contract against each of its (bundled fake) providers, so the
+/// demo's failover and hedging have certificates, earned the same way real providers earn
+/// theirs.
+async fn certify_bundled_fakes(app: &App) -> anyhow::Result<()> {
+    let kinds = app.jobs.kinds();
+    for name in kinds.names() {
+        let kind = kinds.get(name).expect("listed kind").clone();
+        for provider_name in &kind.providers {
+            let Some(provider) = app.providers.get(provider_name) else {
+                continue;
+            };
+            let (report, _) =
+                verify::run_and_record(&*app.store, &kind, provider_name, &**provider, None)
+                    .await?;
+            tracing::info!(
+                provider = %provider_name,
+                kind = %kind.name,
+                passed = report.passed,
+                "verified the demo contract"
+            );
+        }
     }
     Ok(())
 }

@@ -1,10 +1,13 @@
 //! The HTTP API (DESIGN §4): routes, shared state and the error and panic handling around
 //! them. Handlers stay thin: they parse, call [`crate::jobs::Jobs`], and shape the answer.
 
+mod attempts;
 mod auth;
 mod body;
+mod certificates;
 mod health;
 mod jobs;
+mod lifecycle;
 pub mod problem;
 mod view;
 
@@ -23,7 +26,7 @@ pub use jobs::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
 pub use problem::{Problem, ProblemType};
 pub use view::{AttemptView, EventView, JobView, poll_after_ms};
 
-use crate::jobs::Jobs;
+use crate::{jobs::Jobs, provider::Providers};
 
 /// What every handler shares.
 pub struct AppState {
@@ -31,6 +34,8 @@ pub struct AppState {
     pub jobs: Jobs,
     /// Largest request body accepted.
     pub max_body_bytes: usize,
+    /// The providers (to cancel upstream).
+    pub providers: Providers,
 }
 
 /// Builds the API's router.
@@ -40,6 +45,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/jobs/{id}", get(jobs::get))
         .route("/v1/jobs/{id}/events", get(jobs::events))
         .route("/v1/jobs/{id}/attempts", get(jobs::attempts))
+        .route("/v1/jobs/{id}/cancel", post(lifecycle::cancel))
+        .route("/v1/jobs/{id}/retry", post(lifecycle::retry))
+        .route("/v1/attempts/{id}/resolve", post(attempts::resolve))
+        .route("/v1/certificates", get(certificates::list))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .fallback(not_found)

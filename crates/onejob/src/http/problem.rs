@@ -67,6 +67,7 @@ problem_types! {
     UnknownKind => ("unknown-kind", BAD_REQUEST, "Unknown job kind"),
     ParamsInvalid => ("params-invalid", BAD_REQUEST, "Params are not valid for this kind"),
     InvalidJobId => ("invalid-id", BAD_REQUEST, "Malformed id"),
+    ResultInvalid => ("result-invalid", BAD_REQUEST, "The result is not a valid output for this kind"),
     KeyReused => ("key-reused", UNPROCESSABLE_ENTITY, "Idempotency key reused for a different request"),
     InvalidState => ("invalid-state", CONFLICT, "The job is not in a state that allows this"),
     Unavailable => ("unavailable", SERVICE_UNAVAILABLE, "Service temporarily unavailable"),

@@ -215,7 +215,9 @@ impl Provider for AsyncTask {
     }
 
     async fn task_by_idempotency_key(&self, key: &str) -> Result<Option<String>, ProviderError> {
-        let Some(template) = &self.api.lookup_url else {
+        // Only a key that was forwarded can be looked up: without `idempotency_header` the
+        // upstream never saw one, and "no task under it" would prove nothing.
+        let (Some(template), Some(_)) = (&self.api.lookup_url, &self.idempotency_header) else {
             return Err(ProviderError::Unsupported("lookup by idempotency key"));
         };
         let url = template.replace("{key}", &url_escape(key));

@@ -36,8 +36,10 @@ pub struct AttemptRequest<'a> {
     /// The job's params.
     pub params: &'a Value,
     /// The stable per-job key forwarded upstream where the provider has an
-    /// `idempotency_header`.
+    /// `idempotency_header` (a new one per controlled recovery).
     pub idempotency_key: String,
+    /// A temperature that overrides the params' (`onejob verify` runs at 0).
+    pub temperature: Option<f64>,
 }
 
 /// The upstream's answer to a submit.
@@ -61,6 +63,15 @@ pub enum TaskStatus {
     Succeeded(Value),
     /// Finished without a result (failed or cancelled upstream).
     Failed(String),
+}
+
+/// A token count and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenCount {
+    /// Tokens in the text.
+    pub tokens: usize,
+    /// The tokenizer used (`upstream /tokenize`, `tiktoken o200k_base`, …).
+    pub tokenizer: String,
 }
 
 /// Fired by synchronous adapters once the request has been handed to the connection: the
@@ -91,6 +102,13 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     async fn cancel(&self, task_id: &str) -> Result<(), ProviderError> {
         let _ = task_id;
         Err(ProviderError::Unsupported("cancel"))
+    }
+
+    /// Counts `text` with the provider's own tokenizer, where it has one reachable
+    /// (`Ok(None)`: no tokenizer known for it).
+    async fn count_tokens(&self, text: &str) -> Result<Option<TokenCount>, ProviderError> {
+        let _ = text;
+        Ok(None)
     }
 
     /// The task the upstream holds under a forwarded idempotency key, where it can say.

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use futures::stream;
 use serde_json::{Value, json};
 
-use super::{AttemptRequest, Provider, ProviderError, Sent, Submitted};
+use super::{AttemptRequest, Provider, ProviderError, Sent, Submitted, TokenCount};
 use crate::{config::ProviderConfig, kind::Kind};
 
 /// An OpenAI-compatible chat completions endpoint.
@@ -20,6 +20,7 @@ use crate::{config::ProviderConfig, kind::Kind};
 pub struct OpenAiChat {
     name: String,
     url: String,
+    root: String,
     model: String,
     api_key: Option<String>,
     idempotency_header: Option<String>,
@@ -40,6 +41,10 @@ impl OpenAiChat {
         Ok(Self {
             name: config.name.clone(),
             url: format!("{}/chat/completions", base.trim_end_matches('/')),
+            root: base
+                .trim_end_matches('/')
+                .trim_end_matches("/v1")
+                .to_owned(),
             model,
             api_key: super::registry::api_key(config)?,
             idempotency_header: config.idempotency_header.clone(),
@@ -47,15 +52,22 @@ impl OpenAiChat {
         })
     }
 
-    /// The request body for `params` under `kind` (also used by `onejob verify`).
-    pub fn request_body(&self, kind: &Kind, params: &Value) -> Result<Value, ProviderError> {
+    /// The request body for `params` under `kind`, with an optional temperature override.
+    pub fn request_body(
+        &self,
+        kind: &Kind,
+        params: &Value,
+        temperature: Option<f64>,
+    ) -> Result<Value, ProviderError> {
         let mut messages = Vec::new();
         if let Some(system) = params.get("system").and_then(Value::as_str) {
             messages.push(json!({ "role": "system", "content": system }));
         }
         messages.push(json!({ "role": "user", "content": render_prompt(kind, params)? }));
         let mut body = json!({ "model": self.model, "messages": messages });
-        if let Some(temperature) = params.get("temperature").filter(|t| t.is_number()) {
+        if let Some(temperature) = temperature {
+            body["temperature"] = json!(temperature);
+        } else if let Some(temperature) = params.get("temperature").filter(|t| t.is_number()) {
             body["temperature"] = temperature.clone();
         }
         if let Some(schema) = &kind.output_schema {
@@ -118,13 +130,54 @@ impl Provider for OpenAiChat {
         &self.name
     }
 
+    /// The upstream's own tokenizer where the server exposes one (llama-cpp-python's
+    /// `/extras/tokenize`, llama.cpp's `/tokenize`), else tiktoken for OpenAI model names.
+    async fn count_tokens(&self, text: &str) -> Result<Option<TokenCount>, ProviderError> {
+        let endpoints = [
+            (
+                "/extras/tokenize",
+                json!({ "input": text, "model": self.model }),
+            ),
+            ("/tokenize", json!({ "content": text })),
+        ];
+        for (path, body) in endpoints {
+            let Ok(response) = self
+                .http
+                .post(format!("{}{path}", self.root))
+                .json(&body)
+                .send()
+                .await
+            else {
+                continue;
+            };
+            if !response.status().is_success() {
+                continue;
+            }
+            if let Ok(answer) = response.json::<Value>().await
+                && let Some(tokens) = answer.get("tokens").and_then(Value::as_array)
+            {
+                return Ok(Some(TokenCount {
+                    tokens: tokens.len(),
+                    tokenizer: format!("upstream {path}"),
+                }));
+            }
+        }
+        if let Ok(bpe) = tiktoken_rs::bpe_for_model(&self.model) {
+            return Ok(Some(TokenCount {
+                tokens: bpe.encode_with_special_tokens(text).len(),
+                tokenizer: format!("tiktoken for {}", self.model),
+            }));
+        }
+        Ok(None)
+    }
+
     async fn submit(
         &self,
         request: &AttemptRequest<'_>,
         sent: Option<Sent>,
     ) -> Result<Submitted, ProviderError> {
-        let body = serde_json::to_vec(&self.request_body(request.kind, request.params)?)
-            .map_err(|e| ProviderError::Invalid(e.to_string()))?;
+        let body = self.request_body(request.kind, request.params, request.temperature)?;
+        let body = serde_json::to_vec(&body).map_err(|e| ProviderError::Invalid(e.to_string()))?;
         // The body is one chunk; when the transport asks for the next one, the request is out.
         let mut sent = sent;
         let chunks = stream::iter([Ok::<_, std::io::Error>(Bytes::from(body))]).chain(

@@ -13,14 +13,15 @@ pub mod sqlite;
 use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;
-use onejob_domain::{JobState, KeyHash, Principal};
+use onejob_domain::{KeyHash, Principal};
 use serde_json::Value;
 use uuid::Uuid;
 
 pub use error::StoreError;
 pub use records::{
-    ApiKeyRecord, AttemptRecord, AttemptStart, Completion, EventRecord, Intake, JobRecord,
-    NewApiKey, NewEvent, NewJob, RetryPolicy, StartOutcome, StartRefusal, payload_digest,
+    ApiKeyRecord, AttemptRecord, AttemptStart, CancelOutcome, CertificateRecord, Completion,
+    EventRecord, FailOutcome, Intake, JobRecord, NewApiKey, NewEvent, NewJob, RecoverOutcome,
+    Resolution, RetryPolicy, StartOutcome, StartRefusal, Unsuccessful, payload_digest,
 };
 
 /// Everything onejob keeps durably. One implementation per database.
@@ -117,23 +118,72 @@ pub trait Store: Send + Sync + 'static {
         &self,
         attempt_id: Uuid,
         output: &Value,
+        by: &Resolution,
     ) -> Result<Completion, StoreError>;
 
-    /// Records a definite failure. The job goes back to `pending` (due after the backoff)
-    /// while attempts remain, else `failed`; it stays `running`/`unknown` while another
-    /// attempt is open. Returns the job's new state, or `None` if the attempt was already
-    /// final.
+    /// Records a definite failure (or cancellation). The job goes back to `pending` (due
+    /// after the backoff) while its attempt budget lasts, else `failed`; it stays
+    /// `running`/`unknown` while another attempt is open. An attempt of a cancelled job ends
+    /// `cancelled`.
     async fn fail_attempt(
         &self,
         attempt_id: Uuid,
+        end: Unsuccessful,
         error: &Value,
         retry: RetryPolicy,
-    ) -> Result<Option<JobState>, StoreError>;
+        by: &Resolution,
+    ) -> Result<FailOutcome, StoreError>;
 
     /// A live attempt's outcome became unknown (deadline, lost lease, shutdown): it blocks new
     /// attempts until resolved. If the job already has a winner (or was cancelled), the
     /// attempt is `discarded` instead. Returns whether it became `unknown`.
     async fn mark_unknown(&self, attempt_id: Uuid, reason: &str) -> Result<bool, StoreError>;
+
+    /// Claims up to `limit` `unknown` attempts due for reconciliation and pushes each one's
+    /// next check back (doubling from `backoff`, at most `max_backoff`), so nodes reconciling
+    /// side by side do not ask twice.
+    async fn claim_unknown(
+        &self,
+        limit: u32,
+        backoff: Duration,
+        max_backoff: Duration,
+    ) -> Result<Vec<AttemptRecord>, StoreError>;
+
+    /// Stores a task id learned late (from a lookup by idempotency key).
+    async fn set_task_id(&self, attempt_id: Uuid, task_id: &str) -> Result<(), StoreError>;
+
+    /// Cancels the owner's job unless it already succeeded or failed: its `unknown` attempts
+    /// become `cancelled`, and its live attempts are returned so their provider can be asked
+    /// to cancel. Cancelling a cancelled job again answers it unchanged. `None` if the job is
+    /// not the owner's.
+    async fn cancel_job(
+        &self,
+        owner: &Principal,
+        job_id: Uuid,
+        actor: &str,
+    ) -> Result<Option<CancelOutcome>, StoreError>;
+
+    /// Controlled recovery of the owner's `failed` job: back to `pending`, due now, version
+    /// bumped, with a fresh attempt budget; a `recovered` event names the actor.
+    async fn recover_job(
+        &self,
+        owner: &Principal,
+        job_id: Uuid,
+        actor: &str,
+    ) -> Result<Option<RecoverOutcome>, StoreError>;
+
+    /// An attempt and its job, if the job belongs to `tenant` (operator scope).
+    async fn attempt_in_tenant(
+        &self,
+        tenant: &str,
+        attempt_id: Uuid,
+    ) -> Result<Option<(AttemptRecord, JobRecord)>, StoreError>;
+
+    /// Records a verification run.
+    async fn insert_certificate(&self, certificate: &CertificateRecord) -> Result<(), StoreError>;
+
+    /// Every verification run, newest first.
+    async fn certificates(&self) -> Result<Vec<CertificateRecord>, StoreError>;
 
     /// Live attempts whose lease expired, or whose deadline passed more than `grace` ago.
     async fn expired_attempts(&self, grace: Duration) -> Result<Vec<Uuid>, StoreError>;
@@ -150,6 +200,18 @@ pub trait Store: Send + Sync + 'static {
     /// Waits until work may have become due (a wake-up from this or another node), or
     /// `max_wait`.
     async fn wait_for_work(&self, max_wait: Duration);
+}
+
+/// Ends a transaction that changed nothing and answers `value`. Rolling back explicitly
+/// releases its row locks (PostgreSQL) or the write lock (SQLite) now, instead of whenever
+/// the dropped transaction's deferred rollback runs, which would make other workers see the
+/// job as busy for no reason.
+pub(crate) async fn release<DB: sqlx::Database, T>(
+    tx: sqlx::Transaction<'static, DB>,
+    value: T,
+) -> Result<T, StoreError> {
+    tx.rollback().await?;
+    Ok(value)
 }
 
 /// Settings for opening a store.

@@ -89,6 +89,8 @@ pub struct JobRecord {
     pub version: i64,
     /// How many attempts it has had.
     pub attempts: i32,
+    /// How many controlled recoveries it has had (each grants `max_attempts` more).
+    pub recoveries: i32,
     /// The winning attempt, once it succeeded.
     pub completed_by: Option<Uuid>,
     /// The winning result (only when succeeded).
@@ -194,6 +196,8 @@ pub struct AttemptRecord {
     pub acknowledged_at: Option<OffsetDateTime>,
     /// When it reached a final state.
     pub finished_at: Option<OffsetDateTime>,
+    /// When its outcome became unknown.
+    pub unknown_since: Option<OffsetDateTime>,
     /// Why it failed, or why its outcome is unknown.
     pub error: Option<Value>,
 }
@@ -215,7 +219,7 @@ pub struct AttemptStart {
     pub lease: Duration,
     /// The attempt's deadline, from now.
     pub timeout: Duration,
-    /// The kind's `max_attempts`.
+    /// The kind's `max_attempts` (per recovery generation).
     pub max_attempts: u32,
 }
 
@@ -264,6 +268,125 @@ pub enum Completion {
         /// The job's state when the result arrived.
         job_state: JobState,
     },
+    /// The resolution required an `unknown` attempt and this one is not; nothing changed.
+    NotUnknown(AttemptState),
+}
+
+/// Who ends an attempt and on what condition: a worker ends its own live attempt; the
+/// reconciler and operators end only `unknown` ones, and their events name them.
+#[derive(Debug, Clone, Default)]
+pub struct Resolution {
+    /// The event's actor (`key:<id>` for an operator, `reconciler`); `None` for the worker.
+    pub actor: Option<String>,
+    /// Only act if the attempt is `unknown`.
+    pub only_unknown: bool,
+    /// Why, kept in the event detail (`provider status`, `settle_unknown_after`, …).
+    pub note: Option<String>,
+}
+
+impl Resolution {
+    /// A worker ending its own attempt.
+    pub fn worker() -> Self {
+        Self::default()
+    }
+
+    /// Someone resolving an `unknown` attempt with proof (or by decision).
+    pub fn of_unknown(actor: impl Into<String>, note: impl Into<String>) -> Self {
+        Self {
+            actor: Some(actor.into()),
+            only_unknown: true,
+            note: Some(note.into()),
+        }
+    }
+}
+
+impl Resolution {
+    /// An event about `attempt_id` with this resolution's actor.
+    pub fn event(
+        &self,
+        job_id: Uuid,
+        attempt_id: Uuid,
+        kind: EventKind,
+        detail: Value,
+    ) -> NewEvent {
+        NewEvent {
+            job_id,
+            attempt_id: Some(attempt_id),
+            kind,
+            actor: self.actor.clone(),
+            detail,
+        }
+    }
+}
+
+/// Whether a job that made `attempts` attempts after `recoveries` recoveries may make another:
+/// each recovery grants `max_attempts` more.
+pub fn within_budget(attempts: i32, recoveries: i32, max_attempts: u32) -> bool {
+    let budget = i64::from(max_attempts) * (i64::from(recoveries.max(0)) + 1);
+    i64::from(attempts) < budget
+}
+
+/// How a definitely unsuccessful attempt ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unsuccessful {
+    /// It failed.
+    Failed,
+    /// It was cancelled (an operator's decision, or the job's cancellation).
+    Cancelled,
+}
+
+/// What [`super::Store::fail_attempt`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FailOutcome {
+    /// Recorded; the job is now in this state.
+    Recorded(JobState),
+    /// The attempt was not open (or not `unknown` when that was required); nothing changed.
+    NotOpen(AttemptState),
+}
+
+/// What [`super::Store::cancel_job`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CancelOutcome {
+    /// The job is cancelled (now or before). `live` are the attempts still running upstream,
+    /// to be asked to cancel where their provider can.
+    Cancelled {
+        /// The job.
+        job: JobRecord,
+        /// Attempts that were `starting` or `running`.
+        live: Vec<AttemptRecord>,
+    },
+    /// The job already succeeded or failed.
+    Final(JobRecord),
+}
+
+/// What [`super::Store::recover_job`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RecoverOutcome {
+    /// The failed job is `pending` again, due now, with a fresh attempt budget.
+    Recovered(JobRecord),
+    /// The job is not `failed`; nothing changed.
+    NotFailed(JobRecord),
+}
+
+/// One `onejob verify` run of a provider against a kind's contract.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CertificateRecord {
+    /// Its id.
+    pub id: Uuid,
+    /// The provider.
+    pub provider: String,
+    /// The kind.
+    pub kind: String,
+    /// SHA-256 of the kind's prompt template when verified.
+    pub template_hash: String,
+    /// SHA-256 of the kind's canonical output schema when verified.
+    pub schema_hash: String,
+    /// Whether every contract case passed.
+    pub passed: bool,
+    /// The per-case report.
+    pub report: Value,
+    /// When.
+    pub created_at: OffsetDateTime,
 }
 
 /// Whether a definitely failed attempt may be followed by another.

@@ -7,7 +7,6 @@
 
 use std::{sync::Arc, time::Duration};
 
-use onejob_domain::ParamsLimits;
 use serde_json::{Value, json};
 use tokio::{sync::oneshot, time::Instant};
 use tokio_util::sync::CancellationToken;
@@ -15,9 +14,11 @@ use tracing::Instrument;
 
 use super::{WorkerContext, plan};
 use crate::{
+    certification::Certified,
     kind::Kind,
+    outcome::{self, Offered},
     provider::{AttemptRequest, Provider, ProviderError, Submitted, TaskStatus},
-    store::{AttemptRecord, Completion, JobRecord, RetryPolicy},
+    store::{AttemptRecord, JobRecord, Resolution, Unsuccessful},
 };
 
 /// How an attempt ended, for logs and tests.
@@ -34,9 +35,6 @@ pub enum Ending {
     /// The store could not record the ending; the lease rescuer will make it unknown.
     Unrecorded(String),
 }
-
-/// The limits checked on every output before it may count as a result.
-const OUTPUT_LIMITS: ParamsLimits = ParamsLimits { max_depth: 64 };
 
 /// First wait between status polls; it grows by half each time up to [`MAX_POLL`].
 const FIRST_POLL: Duration = Duration::from_millis(50);
@@ -69,19 +67,31 @@ async fn run_attempt(
         return fail(&ctx, &kind, &attempt, json!({ "message": reason })).await;
     };
     let deadline = Instant::now() + kind.attempt_timeout;
+    // Only a first (non-hedge) attempt asks for a hedge once it runs, and only if a
+    // certified provider can take it; a refused one is logged now, once.
+    let hedge_after = if attempt.hedge || kind.hedge_after.is_none() {
+        None
+    } else {
+        let attempts = ctx.store.job_attempts(job.id).await.unwrap_or_default();
+        let certified = Certified::load(&*ctx.store, &ctx.kinds)
+            .await
+            .unwrap_or_default();
+        let decision = plan::hedge(&kind, &attempt.provider, &attempts, &certified);
+        super::log_refusals(&ctx, job.id, "hedge", &decision).await;
+        decision.plan.and(kind.hedge_after)
+    };
+    let recovery = if job.recoveries > 0 {
+        format!(":r{}", job.recoveries)
+    } else {
+        String::new()
+    };
     let request = AttemptRequest {
         job_id: job.id,
         attempt_id: attempt.id,
         kind: &kind,
         params: &job.params,
-        idempotency_key: format!("onejob:{}", job.id),
-    };
-    // Only a first (non-hedge) attempt asks for a hedge once it runs.
-    let hedge_after = if attempt.hedge {
-        None
-    } else {
-        let attempts = ctx.store.job_attempts(job.id).await.unwrap_or_default();
-        plan::hedge_provider(&kind, &attempt.provider, &attempts).and(kind.hedge_after)
+        idempotency_key: format!("onejob:{}{recovery}", job.id),
+        temperature: None,
     };
 
     let (sent_tx, mut sent_rx) = oneshot::channel();
@@ -144,6 +154,7 @@ async fn run_attempt(
     finish(&ctx, &kind, &attempt, output).await
 }
 
+/// Where following a task ended.
 enum Followed {
     Output(Value),
     Failed(String),
@@ -189,33 +200,19 @@ async fn finish(
     attempt: &AttemptRecord,
     output: Value,
 ) -> Ending {
-    if let Err(error) = OUTPUT_LIMITS.check(&output) {
-        let detail = json!({ "message": format!("the output is not storable: {error}") });
-        return fail(ctx, kind, attempt, detail).await;
-    }
-    let schema_errors = match &kind.output_schema {
-        Some(schema) => schema.check(&output).err(),
-        None if output.is_null() => Some(vec![crate::kind::FieldError {
-            path: "/".into(),
-            message: "the provider returned no output".into(),
-        }]),
-        None => None,
-    };
-    if let Some(errors) = schema_errors {
-        let detail = json!({
-            "message": "the output does not pass the kind's output schema: no real artifact",
-            "errors": errors,
-        });
-        return fail(ctx, kind, attempt, detail).await;
-    }
-    match ctx.store.complete_attempt(attempt.id, &output).await {
-        Ok(Completion::Won) => {
+    let by = Resolution::worker();
+    match outcome::offer(&*ctx.store, kind, attempt.id, attempt.number, &output, &by).await {
+        Ok(Offered::Won) => {
             tracing::info!("attempt won");
             Ending::Won
         }
-        Ok(Completion::Discarded { winner, job_state }) => {
-            tracing::info!(?winner, %job_state, "late result discarded");
+        Ok(Offered::Discarded | Offered::NotUnknown(_)) => {
+            tracing::info!("late result discarded");
             Ending::Discarded
+        }
+        Ok(Offered::Invalid(errors)) => {
+            tracing::info!(?errors, "output is not a real result; attempt failed");
+            Ending::Failed("the output does not pass the kind's output schema".into())
         }
         Err(error) => {
             tracing::error!(%error, "could not record the result");
@@ -227,11 +224,18 @@ async fn finish(
 async fn fail(ctx: &WorkerContext, kind: &Kind, attempt: &AttemptRecord, error: Value) -> Ending {
     let message = error["message"].as_str().unwrap_or("failed").to_owned();
     tracing::info!(%message, "attempt failed");
-    let retry = RetryPolicy {
-        max_attempts: kind.max_attempts,
-        backoff: kind.backoff(attempt.number + 1),
-    };
-    match ctx.store.fail_attempt(attempt.id, &error, retry).await {
+    let by = Resolution::worker();
+    match outcome::fail(
+        &*ctx.store,
+        kind,
+        attempt.id,
+        attempt.number,
+        Unsuccessful::Failed,
+        error,
+        &by,
+    )
+    .await
+    {
         Ok(_) => Ending::Failed(message),
         Err(e) => Ending::Unrecorded(e.to_string()),
     }

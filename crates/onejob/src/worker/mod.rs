@@ -9,6 +9,7 @@
 mod attempt;
 mod lease;
 pub mod plan;
+mod reconcile;
 
 use std::{sync::Arc, time::Duration};
 
@@ -18,11 +19,15 @@ use uuid::Uuid;
 
 pub use attempt::Ending;
 pub use lease::rescue_once;
+pub use reconcile::reconcile_once;
+
+use onejob_domain::EventKind;
 
 use crate::{
+    certification::Certified,
     kind::Kinds,
     provider::Providers,
-    store::{AttemptStart, StartOutcome, StartRefusal, Store},
+    store::{AttemptStart, NewEvent, StartOutcome, StartRefusal, Store},
 };
 
 /// How a worker behaves.
@@ -88,6 +93,7 @@ async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
     let abandon = CancellationToken::new();
     let heartbeat = tokio::spawn(lease::heartbeat(ctx.clone(), background.clone()));
     let rescue = tokio::spawn(lease::rescue(ctx.clone(), background.clone()));
+    let reconcile = tokio::spawn(reconcile::run(ctx.clone(), background.clone()));
     let slots = Arc::new(Semaphore::new(ctx.settings.concurrency.max(1)));
     let mut running = JoinSet::new();
 
@@ -143,6 +149,7 @@ async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
     background.cancel();
     let _ = heartbeat.await;
     let _ = rescue.await;
+    let _ = reconcile.await;
     tracing::info!("worker stopped");
 }
 
@@ -172,7 +179,10 @@ async fn claim(
         return None;
     };
     let attempts = ctx.store.job_attempts(job_id).await.ok()?;
-    let Some(next) = plan::next_attempt(&kind, &attempts) else {
+    let certified = Certified::load(&*ctx.store, &ctx.kinds).await.ok()?;
+    let decision = plan::next_attempt(&kind, &attempts, &certified);
+    let Some(next) = decision.plan.clone() else {
+        log_refusals(ctx, job_id, "hedge", &decision).await;
         let _ = ctx
             .store
             .defer_dispatch(job_id, job.version, Duration::from_secs(60))
@@ -182,7 +192,7 @@ async fn claim(
     let start = AttemptStart {
         job_id,
         expected_attempts: job.attempts,
-        provider: next.provider,
+        provider: next.provider.clone(),
         hedge: next.hedge,
         worker: ctx.settings.id.clone(),
         lease: ctx.settings.lease,
@@ -190,7 +200,16 @@ async fn claim(
         max_attempts: kind.max_attempts,
     };
     match ctx.store.start_attempt(&start).await {
-        Ok(StartOutcome::Started(attempt)) => Some((job, kind, *attempt)),
+        Ok(StartOutcome::Started(attempt)) => {
+            log_refusals(
+                ctx,
+                job_id,
+                if next.hedge { "hedge" } else { "failover" },
+                &decision,
+            )
+            .await;
+            Some((job, kind, *attempt))
+        }
         Ok(StartOutcome::Refused(reason)) => {
             tracing::debug!(%job_id, ?reason, "attempt not started");
             if matches!(reason, StartRefusal::NotHedgeable | StartRefusal::Exhausted) {
@@ -204,6 +223,32 @@ async fn claim(
         Err(error) => {
             tracing::warn!(%error, %job_id, "starting an attempt failed");
             None
+        }
+    }
+}
+
+/// Appends a `failover_refused` event for each provider a decision passed over.
+pub(crate) async fn log_refusals(
+    ctx: &WorkerContext,
+    job_id: Uuid,
+    purpose: &str,
+    decision: &plan::Decision,
+) {
+    for refusal in &decision.refused {
+        let event = NewEvent {
+            job_id,
+            attempt_id: None,
+            kind: EventKind::FailoverRefused,
+            actor: None,
+            detail: serde_json::json!({
+                "for": purpose,
+                "provider": refusal.provider,
+                "reason": refusal.reason,
+                "instead": decision.plan.as_ref().map(|p| p.provider.clone()),
+            }),
+        };
+        if let Err(error) = ctx.store.append_event(event).await {
+            tracing::warn!(%error, %job_id, "could not log a refused failover");
         }
     }
 }

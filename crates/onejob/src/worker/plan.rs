@@ -1,9 +1,13 @@
-//! Which attempt a job needs next, decided from its kind and its attempts so far. Pure: the
-//! store's attempt guard has the last word on whether it may start.
+//! Which attempt a job needs next, decided from its kind, its attempts so far and the valid
+//! certificates. Pure: the store's attempt guard has the last word on whether it may start.
+//!
+//! Failover and hedging go only to providers holding a valid certificate for the kind
+//! (invariant 8); the primary (the kind's first provider) needs none. Every provider passed
+//! over for want of one is reported, so the worker can log `failover_refused`.
 
 use onejob_domain::AttemptState;
 
-use crate::{kind::Kind, store::AttemptRecord};
+use crate::{certification::Certified, kind::Kind, store::AttemptRecord};
 
 /// The next attempt to start for a job.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,59 +18,125 @@ pub struct Plan {
     pub hedge: bool,
 }
 
-/// The next attempt for a job with these attempts, or `None` if nothing should start.
+/// A provider passed over, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The provider that would have been next.
+    pub provider: String,
+    /// Why it was not.
+    pub reason: String,
+}
+
+/// The decision for a job: what to start (if anything) and whom it passed over.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Decision {
+    /// The attempt to start.
+    pub plan: Option<Plan>,
+    /// Providers passed over for want of a valid certificate.
+    pub refused: Vec<Refusal>,
+}
+
+/// Decides the next attempt for a job with these attempts.
 ///
-/// * No attempt open: the first provider for a new job, else the provider after the last
-///   attempt's (failover after a definite failure), wrapping around the list.
-/// * One attempt running and none starting or unknown: a hedge on the provider after the
-///   running one, if the kind hedges and that is another provider. One hedge per job.
+/// * No attempt open: the primary for a new job; else the next provider after the last
+///   attempt's (failover after a definite failure), wrapping around, skipping uncertified
+///   ones, so it falls back to the primary.
+/// * One attempt running and none starting or unknown: a hedge on the next certified
+///   provider other than the running one, if the kind hedges. One hedge per job.
 /// * Anything `starting` or `unknown`: nothing.
-pub fn next_attempt(kind: &Kind, attempts: &[AttemptRecord]) -> Option<Plan> {
-    if kind.providers.is_empty() {
-        return None;
-    }
-    if attempts.iter().any(|a| a.state.blocks_new_attempts()) {
-        return None;
+pub fn next_attempt(kind: &Kind, attempts: &[AttemptRecord], certified: &Certified) -> Decision {
+    if kind.providers.is_empty() || attempts.iter().any(|a| a.state.blocks_new_attempts()) {
+        return Decision::default();
     }
     let running: Vec<&AttemptRecord> = attempts
         .iter()
         .filter(|a| a.state == AttemptState::Running)
         .collect();
     match running.as_slice() {
-        [] => {
-            let provider = match attempts.last() {
-                None => kind.providers[0].clone(),
-                Some(last) => after(kind, &last.provider).to_owned(),
-            };
-            Some(Plan {
-                provider,
-                hedge: false,
-            })
-        }
-        [only] => hedge_provider(kind, &only.provider, attempts).map(|provider| Plan {
+        [] => match attempts.last() {
+            None => Decision {
+                plan: Some(Plan {
+                    provider: kind.providers[0].clone(),
+                    hedge: false,
+                }),
+                refused: Vec::new(),
+            },
+            Some(last) => {
+                let (provider, refused) = choose_after(kind, &last.provider, certified, false);
+                Decision {
+                    plan: provider.map(|provider| Plan {
+                        provider,
+                        hedge: false,
+                    }),
+                    refused,
+                }
+            }
+        },
+        [only] => hedge(kind, &only.provider, attempts, certified),
+        _ => Decision::default(),
+    }
+}
+
+/// The hedge beside an attempt running on `running_on`, if the kind hedges, no hedge was
+/// started yet, the attempt budget allows one, and a certified provider other than
+/// `running_on` exists.
+pub fn hedge(
+    kind: &Kind,
+    running_on: &str,
+    attempts: &[AttemptRecord],
+    certified: &Certified,
+) -> Decision {
+    if kind.hedge_after.is_none()
+        || attempts.iter().any(|a| a.hedge)
+        || attempts.len() as u32 >= kind.max_attempts
+    {
+        return Decision::default();
+    }
+    let (provider, refused) = choose_after(kind, running_on, certified, true);
+    Decision {
+        plan: provider.map(|provider| Plan {
             provider,
             hedge: true,
         }),
-        _ => None,
+        refused,
     }
 }
 
-/// The provider a hedge beside `running_on` would go to, if the kind hedges, no hedge was
-/// started yet, and there is another provider to go to.
-pub fn hedge_provider(kind: &Kind, running_on: &str, attempts: &[AttemptRecord]) -> Option<String> {
-    kind.hedge_after?;
-    if attempts.iter().any(|a| a.hedge) || attempts.len() as u32 >= kind.max_attempts {
-        return None;
+/// Walks the providers after `from` (wrapping) and takes the first the job may go to: the
+/// primary, or a certified one. With `other_than_from`, `from` itself is never taken.
+fn choose_after(
+    kind: &Kind,
+    from: &str,
+    certified: &Certified,
+    other_than_from: bool,
+) -> (Option<String>, Vec<Refusal>) {
+    let n = kind.providers.len();
+    let start = kind
+        .providers
+        .iter()
+        .position(|p| p == from)
+        .map_or(0, |i| i + 1);
+    let mut refused = Vec::new();
+    for step in 0..n {
+        let candidate = &kind.providers[(start + step) % n];
+        if other_than_from && candidate == from {
+            continue;
+        }
+        let primary = *candidate == kind.providers[0];
+        if primary || certified.holds(candidate, &kind.name) {
+            return (Some(candidate.clone()), refused);
+        }
+        refused.push(Refusal {
+            provider: candidate.clone(),
+            reason: format!(
+                "{candidate} holds no valid certificate for kind {} (run `onejob verify \
+                 --provider {candidate} --kind {}`; a changed template or output schema voids \
+                 earlier ones)",
+                kind.name, kind.name
+            ),
+        });
     }
-    let next = after(kind, running_on);
-    (next != running_on).then(|| next.to_owned())
-}
-
-/// The provider after `provider` in the kind's list (the first if it is not listed).
-fn after<'k>(kind: &'k Kind, provider: &str) -> &'k str {
-    let index = kind.providers.iter().position(|p| p == provider);
-    let next = index.map_or(0, |i| (i + 1) % kind.providers.len());
-    &kind.providers[next]
+    (None, refused)
 }
 
 #[cfg(test)]
@@ -77,6 +147,7 @@ mod tests {
     use uuid::Uuid;
 
     use super::*;
+    use crate::store::CertificateRecord;
 
     fn kind(providers: &[&str], hedge: bool) -> Kind {
         Kind {
@@ -95,6 +166,25 @@ mod tests {
         }
     }
 
+    fn certified(k: &Kind, providers: &[&str]) -> Certified {
+        let records: Vec<CertificateRecord> = providers
+            .iter()
+            .map(|p| CertificateRecord {
+                id: Uuid::now_v7(),
+                provider: (*p).into(),
+                kind: k.name.clone(),
+                template_hash: k.template_hash(),
+                schema_hash: k.schema_hash(),
+                passed: true,
+                report: serde_json::Value::Null,
+                created_at: OffsetDateTime::UNIX_EPOCH,
+            })
+            .collect();
+        let mut kinds = crate::kind::Kinds::default();
+        kinds.insert(k.clone());
+        Certified::from_records(&records, &kinds)
+    }
+
     fn attempt(provider: &str, state: AttemptState, hedge: bool) -> AttemptRecord {
         AttemptRecord {
             id: Uuid::now_v7(),
@@ -110,47 +200,104 @@ mod tests {
             started_at: OffsetDateTime::UNIX_EPOCH,
             acknowledged_at: None,
             finished_at: None,
+            unknown_since: None,
             error: None,
         }
     }
 
+    fn provider_of(d: &Decision) -> Option<&str> {
+        d.plan.as_ref().map(|p| p.provider.as_str())
+    }
+
     #[test]
-    fn first_attempt_goes_to_the_primary_and_failover_to_the_next() {
+    fn the_first_attempt_goes_to_the_primary_without_a_certificate() {
         let k = kind(&["a", "b"], false);
-        assert_eq!(next_attempt(&k, &[]).unwrap().provider, "a");
+        assert_eq!(
+            provider_of(&next_attempt(&k, &[], &Certified::default())),
+            Some("a")
+        );
+    }
+
+    #[test]
+    fn failover_goes_only_to_certified_providers_else_stays_on_the_primary() {
+        let k = kind(&["a", "b", "c"], false);
         let failed_a = [attempt("a", AttemptState::Failed, false)];
-        assert_eq!(next_attempt(&k, &failed_a).unwrap().provider, "b");
-        let failed_b = [
-            attempt("a", AttemptState::Failed, false),
-            attempt("b", AttemptState::Failed, false),
-        ];
-        assert_eq!(next_attempt(&k, &failed_b).unwrap().provider, "a");
+        let none = next_attempt(&k, &failed_a, &Certified::default());
+        assert_eq!(provider_of(&none), Some("a"));
+        assert_eq!(
+            none.refused
+                .iter()
+                .map(|r| r.provider.as_str())
+                .collect::<Vec<_>>(),
+            ["b", "c"]
+        );
+        let c_only = next_attempt(&k, &failed_a, &certified(&k, &["c"]));
+        assert_eq!(provider_of(&c_only), Some("c"));
+        assert_eq!(c_only.refused.len(), 1);
+        let both = next_attempt(&k, &failed_a, &certified(&k, &["b", "c"]));
+        assert_eq!(provider_of(&both), Some("b"));
+        assert!(both.refused.is_empty());
     }
 
     #[test]
     fn nothing_starts_beside_starting_or_unknown() {
         let k = kind(&["a", "b"], true);
         for state in [AttemptState::Starting, AttemptState::Unknown] {
-            assert_eq!(next_attempt(&k, &[attempt("a", state, false)]), None);
+            assert_eq!(
+                next_attempt(&k, &[attempt("a", state, false)], &certified(&k, &["b"])).plan,
+                None
+            );
         }
     }
 
     #[test]
-    fn a_running_attempt_is_hedged_only_when_the_kind_opts_in() {
+    fn a_running_attempt_is_hedged_only_by_opt_in_and_only_to_certified() {
         let running = [attempt("a", AttemptState::Running, false)];
-        assert_eq!(next_attempt(&kind(&["a", "b"], false), &running), None);
+        let k = kind(&["a", "b"], true);
         assert_eq!(
-            next_attempt(&kind(&["a", "b"], true), &running),
+            next_attempt(&kind(&["a", "b"], false), &running, &certified(&k, &["b"])).plan,
+            None
+        );
+        let refused = next_attempt(&k, &running, &Certified::default());
+        assert_eq!(refused.plan, None);
+        assert_eq!(refused.refused[0].provider, "b");
+        assert_eq!(
+            next_attempt(&k, &running, &certified(&k, &["b"])).plan,
             Some(Plan {
                 provider: "b".into(),
                 hedge: true
             })
         );
-        assert_eq!(next_attempt(&kind(&["a"], true), &running), None);
+        assert_eq!(
+            next_attempt(&kind(&["a"], true), &running, &Certified::default()).plan,
+            None
+        );
         let hedged = [
             attempt("a", AttemptState::Running, false),
             attempt("b", AttemptState::Failed, true),
         ];
-        assert_eq!(next_attempt(&kind(&["a", "b"], true), &hedged), None);
+        assert_eq!(next_attempt(&k, &hedged, &certified(&k, &["b"])).plan, None);
+    }
+
+    #[test]
+    fn a_changed_template_voids_the_certificate() {
+        let k = kind(&["a", "b"], false);
+        let cert = certified(&k, &["b"]);
+        let mut changed = k.clone();
+        changed.template = Some("Now {{ prompt }} differently".into());
+        let mut kinds = crate::kind::Kinds::default();
+        kinds.insert(changed.clone());
+        let records = vec![CertificateRecord {
+            id: Uuid::now_v7(),
+            provider: "b".into(),
+            kind: "k".into(),
+            template_hash: k.template_hash(),
+            schema_hash: k.schema_hash(),
+            passed: true,
+            report: serde_json::Value::Null,
+            created_at: OffsetDateTime::UNIX_EPOCH,
+        }];
+        assert!(cert.holds("b", "k"));
+        assert!(!Certified::from_records(&records, &kinds).holds("b", "k"));
     }
 }

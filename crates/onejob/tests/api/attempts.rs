@@ -144,10 +144,12 @@ async fn a_timeout_is_unknown_and_blocks_further_attempts(backend: Backend) {
 async fn a_hang_before_acknowledgement_is_unknown_too(backend: Backend) {
     let db = TestDatabase::create(backend).await;
     let fakes = Fakes::spawn().await;
+    // It is never acknowledged and never finishes: no proof will come.
     fakes.primary.add_rule(rule(
         "mute fox",
         Behaviour {
             hang_before_ack: true,
+            hang_after_ack: true,
             ..Default::default()
         },
     ));

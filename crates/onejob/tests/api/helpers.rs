@@ -1,7 +1,14 @@
 //! Test fixtures: a fresh database per test, a running onejob on port 0, API keys, and the
 //! `backend_tests!` macro that runs one test body on PostgreSQL and on SQLite.
 
-use std::{net::SocketAddr, path::PathBuf, sync::Arc};
+use std::{
+    net::SocketAddr,
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+};
 
 use std::time::Duration;
 
@@ -133,14 +140,19 @@ impl TestDatabase {
     pub async fn exec(&self, sql: &'static str) -> Result<u64, String> {
         match self.backend {
             Backend::Postgres => {
+                // In an explicit transaction, so that the commit (and the release of its
+                // row locks) has happened when this returns.
                 let store = PgStore::connect(&self.url, &Default::default())
                     .await
                     .unwrap();
-                sqlx::query(sql)
-                    .execute(store.pool())
+                let mut tx = store.pool().begin().await.unwrap();
+                let result = sqlx::query(sql)
+                    .execute(&mut *tx)
                     .await
                     .map(|r| r.rows_affected())
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| e.to_string());
+                tx.commit().await.unwrap();
+                result
             }
             Backend::Sqlite => {
                 let store = SqliteStore::connect(&self.url, &Default::default())
@@ -208,6 +220,8 @@ pub fn test_config(url: &str) -> Config {
 pub struct Fakes {
     pub primary: FakeServer,
     pub backup: FakeServer,
+    /// Side effects of verification runs, which are not attempts.
+    verification: AtomicU64,
 }
 
 impl Fakes {
@@ -215,12 +229,17 @@ impl Fakes {
         Fakes {
             primary: FakeServer::spawn(([127, 0, 0, 1], 0).into()).await.unwrap(),
             backup: FakeServer::spawn(([127, 0, 0, 1], 0).into()).await.unwrap(),
+            verification: AtomicU64::new(0),
         }
     }
 
-    /// Side effects both fakes have seen.
-    pub fn total(&self) -> u64 {
+    fn raw_total(&self) -> u64 {
         self.primary.submissions().total + self.backup.submissions().total
+    }
+
+    /// Side effects of attempts both fakes have seen (verification runs excluded).
+    pub fn total(&self) -> u64 {
+        self.raw_total() - self.verification.load(Ordering::SeqCst)
     }
 
     /// Points the demo providers at these servers (forwarding an idempotency key) and makes
@@ -250,6 +269,7 @@ pub struct TestApp {
     pub store: Arc<dyn Store>,
     /// An API key for tenant `acme`, user `alice`.
     pub token: String,
+    pub app: App,
     shutdown: Option<oneshot::Sender<()>>,
     worker: Option<WorkerHandle>,
 }
@@ -267,8 +287,29 @@ impl TestApp {
         Self::start(config, false).await
     }
 
-    /// A onejob with a worker, its providers pointed at `fakes`, after `change`.
+    /// A onejob with a worker, its providers pointed at `fakes`, after `change`, with the
+    /// backup fake certified (by a real `verify` run) for every kind.
     pub async fn running(
+        db: &TestDatabase,
+        fakes: &Fakes,
+        change: impl FnOnce(&mut Config),
+    ) -> TestApp {
+        let app = Self::running_uncertified(db, fakes, change).await;
+        let before = fakes.raw_total();
+        for kind in ["chat.completion", "image.generate"] {
+            assert!(
+                app.certify("fake-backup", kind).await,
+                "the backup fake passes {kind}"
+            );
+        }
+        fakes
+            .verification
+            .fetch_add(fakes.raw_total() - before, Ordering::SeqCst);
+        app
+    }
+
+    /// Like [`TestApp::running`], without any certificate.
+    pub async fn running_uncertified(
         db: &TestDatabase,
         fakes: &Fakes,
         change: impl FnOnce(&mut Config),
@@ -279,6 +320,22 @@ impl TestApp {
         Self::start(config, true).await
     }
 
+    /// Runs `onejob verify` for `provider` and `kind` in-process; whether it passed.
+    pub async fn certify(&self, provider: &str, kind: &str) -> bool {
+        self.verify(provider, kind).await.passed
+    }
+
+    /// Runs `onejob verify` in-process and returns the report.
+    pub async fn verify(&self, provider: &str, kind: &str) -> onejob::verify::VerifyReport {
+        let kind = self.app.jobs.kinds().get(kind).unwrap().clone();
+        let adapter = self.app.providers.get(provider).unwrap().clone();
+        let (report, _) =
+            onejob::verify::run_and_record(&*self.store, &kind, provider, &*adapter, None)
+                .await
+                .unwrap();
+        report
+    }
+
     async fn start(config: Config, with_worker: bool) -> TestApp {
         let app = App::open(config).await.expect("app opens");
         let listener = app.bind().await.expect("bind");
@@ -286,11 +343,13 @@ impl TestApp {
         let store = app.store.clone();
         let worker = with_worker.then(|| app.spawn_worker());
         let (tx, rx) = oneshot::channel();
+        let serving = app.clone();
         tokio::spawn(async move {
-            app.serve(listener, async {
-                let _ = rx.await;
-            })
-            .await
+            serving
+                .serve(listener, async {
+                    let _ = rx.await;
+                })
+                .await
         });
         let token = create_key(&*store, "acme", "alice", false).await;
         TestApp {
@@ -298,6 +357,7 @@ impl TestApp {
             client: Client::new(),
             store,
             token,
+            app,
             shutdown: Some(tx),
             worker,
         }

@@ -8,7 +8,8 @@ use futures::future::join_all;
 use std::time::Duration;
 
 use onejob::store::{
-    AttemptStart, Completion, Intake, NewJob, RetryPolicy, StartOutcome, StartRefusal, Store,
+    AttemptStart, Completion, FailOutcome, Intake, NewJob, Resolution, RetryPolicy, StartOutcome,
+    StartRefusal, Store, Unsuccessful,
 };
 use onejob_domain::AttemptState;
 use onejob_domain::{Fingerprint, IdempotencyKey, Principal};
@@ -327,7 +328,12 @@ async fn racing_completions_have_exactly_one_winner(backend: Backend) {
             let store = stores[i].clone();
             tokio::spawn(async move {
                 let output = json!({ "text": format!("from {attempt}") });
-                (attempt, store.complete_attempt(attempt, &output).await)
+                (
+                    attempt,
+                    store
+                        .complete_attempt(attempt, &output, &Resolution::worker())
+                        .await,
+                )
             })
         });
         let results: Vec<(Uuid, Completion)> = join_all(finishes)
@@ -378,7 +384,7 @@ async fn a_result_is_written_once_in_the_database(backend: Backend) {
     let a = started(&*store, &start_for(job_id, 0, "a", false)).await;
     assert_eq!(
         store
-            .complete_attempt(a, &json!({"text": "first"}))
+            .complete_attempt(a, &json!({"text": "first"}), &Resolution::worker())
             .await
             .unwrap(),
         Completion::Won
@@ -397,7 +403,7 @@ async fn a_result_is_written_once_in_the_database(backend: Backend) {
     // A late completion of the same attempt changes nothing either.
     assert!(matches!(
         store
-            .complete_attempt(a, &json!({"text": "again"}))
+            .complete_attempt(a, &json!({"text": "again"}), &Resolution::worker())
             .await
             .unwrap(),
         Completion::Discarded { .. }
@@ -412,11 +418,19 @@ async fn a_failed_attempt_frees_the_job_for_the_next_within_max_attempts(backend
     let job_id = created(&*store, "retry").await;
     for n in 0..3 {
         let attempt = started(&*store, &start_for(job_id, n, "a", false)).await;
-        let state = store
-            .fail_attempt(attempt, &json!({"message": "no"}), RETRY)
+        let FailOutcome::Recorded(state) = store
+            .fail_attempt(
+                attempt,
+                Unsuccessful::Failed,
+                &json!({"message": "no"}),
+                RETRY,
+                &Resolution::worker(),
+            )
             .await
             .unwrap()
-            .unwrap();
+        else {
+            panic!("the attempt was open");
+        };
         let expected = if n < 2 { "pending" } else { "failed" };
         assert_eq!(state.as_str(), expected);
     }

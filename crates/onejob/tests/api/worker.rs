@@ -35,6 +35,7 @@ poll_interval = "100ms"
 name = "fake"
 adapter = "fake"
 base_url = "{base_url}"
+idempotency_header = "Idempotency-Key"
 
 [[kind]]
 name = "chat.completion"
@@ -113,6 +114,7 @@ async fn a_worker_killed_before_acknowledgement_leaves_unknown_and_nothing_resen
 ) {
     let hang = Behaviour {
         hang_before_ack: true,
+        hang_after_ack: true,
         ..Default::default()
     };
     killed_mid_attempt(backend, hang, false).await;

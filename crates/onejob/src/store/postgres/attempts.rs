@@ -17,8 +17,9 @@ use uuid::Uuid;
 
 use super::{PgAttemptRow, insert_event};
 use crate::store::{
-    AttemptRecord, AttemptStart, Completion, NewEvent, RetryPolicy, StartOutcome, StartRefusal,
-    StoreError, payload_digest,
+    AttemptRecord, AttemptStart, Completion, FailOutcome, NewEvent, Resolution, RetryPolicy,
+    StartOutcome, StartRefusal, StoreError, Unsuccessful, payload_digest, records::within_budget,
+    release,
 };
 
 /// How many times a completion re-reads the job when its version moved for another reason.
@@ -48,33 +49,37 @@ fn event(job_id: Uuid, attempt_id: Uuid, kind: EventKind, detail: Value) -> NewE
 
 pub(super) async fn start(pool: &PgPool, start: &AttemptStart) -> Result<StartOutcome, StoreError> {
     let mut tx = pool.begin().await?;
-    let job: Option<(String, i32, bool)> = sqlx::query_as(
-        "SELECT state, attempts, COALESCE(dispatch_at <= now(), false) FROM jobs \
+    let job: Option<(String, i32, i32, bool)> = sqlx::query_as(
+        "SELECT state, attempts, recoveries, COALESCE(dispatch_at <= now(), false) FROM jobs \
          WHERE id = $1 FOR UPDATE SKIP LOCKED",
     )
     .bind(start.job_id)
     .fetch_optional(&mut *tx)
     .await?;
-    let Some((state, attempts, due)) = job else {
+    let Some((state, attempts, recoveries, due)) = job else {
         let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM jobs WHERE id = $1)")
             .bind(start.job_id)
             .fetch_one(&mut *tx)
             .await?;
-        return Ok(StartOutcome::Refused(if exists {
-            StartRefusal::Busy
-        } else {
-            StartRefusal::NotFound
-        }));
+        return release(
+            tx,
+            StartOutcome::Refused(if exists {
+                StartRefusal::Busy
+            } else {
+                StartRefusal::NotFound
+            }),
+        )
+        .await;
     };
     let state: JobState = parse_state(&state)?;
     if state.is_terminal() || !due {
-        return Ok(StartOutcome::Refused(StartRefusal::NotDue(state)));
+        return release(tx, StartOutcome::Refused(StartRefusal::NotDue(state))).await;
     }
     if attempts != start.expected_attempts {
-        return Ok(StartOutcome::Refused(StartRefusal::Stale));
+        return release(tx, StartOutcome::Refused(StartRefusal::Stale)).await;
     }
-    if attempts as u32 >= start.max_attempts {
-        return Ok(StartOutcome::Refused(StartRefusal::Exhausted));
+    if !within_budget(attempts, recoveries, start.max_attempts) {
+        return release(tx, StartOutcome::Refused(StartRefusal::Exhausted)).await;
     }
     let open: Vec<(Uuid, String)> = sqlx::query_as(
         "SELECT id, state FROM attempts WHERE job_id = $1 \
@@ -86,14 +91,18 @@ pub(super) async fn start(pool: &PgPool, start: &AttemptStart) -> Result<StartOu
     for (attempt_id, state) in &open {
         let state: AttemptState = parse_state(state)?;
         if state.blocks_new_attempts() {
-            return Ok(StartOutcome::Refused(StartRefusal::Blocked {
-                attempt_id: *attempt_id,
-                state,
-            }));
+            return release(
+                tx,
+                StartOutcome::Refused(StartRefusal::Blocked {
+                    attempt_id: *attempt_id,
+                    state,
+                }),
+            )
+            .await;
         }
     }
     if open.is_empty() == start.hedge {
-        return Ok(StartOutcome::Refused(StartRefusal::NotHedgeable));
+        return release(tx, StartOutcome::Refused(StartRefusal::NotHedgeable)).await;
     }
     let previous: Option<String> = sqlx::query_scalar(
         "SELECT provider FROM attempts WHERE job_id = $1 ORDER BY number DESC LIMIT 1",
@@ -160,7 +169,7 @@ pub(super) async fn acknowledge(
     .fetch_optional(&mut *tx)
     .await?;
     let Some(job_id) = job_id else {
-        return Ok(false);
+        return release(tx, false).await;
     };
     if let Some(after) = hedge_after {
         sqlx::query(
@@ -210,12 +219,16 @@ pub(super) async fn complete(
     pool: &PgPool,
     attempt_id: Uuid,
     output: &Value,
+    by: &Resolution,
 ) -> Result<Completion, StoreError> {
     for _ in 0..CAS_ROUNDS {
         let mut tx = pool.begin().await?;
         let Some((job_id, attempt_state)) = attempt_head(&mut tx, attempt_id).await? else {
             return Err(StoreError::Corrupt(format!("no attempt {attempt_id}")));
         };
+        if by.only_unknown && attempt_state != AttemptState::Unknown {
+            return release(tx, Completion::NotUnknown(attempt_state)).await;
+        }
         let (version, job_state, winner): (i64, String, Option<Uuid>) =
             sqlx::query_as("SELECT version, state, completed_by FROM jobs WHERE id = $1")
                 .bind(job_id)
@@ -268,11 +281,8 @@ pub(super) async fn complete(
             .bind(attempt_id)
             .execute(&mut *tx)
             .await?;
-        insert_event(
-            &mut tx,
-            &event(job_id, attempt_id, EventKind::Won, payload_digest(output)),
-        )
-        .await?;
+        let won = by.event(job_id, attempt_id, EventKind::Won, payload_digest(output));
+        insert_event(&mut tx, &won).await?;
         tx.commit().await?;
         return Ok(Completion::Won);
     }
@@ -290,8 +300,8 @@ async fn settle_job(
     retry: Option<RetryPolicy>,
     error: Option<&Value>,
 ) -> Result<JobState, StoreError> {
-    let (state, attempts): (String, i32) =
-        sqlx::query_as("SELECT state, attempts FROM jobs WHERE id = $1 FOR UPDATE")
+    let (state, attempts, recoveries): (String, i32, i32) =
+        sqlx::query_as("SELECT state, attempts, recoveries FROM jobs WHERE id = $1 FOR UPDATE")
             .bind(job_id)
             .fetch_one(&mut **tx)
             .await?;
@@ -307,7 +317,7 @@ async fn settle_job(
         .iter()
         .map(|s| parse_state::<AttemptState>(s))
         .collect::<Result<Vec<_>, _>>()?;
-    let may_retry = retry.is_some_and(|r| (attempts as u32) < r.max_attempts);
+    let may_retry = retry.is_some_and(|r| within_budget(attempts, recoveries, r.max_attempts));
     let next = JobState::settle(states, may_retry);
     let backoff = retry.map(|r| secs(r.backoff)).unwrap_or_default();
     let job_error = (next == JobState::Failed).then(
@@ -330,38 +340,54 @@ async fn settle_job(
 pub(super) async fn fail(
     pool: &PgPool,
     attempt_id: Uuid,
+    end: Unsuccessful,
     error: &Value,
     retry: RetryPolicy,
-) -> Result<Option<JobState>, StoreError> {
+    by: &Resolution,
+) -> Result<FailOutcome, StoreError> {
     let mut tx = pool.begin().await?;
-    let Some((job_id, _)) = attempt_head(&mut tx, attempt_id).await? else {
-        return Ok(None);
+    let Some((job_id, attempt_state)) = attempt_head(&mut tx, attempt_id).await? else {
+        return Err(StoreError::Corrupt(format!("no attempt {attempt_id}")));
     };
-    sqlx::query("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE")
+    let job_state: String = sqlx::query_scalar("SELECT state FROM jobs WHERE id = $1 FOR UPDATE")
         .bind(job_id)
-        .execute(&mut *tx)
+        .fetch_one(&mut *tx)
         .await?;
+    let allowed: &[&str] = if by.only_unknown {
+        &["unknown"]
+    } else {
+        &["starting", "running", "unknown"]
+    };
+    // An attempt of a cancelled job ends cancelled, whatever its provider said.
+    let end = if job_state == "cancelled" {
+        Unsuccessful::Cancelled
+    } else {
+        end
+    };
+    let end_state = match end {
+        Unsuccessful::Failed => AttemptState::Failed,
+        Unsuccessful::Cancelled => AttemptState::Cancelled,
+    };
     let changed = sqlx::query(
-        "UPDATE attempts SET state = 'failed', error = $2, finished_at = now() \
-         WHERE id = $1 AND state IN ('starting', 'running', 'unknown')",
+        "UPDATE attempts SET state = $2, error = $3, finished_at = now() \
+         WHERE id = $1 AND state = ANY($4)",
     )
     .bind(attempt_id)
+    .bind(end_state.as_str())
     .bind(Json(error))
+    .bind(allowed)
     .execute(&mut *tx)
     .await?
     .rows_affected();
     if changed == 0 {
-        return Ok(None);
+        return release(tx, FailOutcome::NotOpen(attempt_state)).await;
     }
-    let detail = json!({ "outcome": "failed", "error": error });
-    insert_event(
-        &mut tx,
-        &event(job_id, attempt_id, EventKind::AttemptResolved, detail),
-    )
-    .await?;
+    let detail = json!({ "outcome": end_state, "error": error, "note": by.note });
+    let resolved = by.event(job_id, attempt_id, EventKind::AttemptResolved, detail);
+    insert_event(&mut tx, &resolved).await?;
     let state = settle_job(&mut tx, job_id, Some(retry), Some(error)).await?;
     tx.commit().await?;
-    Ok(Some(state))
+    Ok(FailOutcome::Recorded(state))
 }
 
 pub(super) async fn mark_unknown(
@@ -371,7 +397,7 @@ pub(super) async fn mark_unknown(
 ) -> Result<bool, StoreError> {
     let mut tx = pool.begin().await?;
     let Some((job_id, _)) = attempt_head(&mut tx, attempt_id).await? else {
-        return Ok(false);
+        return release(tx, false).await;
     };
     let (job_state, winner): (String, Option<Uuid>) =
         sqlx::query_as("SELECT state, completed_by FROM jobs WHERE id = $1 FOR UPDATE")
@@ -403,8 +429,8 @@ pub(super) async fn mark_unknown(
         return Ok(false);
     }
     let changed = sqlx::query(
-        "UPDATE attempts SET state = 'unknown', error = $2 \
-         WHERE id = $1 AND state IN ('starting', 'running')",
+        "UPDATE attempts SET state = 'unknown', error = $2, unknown_since = now(), \
+         reconcile_at = now() WHERE id = $1 AND state IN ('starting', 'running')",
     )
     .bind(attempt_id)
     .bind(Json(json!({ "reason": reason })))
@@ -412,7 +438,7 @@ pub(super) async fn mark_unknown(
     .await?
     .rows_affected();
     if changed == 0 {
-        return Ok(false);
+        return release(tx, false).await;
     }
     let detail = json!({ "reason": reason });
     insert_event(
@@ -434,4 +460,38 @@ pub(super) async fn expired(pool: &PgPool, grace: Duration) -> Result<Vec<Uuid>,
     .bind(secs(grace))
     .fetch_all(pool)
     .await?)
+}
+
+pub(super) async fn claim_unknown(
+    pool: &PgPool,
+    limit: u32,
+    backoff: Duration,
+    max_backoff: Duration,
+) -> Result<Vec<AttemptRecord>, StoreError> {
+    let rows: Vec<PgAttemptRow> = sqlx::query_as(concat!(
+        "UPDATE attempts SET reconcile_checks = reconcile_checks + 1, \
+         reconcile_at = now() + make_interval(secs => LEAST($2 * power(2, LEAST(reconcile_checks, 20)), $3)) \
+         WHERE id IN (SELECT id FROM attempts WHERE state = 'unknown' AND reconcile_at <= now() \
+         ORDER BY reconcile_at LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING ",
+        attempt_columns!()
+    ))
+    .bind(i64::from(limit))
+    .bind(secs(backoff))
+    .bind(secs(max_backoff))
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter().map(AttemptRecord::try_from).collect()
+}
+
+pub(super) async fn set_task_id(
+    pool: &PgPool,
+    attempt_id: Uuid,
+    task_id: &str,
+) -> Result<(), StoreError> {
+    sqlx::query("UPDATE attempts SET task_id = $2 WHERE id = $1 AND task_id IS NULL")
+        .bind(attempt_id)
+        .bind(task_id)
+        .execute(pool)
+        .await?;
+    Ok(())
 }

@@ -19,15 +19,16 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::{
-    ApiKeyRecord, AttemptRecord, AttemptStart, Completion, EventRecord, Intake, JobRecord,
-    NewApiKey, NewEvent, NewJob, RetryPolicy, StartOutcome, Store, StoreError, StoreOptions,
+    ApiKeyRecord, AttemptRecord, AttemptStart, CancelOutcome, CertificateRecord, Completion,
+    EventRecord, FailOutcome, Intake, JobRecord, NewApiKey, NewEvent, NewJob, RecoverOutcome,
+    Resolution, RetryPolicy, StartOutcome, Store, StoreError, StoreOptions, Unsuccessful,
 };
 
 /// The column list every job query returns, in [`PgJobRow`] order.
 macro_rules! job_columns {
     () => {
         "id, tenant, user_id, key_hash, kind, fingerprint, params, state, version, attempts, \
-         completed_by, result, error, created_at, updated_at"
+         recoveries, completed_by, result, error, created_at, updated_at"
     };
 }
 
@@ -35,11 +36,13 @@ macro_rules! job_columns {
 macro_rules! attempt_columns {
     () => {
         "id, job_id, number, provider, state, hedge, task_id, worker, lease_expires_at, \
-         deadline_at, started_at, acknowledged_at, finished_at, error"
+         deadline_at, started_at, acknowledged_at, finished_at, unknown_since, error"
     };
 }
 
 mod attempts;
+mod certificates;
+mod lifecycle;
 mod wake;
 
 /// The channel workers LISTEN on; a trigger notifies it when a job becomes due.
@@ -90,6 +93,7 @@ struct PgJobRow {
     state: String,
     version: i64,
     attempts: i32,
+    recoveries: i32,
     completed_by: Option<Uuid>,
     result: Option<Json<Value>>,
     error: Option<Json<Value>>,
@@ -119,6 +123,7 @@ impl TryFrom<PgJobRow> for JobRecord {
                 .map_err(|e| StoreError::Corrupt(e.to_string()))?,
             version: row.version,
             attempts: row.attempts,
+            recoveries: row.recoveries,
             completed_by: row.completed_by,
             result: row.result.map(|j| j.0),
             error: row.error.map(|j| j.0),
@@ -143,6 +148,7 @@ struct PgAttemptRow {
     started_at: OffsetDateTime,
     acknowledged_at: Option<OffsetDateTime>,
     finished_at: Option<OffsetDateTime>,
+    unknown_since: Option<OffsetDateTime>,
     error: Option<Json<Value>>,
 }
 
@@ -167,6 +173,7 @@ impl TryFrom<PgAttemptRow> for AttemptRecord {
             started_at: row.started_at,
             acknowledged_at: row.acknowledged_at,
             finished_at: row.finished_at,
+            unknown_since: row.unknown_since,
             error: row.error.map(|j| j.0),
         })
     }
@@ -443,17 +450,90 @@ impl Store for PgStore {
         &self,
         attempt_id: Uuid,
         output: &Value,
+        by: &Resolution,
     ) -> Result<Completion, StoreError> {
-        attempts::complete(&self.pool, attempt_id, output).await
+        attempts::complete(&self.pool, attempt_id, output, by).await
     }
 
     async fn fail_attempt(
         &self,
         attempt_id: Uuid,
+        end: Unsuccessful,
         error: &Value,
         retry: RetryPolicy,
-    ) -> Result<Option<JobState>, StoreError> {
-        attempts::fail(&self.pool, attempt_id, error, retry).await
+        by: &Resolution,
+    ) -> Result<FailOutcome, StoreError> {
+        attempts::fail(&self.pool, attempt_id, end, error, retry, by).await
+    }
+
+    async fn claim_unknown(
+        &self,
+        limit: u32,
+        backoff: Duration,
+        max_backoff: Duration,
+    ) -> Result<Vec<AttemptRecord>, StoreError> {
+        attempts::claim_unknown(&self.pool, limit, backoff, max_backoff).await
+    }
+
+    async fn set_task_id(&self, attempt_id: Uuid, task_id: &str) -> Result<(), StoreError> {
+        attempts::set_task_id(&self.pool, attempt_id, task_id).await
+    }
+
+    async fn cancel_job(
+        &self,
+        owner: &Principal,
+        job_id: Uuid,
+        actor: &str,
+    ) -> Result<Option<CancelOutcome>, StoreError> {
+        lifecycle::cancel(&self.pool, owner, job_id, actor).await
+    }
+
+    async fn recover_job(
+        &self,
+        owner: &Principal,
+        job_id: Uuid,
+        actor: &str,
+    ) -> Result<Option<RecoverOutcome>, StoreError> {
+        lifecycle::recover(&self.pool, owner, job_id, actor).await
+    }
+
+    async fn attempt_in_tenant(
+        &self,
+        tenant: &str,
+        attempt_id: Uuid,
+    ) -> Result<Option<(AttemptRecord, JobRecord)>, StoreError> {
+        let row: Option<PgAttemptRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            attempt_columns!(),
+            " FROM attempts WHERE id = $1"
+        ))
+        .bind(attempt_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(attempt) = row.map(AttemptRecord::try_from).transpose()? else {
+            return Ok(None);
+        };
+        let job: Option<PgJobRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE id = $1 AND tenant = $2"
+        ))
+        .bind(attempt.job_id)
+        .bind(tenant)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(job
+            .map(JobRecord::try_from)
+            .transpose()?
+            .map(|job| (attempt, job)))
+    }
+
+    async fn insert_certificate(&self, certificate: &CertificateRecord) -> Result<(), StoreError> {
+        certificates::insert(&self.pool, certificate).await
+    }
+
+    async fn certificates(&self) -> Result<Vec<CertificateRecord>, StoreError> {
+        certificates::all(&self.pool).await
     }
 
     async fn mark_unknown(&self, attempt_id: Uuid, reason: &str) -> Result<bool, StoreError> {

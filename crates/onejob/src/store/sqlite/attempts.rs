@@ -15,8 +15,9 @@ use uuid::Uuid;
 
 use super::{SqliteAttemptRow, SqliteStore, insert_event, parse_uuid};
 use crate::store::{
-    AttemptRecord, AttemptStart, Completion, NewEvent, RetryPolicy, StartOutcome, StartRefusal,
-    StoreError, payload_digest,
+    AttemptRecord, AttemptStart, Completion, FailOutcome, NewEvent, Resolution, RetryPolicy,
+    StartOutcome, StartRefusal, StoreError, Unsuccessful, payload_digest, records::within_budget,
+    release,
 };
 
 /// How many times a completion re-reads the job when its version moved for another reason.
@@ -55,26 +56,26 @@ pub(super) async fn start(
 ) -> Result<StartOutcome, StoreError> {
     let mut tx = store.begin_write().await?;
     let job_id = start.job_id.to_string();
-    let job: Option<(String, i32, bool)> = sqlx::query_as(concat!(
-        "SELECT state, attempts, COALESCE(dispatch_at <= ",
+    let job: Option<(String, i32, i32, bool)> = sqlx::query_as(concat!(
+        "SELECT state, attempts, recoveries, COALESCE(dispatch_at <= ",
         now!(),
         ", 0) FROM jobs WHERE id = ?1"
     ))
     .bind(&job_id)
     .fetch_optional(&mut *tx)
     .await?;
-    let Some((state, attempts, due)) = job else {
-        return Ok(StartOutcome::Refused(StartRefusal::NotFound));
+    let Some((state, attempts, recoveries, due)) = job else {
+        return release(tx, StartOutcome::Refused(StartRefusal::NotFound)).await;
     };
     let state: JobState = parse_state(&state)?;
     if state.is_terminal() || !due {
-        return Ok(StartOutcome::Refused(StartRefusal::NotDue(state)));
+        return release(tx, StartOutcome::Refused(StartRefusal::NotDue(state))).await;
     }
     if attempts != start.expected_attempts {
-        return Ok(StartOutcome::Refused(StartRefusal::Stale));
+        return release(tx, StartOutcome::Refused(StartRefusal::Stale)).await;
     }
-    if attempts as u32 >= start.max_attempts {
-        return Ok(StartOutcome::Refused(StartRefusal::Exhausted));
+    if !within_budget(attempts, recoveries, start.max_attempts) {
+        return release(tx, StartOutcome::Refused(StartRefusal::Exhausted)).await;
     }
     let open: Vec<(String, String)> = sqlx::query_as(
         "SELECT id, state FROM attempts WHERE job_id = ?1 \
@@ -86,14 +87,18 @@ pub(super) async fn start(
     for (attempt_id, state) in &open {
         let state: AttemptState = parse_state(state)?;
         if state.blocks_new_attempts() {
-            return Ok(StartOutcome::Refused(StartRefusal::Blocked {
-                attempt_id: parse_uuid(attempt_id)?,
-                state,
-            }));
+            return release(
+                tx,
+                StartOutcome::Refused(StartRefusal::Blocked {
+                    attempt_id: parse_uuid(attempt_id)?,
+                    state,
+                }),
+            )
+            .await;
         }
     }
     if open.is_empty() == start.hedge {
-        return Ok(StartOutcome::Refused(StartRefusal::NotHedgeable));
+        return release(tx, StartOutcome::Refused(StartRefusal::NotHedgeable)).await;
     }
     let previous: Option<String> = sqlx::query_scalar(
         "SELECT provider FROM attempts WHERE job_id = ?1 ORDER BY number DESC LIMIT 1",
@@ -167,7 +172,7 @@ pub(super) async fn acknowledge(
     .fetch_optional(&mut *tx)
     .await?;
     let Some(job_id) = job_id else {
-        return Ok(false);
+        return release(tx, false).await;
     };
     if let Some(after) = hedge_after {
         sqlx::query(concat!(
@@ -225,12 +230,16 @@ pub(super) async fn complete(
     store: &SqliteStore,
     attempt_id: Uuid,
     output: &Value,
+    by: &Resolution,
 ) -> Result<Completion, StoreError> {
     for _ in 0..CAS_ROUNDS {
         let mut tx = store.begin_write().await?;
         let Some((job_id, attempt_state)) = attempt_head(&mut tx, attempt_id).await? else {
             return Err(StoreError::Corrupt(format!("no attempt {attempt_id}")));
         };
+        if by.only_unknown && attempt_state != AttemptState::Unknown {
+            return release(tx, Completion::NotUnknown(attempt_state)).await;
+        }
         let (version, job_state, winner): (i64, String, Option<String>) =
             sqlx::query_as("SELECT version, state, completed_by FROM jobs WHERE id = ?1")
                 .bind(job_id.to_string())
@@ -289,11 +298,8 @@ pub(super) async fn complete(
         .bind(attempt_id.to_string())
         .execute(&mut *tx)
         .await?;
-        insert_event(
-            &mut tx,
-            &event(job_id, attempt_id, EventKind::Won, payload_digest(output)),
-        )
-        .await?;
+        let won = by.event(job_id, attempt_id, EventKind::Won, payload_digest(output));
+        insert_event(&mut tx, &won).await?;
         tx.commit().await?;
         return Ok(Completion::Won);
     }
@@ -310,8 +316,8 @@ async fn settle_job(
     error: Option<&Value>,
 ) -> Result<JobState, StoreError> {
     let id = job_id.to_string();
-    let (state, attempts): (String, i32) =
-        sqlx::query_as("SELECT state, attempts FROM jobs WHERE id = ?1")
+    let (state, attempts, recoveries): (String, i32, i32) =
+        sqlx::query_as("SELECT state, attempts, recoveries FROM jobs WHERE id = ?1")
             .bind(&id)
             .fetch_one(&mut **tx)
             .await?;
@@ -327,7 +333,7 @@ async fn settle_job(
         .iter()
         .map(|s| parse_state::<AttemptState>(s))
         .collect::<Result<Vec<_>, _>>()?;
-    let may_retry = retry.is_some_and(|r| (attempts as u32) < r.max_attempts);
+    let may_retry = retry.is_some_and(|r| within_budget(attempts, recoveries, r.max_attempts));
     let next = JobState::settle(states, may_retry);
     let backoff = plus(retry.map(|r| r.backoff).unwrap_or_default());
     let job_error = (next == JobState::Failed).then(|| {
@@ -353,38 +359,61 @@ async fn settle_job(
 pub(super) async fn fail(
     store: &SqliteStore,
     attempt_id: Uuid,
+    end: Unsuccessful,
     error: &Value,
     retry: RetryPolicy,
-) -> Result<Option<JobState>, StoreError> {
+    by: &Resolution,
+) -> Result<FailOutcome, StoreError> {
     let mut tx = store.begin_write().await?;
-    let Some((job_id, _)) = attempt_head(&mut tx, attempt_id).await? else {
-        return Ok(None);
+    let Some((job_id, attempt_state)) = attempt_head(&mut tx, attempt_id).await? else {
+        return Err(StoreError::Corrupt(format!("no attempt {attempt_id}")));
     };
-    let changed = sqlx::query(concat!(
-        "UPDATE attempts SET state = 'failed', error = ?2, finished_at = ",
-        now!(),
-        " WHERE id = ?1 AND state IN ('starting', 'running', 'unknown')"
-    ))
-    .bind(attempt_id.to_string())
-    .bind(error.to_string())
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
+    let job_state: String = sqlx::query_scalar("SELECT state FROM jobs WHERE id = ?1")
+        .bind(job_id.to_string())
+        .fetch_one(&mut *tx)
+        .await?;
+    // An attempt of a cancelled job ends cancelled, whatever its provider said.
+    let end = if job_state == "cancelled" {
+        Unsuccessful::Cancelled
+    } else {
+        end
+    };
+    let end_state = match end {
+        Unsuccessful::Failed => AttemptState::Failed,
+        Unsuccessful::Cancelled => AttemptState::Cancelled,
+    };
+    let statement = if by.only_unknown {
+        concat!(
+            "UPDATE attempts SET state = ?2, error = ?3, finished_at = ",
+            now!(),
+            " WHERE id = ?1 AND state = 'unknown'"
+        )
+    } else {
+        concat!(
+            "UPDATE attempts SET state = ?2, error = ?3, finished_at = ",
+            now!(),
+            " WHERE id = ?1 AND state IN ('starting', 'running', 'unknown')"
+        )
+    };
+    let changed = sqlx::query(statement)
+        .bind(attempt_id.to_string())
+        .bind(end_state.as_str())
+        .bind(error.to_string())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
     if changed == 0 {
-        return Ok(None);
+        return release(tx, FailOutcome::NotOpen(attempt_state)).await;
     }
-    let detail = json!({ "outcome": "failed", "error": error });
-    insert_event(
-        &mut tx,
-        &event(job_id, attempt_id, EventKind::AttemptResolved, detail),
-    )
-    .await?;
+    let detail = json!({ "outcome": end_state, "error": error, "note": by.note });
+    let resolved = by.event(job_id, attempt_id, EventKind::AttemptResolved, detail);
+    insert_event(&mut tx, &resolved).await?;
     let state = settle_job(&mut tx, job_id, Some(retry), Some(error)).await?;
     tx.commit().await?;
     if state == JobState::Pending {
         store.wake.notify_one();
     }
-    Ok(Some(state))
+    Ok(FailOutcome::Recorded(state))
 }
 
 pub(super) async fn mark_unknown(
@@ -394,7 +423,7 @@ pub(super) async fn mark_unknown(
 ) -> Result<bool, StoreError> {
     let mut tx = store.begin_write().await?;
     let Some((job_id, _)) = attempt_head(&mut tx, attempt_id).await? else {
-        return Ok(false);
+        return release(tx, false).await;
     };
     let (job_state, winner): (String, Option<String>) =
         sqlx::query_as("SELECT state, completed_by FROM jobs WHERE id = ?1")
@@ -425,17 +454,20 @@ pub(super) async fn mark_unknown(
         tx.commit().await?;
         return Ok(false);
     }
-    let changed = sqlx::query(
-        "UPDATE attempts SET state = 'unknown', error = ?2 \
-         WHERE id = ?1 AND state IN ('starting', 'running')",
-    )
+    let changed = sqlx::query(concat!(
+        "UPDATE attempts SET state = 'unknown', error = ?2, unknown_since = ",
+        now!(),
+        ", reconcile_at = ",
+        now!(),
+        " WHERE id = ?1 AND state IN ('starting', 'running')"
+    ))
     .bind(attempt_id.to_string())
     .bind(json!({ "reason": reason }).to_string())
     .execute(&mut *tx)
     .await?
     .rows_affected();
     if changed == 0 {
-        return Ok(false);
+        return release(tx, false).await;
     }
     let detail = json!({ "reason": reason });
     insert_event(
@@ -460,4 +492,55 @@ pub(super) async fn expired(store: &SqliteStore, grace: Duration) -> Result<Vec<
     .fetch_all(store.pool())
     .await?;
     ids.iter().map(|id| parse_uuid(id)).collect()
+}
+
+pub(super) async fn claim_unknown(
+    store: &SqliteStore,
+    limit: u32,
+    backoff: Duration,
+    max_backoff: Duration,
+) -> Result<Vec<AttemptRecord>, StoreError> {
+    let mut tx = store.begin_write().await?;
+    let due: Vec<(String, i32)> = sqlx::query_as(concat!(
+        "SELECT id, reconcile_checks FROM attempts WHERE state = 'unknown' AND reconcile_at <= ",
+        now!(),
+        " ORDER BY reconcile_at LIMIT ?1"
+    ))
+    .bind(i64::from(limit))
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut claimed = Vec::with_capacity(due.len());
+    for (id, checks) in due {
+        let wait = backoff
+            .saturating_mul(2u32.saturating_pow(checks.clamp(0, 20) as u32))
+            .min(max_backoff);
+        let row: SqliteAttemptRow = sqlx::query_as(concat!(
+            "UPDATE attempts SET reconcile_checks = reconcile_checks + 1, reconcile_at = ",
+            now_plus!("?2"),
+            " WHERE id = ?1 RETURNING ",
+            attempt_columns!()
+        ))
+        .bind(&id)
+        .bind(plus(wait))
+        .fetch_one(&mut *tx)
+        .await?;
+        claimed.push(AttemptRecord::try_from(row)?);
+    }
+    tx.commit().await?;
+    Ok(claimed)
+}
+
+pub(super) async fn set_task_id(
+    store: &SqliteStore,
+    attempt_id: Uuid,
+    task_id: &str,
+) -> Result<(), StoreError> {
+    let mut tx = store.begin_write().await?;
+    sqlx::query("UPDATE attempts SET task_id = ?2 WHERE id = ?1 AND task_id IS NULL")
+        .bind(attempt_id.to_string())
+        .bind(task_id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(())
 }

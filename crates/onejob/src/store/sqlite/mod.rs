@@ -24,15 +24,16 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use super::{
-    ApiKeyRecord, AttemptRecord, AttemptStart, Completion, EventRecord, Intake, JobRecord,
-    NewApiKey, NewEvent, NewJob, RetryPolicy, StartOutcome, Store, StoreError, StoreOptions,
+    ApiKeyRecord, AttemptRecord, AttemptStart, CancelOutcome, CertificateRecord, Completion,
+    EventRecord, FailOutcome, Intake, JobRecord, NewApiKey, NewEvent, NewJob, RecoverOutcome,
+    Resolution, RetryPolicy, StartOutcome, Store, StoreError, StoreOptions, Unsuccessful,
 };
 
 /// The column list every job query returns, in [`SqliteJobRow`] order.
 macro_rules! job_columns {
     () => {
         "id, tenant, user_id, key_hash, kind, fingerprint, params, state, version, attempts, \
-         completed_by, result, error, created_at, updated_at"
+         recoveries, completed_by, result, error, created_at, updated_at"
     };
 }
 
@@ -54,11 +55,13 @@ macro_rules! now_plus {
 macro_rules! attempt_columns {
     () => {
         "id, job_id, number, provider, state, hedge, task_id, worker, lease_expires_at, \
-         deadline_at, started_at, acknowledged_at, finished_at, error"
+         deadline_at, started_at, acknowledged_at, finished_at, unknown_since, error"
     };
 }
 
 mod attempts;
+mod certificates;
+mod lifecycle;
 
 /// How long a writer waits for SQLite's write lock before the store reports itself busy.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -124,11 +127,11 @@ pub(super) fn parse_uuid(text: &str) -> Result<Uuid, StoreError> {
     Uuid::parse_str(text).map_err(|e| corrupt("uuid")(e.to_string()))
 }
 
-fn parse_json(text: &str) -> Result<Value, StoreError> {
+pub(super) fn parse_json(text: &str) -> Result<Value, StoreError> {
     serde_json::from_str(text).map_err(|e| corrupt("json")(e.to_string()))
 }
 
-fn parse_time(text: &str) -> Result<OffsetDateTime, StoreError> {
+pub(super) fn parse_time(text: &str) -> Result<OffsetDateTime, StoreError> {
     OffsetDateTime::parse(text, &Rfc3339).map_err(|e| corrupt("timestamp")(e.to_string()))
 }
 
@@ -144,6 +147,7 @@ struct SqliteJobRow {
     state: String,
     version: i64,
     attempts: i32,
+    recoveries: i32,
     completed_by: Option<String>,
     result: Option<String>,
     error: Option<String>,
@@ -173,6 +177,7 @@ impl TryFrom<SqliteJobRow> for JobRecord {
                 .map_err(|e| StoreError::Corrupt(e.to_string()))?,
             version: row.version,
             attempts: row.attempts,
+            recoveries: row.recoveries,
             completed_by: row.completed_by.as_deref().map(parse_uuid).transpose()?,
             result: row.result.as_deref().map(parse_json).transpose()?,
             error: row.error.as_deref().map(parse_json).transpose()?,
@@ -197,6 +202,7 @@ struct SqliteAttemptRow {
     started_at: String,
     acknowledged_at: Option<String>,
     finished_at: Option<String>,
+    unknown_since: Option<String>,
     error: Option<String>,
 }
 
@@ -222,6 +228,7 @@ impl TryFrom<SqliteAttemptRow> for AttemptRecord {
             started_at: parse_time(&row.started_at)?,
             acknowledged_at: time(row.acknowledged_at)?,
             finished_at: time(row.finished_at)?,
+            unknown_since: time(row.unknown_since)?,
             error: row.error.as_deref().map(parse_json).transpose()?,
         })
     }
@@ -502,17 +509,90 @@ impl Store for SqliteStore {
         &self,
         attempt_id: Uuid,
         output: &Value,
+        by: &Resolution,
     ) -> Result<Completion, StoreError> {
-        attempts::complete(self, attempt_id, output).await
+        attempts::complete(self, attempt_id, output, by).await
     }
 
     async fn fail_attempt(
         &self,
         attempt_id: Uuid,
+        end: Unsuccessful,
         error: &Value,
         retry: RetryPolicy,
-    ) -> Result<Option<JobState>, StoreError> {
-        attempts::fail(self, attempt_id, error, retry).await
+        by: &Resolution,
+    ) -> Result<FailOutcome, StoreError> {
+        attempts::fail(self, attempt_id, end, error, retry, by).await
+    }
+
+    async fn claim_unknown(
+        &self,
+        limit: u32,
+        backoff: Duration,
+        max_backoff: Duration,
+    ) -> Result<Vec<AttemptRecord>, StoreError> {
+        attempts::claim_unknown(self, limit, backoff, max_backoff).await
+    }
+
+    async fn set_task_id(&self, attempt_id: Uuid, task_id: &str) -> Result<(), StoreError> {
+        attempts::set_task_id(self, attempt_id, task_id).await
+    }
+
+    async fn cancel_job(
+        &self,
+        owner: &Principal,
+        job_id: Uuid,
+        actor: &str,
+    ) -> Result<Option<CancelOutcome>, StoreError> {
+        lifecycle::cancel(self, owner, job_id, actor).await
+    }
+
+    async fn recover_job(
+        &self,
+        owner: &Principal,
+        job_id: Uuid,
+        actor: &str,
+    ) -> Result<Option<RecoverOutcome>, StoreError> {
+        lifecycle::recover(self, owner, job_id, actor).await
+    }
+
+    async fn attempt_in_tenant(
+        &self,
+        tenant: &str,
+        attempt_id: Uuid,
+    ) -> Result<Option<(AttemptRecord, JobRecord)>, StoreError> {
+        let row: Option<SqliteAttemptRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            attempt_columns!(),
+            " FROM attempts WHERE id = ?1"
+        ))
+        .bind(attempt_id.to_string())
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(attempt) = row.map(AttemptRecord::try_from).transpose()? else {
+            return Ok(None);
+        };
+        let job: Option<SqliteJobRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE id = ?1 AND tenant = ?2"
+        ))
+        .bind(attempt.job_id.to_string())
+        .bind(tenant)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(job
+            .map(JobRecord::try_from)
+            .transpose()?
+            .map(|job| (attempt, job)))
+    }
+
+    async fn insert_certificate(&self, certificate: &CertificateRecord) -> Result<(), StoreError> {
+        certificates::insert(self, certificate).await
+    }
+
+    async fn certificates(&self) -> Result<Vec<CertificateRecord>, StoreError> {
+        certificates::all(self).await
     }
 
     async fn mark_unknown(&self, attempt_id: Uuid, reason: &str) -> Result<bool, StoreError> {

@@ -1,0 +1,62 @@
+//! `GET /v1/certificates`: every `onejob verify` run, with whether it is valid now (passed,
+//! and made against the kind's current template and output schema).
+
+use std::sync::Arc;
+
+use axum::{Json, extract::State};
+use serde::Serialize;
+use serde_json::Value;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use super::{AppState, auth::Caller, problem::Problem};
+use crate::certification::is_current;
+
+/// One verification run as the API shows it.
+#[derive(Debug, Serialize)]
+pub struct CertificateView {
+    /// Its id.
+    pub id: Uuid,
+    /// The provider verified.
+    pub provider: String,
+    /// The kind whose contract it ran.
+    pub kind: String,
+    /// Whether every contract case passed.
+    pub passed: bool,
+    /// Whether it certifies the provider now: passed, and made against the kind's current
+    /// template and output schema.
+    pub valid: bool,
+    /// The template hash it was made against.
+    pub template_hash: String,
+    /// The output schema hash it was made against.
+    pub schema_hash: String,
+    /// When.
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// The per-case report.
+    pub report: Value,
+}
+
+/// `GET /v1/certificates`.
+pub async fn list(
+    State(state): State<Arc<AppState>>,
+    _caller: Caller,
+) -> Result<Json<Value>, Problem> {
+    let records = state.jobs.store().certificates().await?;
+    let kinds = state.jobs.kinds();
+    let views: Vec<CertificateView> = records
+        .into_iter()
+        .map(|c| CertificateView {
+            valid: c.passed && kinds.get(&c.kind).is_some_and(|kind| is_current(&c, kind)),
+            id: c.id,
+            provider: c.provider,
+            kind: c.kind,
+            passed: c.passed,
+            template_hash: c.template_hash,
+            schema_hash: c.schema_hash,
+            created_at: c.created_at,
+            report: c.report,
+        })
+        .collect();
+    Ok(Json(serde_json::json!({ "certificates": views })))
+}

@@ -1,0 +1,89 @@
+//! Recording how an attempt ended, shared by everyone who learns it: the worker (a live
+//! answer), the reconciler (the provider's status) and operators (out-of-band proof).
+//!
+//! An output is only ever offered as a result after [`crate::kind::Kind::check_output`]
+//! passed; one that does not is a failed attempt ("no fake success"). Offering goes through
+//! the store's compare-and-swap, so a late or duplicate result is discarded, never merged.
+
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::{
+    kind::{FieldError, Kind},
+    store::{Completion, FailOutcome, Resolution, RetryPolicy, Store, StoreError, Unsuccessful},
+};
+
+/// What offering an output did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Offered {
+    /// It won: it is the job's result.
+    Won,
+    /// It came after another attempt won or the job was cancelled; discarded.
+    Discarded,
+    /// The resolution needed an `unknown` attempt and this one is not.
+    NotUnknown(onejob_domain::AttemptState),
+    /// It is not a real result; the attempt was recorded as failed.
+    Invalid(Vec<FieldError>),
+}
+
+/// The retry policy for the attempt after attempt number `number` of a `kind` job.
+pub fn retry_after(kind: &Kind, number: i32) -> RetryPolicy {
+    RetryPolicy {
+        max_attempts: kind.max_attempts,
+        backoff: kind.backoff(number + 1),
+    }
+}
+
+/// Validates `output` and offers it as the job's result.
+pub async fn offer(
+    store: &dyn Store,
+    kind: &Kind,
+    attempt_id: Uuid,
+    number: i32,
+    output: &Value,
+    by: &Resolution,
+) -> Result<Offered, StoreError> {
+    if let Err(errors) = kind.check_output(output) {
+        let error = json!({
+            "message": "the output does not pass the kind's output schema: no real artifact",
+            "errors": errors,
+        });
+        return match fail(
+            store,
+            kind,
+            attempt_id,
+            number,
+            Unsuccessful::Failed,
+            error,
+            by,
+        )
+        .await?
+        {
+            FailOutcome::NotOpen(state) if by.only_unknown => Ok(Offered::NotUnknown(state)),
+            _ => Ok(Offered::Invalid(errors)),
+        };
+    }
+    Ok(
+        match store.complete_attempt(attempt_id, output, by).await? {
+            Completion::Won => Offered::Won,
+            Completion::Discarded { .. } => Offered::Discarded,
+            Completion::NotUnknown(state) => Offered::NotUnknown(state),
+        },
+    )
+}
+
+/// Records a definite failure (or cancellation) of attempt `number`, letting the job move on
+/// to its next attempt while its budget lasts.
+pub async fn fail(
+    store: &dyn Store,
+    kind: &Kind,
+    attempt_id: Uuid,
+    number: i32,
+    end: Unsuccessful,
+    error: Value,
+    by: &Resolution,
+) -> Result<FailOutcome, StoreError> {
+    store
+        .fail_attempt(attempt_id, end, &error, retry_after(kind, number), by)
+        .await
+}

@@ -1,0 +1,260 @@
+//! `onejob verify`: run a kind's contract cases against one provider and record the result
+//! as a certificate (DESIGN §6).
+//!
+//! Each case renders the kind's prompt template over its params, counts the prompt with the
+//! provider's own tokenizer against the model's context limit, sends the full round trip at
+//! temperature 0, and checks the answer: the kind's output schema, exactly the schema's
+//! top-level keys (every required one, nothing it does not list), and the case's
+//! `must_contain` substrings (case-insensitive). The run passes only if every case passes.
+//! Passing runs certify the provider for failover and hedging until the kind's template or
+//! output schema changes.
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::{
+    config::ContractCase,
+    kind::Kind,
+    provider::{AttemptRequest, Provider, Submitted, TaskStatus, openai_chat::render_prompt},
+    store::{CertificateRecord, Store, StoreError},
+};
+
+/// How one contract case went.
+#[derive(Debug, Clone, Serialize)]
+pub struct CaseReport {
+    /// The case's name.
+    pub name: String,
+    /// Whether it passed.
+    pub passed: bool,
+    /// Prompt tokens, where a tokenizer could count them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<usize>,
+    /// Which tokenizer counted them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<String>,
+    /// Round-trip time in milliseconds.
+    pub latency_ms: u64,
+    /// The output received, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
+    /// Why it failed (empty when it passed).
+    pub problems: Vec<String>,
+}
+
+/// A whole verification run.
+#[derive(Debug, Clone, Serialize)]
+pub struct VerifyReport {
+    /// The provider.
+    pub provider: String,
+    /// The kind.
+    pub kind: String,
+    /// Whether every case passed.
+    pub passed: bool,
+    /// The kind's template hash the run was made against.
+    pub template_hash: String,
+    /// The kind's output schema hash the run was made against.
+    pub schema_hash: String,
+    /// The model's context limit checked against, if configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_limit: Option<u32>,
+    /// One entry per contract case.
+    pub cases: Vec<CaseReport>,
+}
+
+/// Runs every contract case of `kind` against `provider`.
+pub async fn run(
+    kind: &Kind,
+    provider_name: &str,
+    provider: &dyn Provider,
+    context_limit: Option<u32>,
+) -> VerifyReport {
+    let mut cases = Vec::new();
+    for case in &kind.contract {
+        cases.push(run_case(kind, provider, context_limit, case).await);
+    }
+    let passed = !cases.is_empty() && cases.iter().all(|c| c.passed);
+    VerifyReport {
+        provider: provider_name.to_owned(),
+        kind: kind.name.clone(),
+        passed,
+        template_hash: kind.template_hash(),
+        schema_hash: kind.schema_hash(),
+        context_limit,
+        cases,
+    }
+}
+
+/// Runs the contract and records the run; returns the report and the stored record.
+pub async fn run_and_record(
+    store: &dyn Store,
+    kind: &Kind,
+    provider_name: &str,
+    provider: &dyn Provider,
+    context_limit: Option<u32>,
+) -> Result<(VerifyReport, CertificateRecord), StoreError> {
+    let report = run(kind, provider_name, provider, context_limit).await;
+    let mut report_json = serde_json::to_value(&report).unwrap_or(Value::Null);
+    if kind.contract.is_empty() {
+        report_json["note"] = json!("the kind has no [[kind.contract]] cases: nothing to certify");
+    }
+    let record = CertificateRecord {
+        id: Uuid::now_v7(),
+        provider: provider_name.to_owned(),
+        kind: kind.name.clone(),
+        template_hash: report.template_hash.clone(),
+        schema_hash: report.schema_hash.clone(),
+        passed: report.passed,
+        report: report_json,
+        created_at: OffsetDateTime::now_utc(),
+    };
+    store.insert_certificate(&record).await?;
+    Ok((report, record))
+}
+
+async fn run_case(
+    kind: &Kind,
+    provider: &dyn Provider,
+    context_limit: Option<u32>,
+    case: &ContractCase,
+) -> CaseReport {
+    let mut report = CaseReport {
+        name: case.name.clone(),
+        passed: false,
+        prompt_tokens: None,
+        tokenizer: None,
+        latency_ms: 0,
+        output: None,
+        problems: Vec::new(),
+    };
+    if let Err(errors) = kind.check_params(&case.params) {
+        for error in errors {
+            report.problems.push(format!(
+                "the case's params fail the params schema at {}: {}",
+                error.path, error.message
+            ));
+        }
+        return report;
+    }
+    match render_prompt(kind, &case.params) {
+        Ok(prompt) => match provider.count_tokens(&prompt).await {
+            Ok(Some(count)) => {
+                if let Some(limit) = context_limit.filter(|l| count.tokens > *l as usize) {
+                    report.problems.push(format!(
+                        "the prompt is {} tokens ({}), over the context limit of {limit}",
+                        count.tokens, count.tokenizer
+                    ));
+                }
+                report.prompt_tokens = Some(count.tokens);
+                report.tokenizer = Some(count.tokenizer);
+            }
+            Ok(None) if context_limit.is_some() => report.problems.push(
+                "no tokenizer is reachable for this provider, so the context limit cannot be \
+                 checked"
+                    .into(),
+            ),
+            Ok(None) => {}
+            Err(error) => report
+                .problems
+                .push(format!("counting tokens failed: {error}")),
+        },
+        Err(error) => report.problems.push(error.to_string()),
+    }
+    let started = Instant::now();
+    let output = round_trip(kind, provider, &case.params).await;
+    report.latency_ms = started.elapsed().as_millis() as u64;
+    match output {
+        Ok(output) => {
+            report.problems.extend(check_output(kind, case, &output));
+            report.output = Some(output);
+        }
+        Err(problem) => report.problems.push(problem),
+    }
+    report.passed = report.problems.is_empty();
+    report
+}
+
+/// Sends the case upstream at temperature 0 and waits (within the kind's attempt timeout)
+/// for the output.
+async fn round_trip(kind: &Kind, provider: &dyn Provider, params: &Value) -> Result<Value, String> {
+    let request = AttemptRequest {
+        job_id: Uuid::nil(),
+        attempt_id: Uuid::now_v7(),
+        kind,
+        params,
+        idempotency_key: format!("onejob-verify:{}", Uuid::now_v7()),
+        temperature: Some(0.0),
+    };
+    let deadline = tokio::time::Instant::now() + kind.attempt_timeout;
+    let submitted = tokio::time::timeout_at(deadline, provider.submit(&request, None))
+        .await
+        .map_err(|_| {
+            format!(
+                "no answer within attempt_timeout ({:?})",
+                kind.attempt_timeout
+            )
+        })?
+        .map_err(|e| e.to_string())?;
+    let task_id = match submitted {
+        Submitted::Output(output) => return Ok(output),
+        Submitted::Accepted { task_id } => task_id,
+    };
+    loop {
+        match provider.status(&task_id).await {
+            Ok(TaskStatus::Succeeded(output)) => return Ok(output),
+            Ok(TaskStatus::Failed(message)) => return Err(format!("the task failed: {message}")),
+            Ok(TaskStatus::Running) | Err(_) => {}
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!("task {task_id} still running at attempt_timeout"));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The contract's checks on one output.
+pub fn check_output(kind: &Kind, case: &ContractCase, output: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    if let Err(errors) = kind.check_output(output) {
+        problems.extend(
+            errors
+                .into_iter()
+                .map(|e| format!("output schema at {}: {}", e.path, e.message)),
+        );
+    }
+    if let (Some(schema), Some(object)) = (&kind.output_schema, output.as_object()) {
+        let source = schema.source();
+        let listed: Vec<&str> = source
+            .get("properties")
+            .and_then(Value::as_object)
+            .map(|p| p.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        let required: Vec<&str> = source
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        for key in object.keys() {
+            if !listed.is_empty() && !listed.contains(&key.as_str()) {
+                problems.push(format!(
+                    "extra top-level key {key:?} the output schema does not list"
+                ));
+            }
+        }
+        for key in required {
+            if !object.contains_key(key) {
+                problems.push(format!("missing top-level key {key:?}"));
+            }
+        }
+    }
+    let text = output.to_string().to_lowercase();
+    for needle in &case.must_contain {
+        if !text.contains(&needle.to_lowercase()) {
+            problems.push(format!("the output does not contain {needle:?}"));
+        }
+    }
+    problems
+}
