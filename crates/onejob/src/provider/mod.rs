@@ -35,8 +35,8 @@ pub struct AttemptRequest<'a> {
     pub kind: &'a Kind,
     /// The job's params.
     pub params: &'a Value,
-    /// The stable per-job key forwarded upstream where the provider has an
-    /// `idempotency_header` (a new one per controlled recovery).
+    /// The key forwarded upstream where the provider has an `idempotency_header`: stable
+    /// per job and provider (see `worker::plan::upstream_key`).
     pub idempotency_key: String,
     /// A temperature that overrides the params' (`onejob verify` runs at 0).
     pub temperature: Option<f64>,

@@ -198,6 +198,8 @@ pub struct AttemptRecord {
     pub finished_at: Option<OffsetDateTime>,
     /// When its outcome became unknown.
     pub unknown_since: Option<OffsetDateTime>,
+    /// The idempotency key it forwarded upstream (where its provider takes one).
+    pub upstream_key: Option<String>,
     /// Why it failed, or why its outcome is unknown.
     pub error: Option<Value>,
 }
@@ -221,6 +223,8 @@ pub struct AttemptStart {
     pub timeout: Duration,
     /// The kind's `max_attempts` (per recovery generation).
     pub max_attempts: u32,
+    /// The idempotency key the attempt will forward upstream.
+    pub upstream_key: String,
 }
 
 /// What [`super::Store::start_attempt`] did.

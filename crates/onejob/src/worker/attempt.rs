@@ -80,17 +80,15 @@ async fn run_attempt(
         super::log_refusals(&ctx, job.id, "hedge", &decision).await;
         decision.plan.and(kind.hedge_after)
     };
-    let recovery = if job.recoveries > 0 {
-        format!(":r{}", job.recoveries)
-    } else {
-        String::new()
-    };
     let request = AttemptRequest {
         job_id: job.id,
         attempt_id: attempt.id,
         kind: &kind,
         params: &job.params,
-        idempotency_key: format!("onejob:{}{recovery}", job.id),
+        idempotency_key: attempt
+            .upstream_key
+            .clone()
+            .unwrap_or_else(|| format!("onejob:{}", job.id)),
         temperature: None,
     };
 

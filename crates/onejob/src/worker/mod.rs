@@ -198,6 +198,7 @@ async fn claim(
         lease: ctx.settings.lease,
         timeout: kind.attempt_timeout,
         max_attempts: kind.max_attempts,
+        upstream_key: plan::upstream_key(job_id, &attempts, &next.provider),
     };
     match ctx.store.start_attempt(&start).await {
         Ok(StartOutcome::Started(attempt)) => {

@@ -18,6 +18,24 @@ pub struct Plan {
     pub hedge: bool,
 }
 
+/// The idempotency key an attempt on `provider` forwards upstream: stable for the job on
+/// each provider (`onejob:<job id>`), so an accidental second send of the same intent is
+/// deduplicated upstream, and renewed (`onejob:<job id>:<n>`) only after the n-1 earlier
+/// tries there definitely failed or were cancelled, because an upstream that caches answers
+/// by key would otherwise replay that failure to a deliberate retry.
+pub fn upstream_key(job_id: uuid::Uuid, attempts: &[AttemptRecord], provider: &str) -> String {
+    let ended = attempts
+        .iter()
+        .filter(|a| a.provider == provider)
+        .filter(|a| matches!(a.state, AttemptState::Failed | AttemptState::Cancelled))
+        .count();
+    if ended == 0 {
+        format!("onejob:{job_id}")
+    } else {
+        format!("onejob:{job_id}:{}", ended + 1)
+    }
+}
+
 /// A provider passed over, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
@@ -201,12 +219,24 @@ mod tests {
             acknowledged_at: None,
             finished_at: None,
             unknown_since: None,
+            upstream_key: None,
             error: None,
         }
     }
 
     fn provider_of(d: &Decision) -> Option<&str> {
         d.plan.as_ref().map(|p| p.provider.as_str())
+    }
+
+    #[test]
+    fn the_upstream_key_is_stable_per_job_and_provider_until_a_definite_failure() {
+        let job = Uuid::nil();
+        assert_eq!(upstream_key(job, &[], "a"), format!("onejob:{job}"));
+        let unknown = [attempt("a", AttemptState::Unknown, false)];
+        assert_eq!(upstream_key(job, &unknown, "a"), format!("onejob:{job}"));
+        let failed_a = [attempt("a", AttemptState::Failed, false)];
+        assert_eq!(upstream_key(job, &failed_a, "b"), format!("onejob:{job}"));
+        assert_eq!(upstream_key(job, &failed_a, "a"), format!("onejob:{job}:2"));
     }
 
     #[test]

@@ -74,12 +74,10 @@ async fn reconcile(ctx: &WorkerContext, attempt: &AttemptRecord) -> Result<bool,
             let task_id = match &attempt.task_id {
                 Some(task_id) => Some(task_id.clone()),
                 None => {
-                    let generation = if job.recoveries > 0 {
-                        format!(":r{}", job.recoveries)
-                    } else {
-                        String::new()
-                    };
-                    let key = format!("onejob:{}{generation}", job.id);
+                    let key = attempt
+                        .upstream_key
+                        .clone()
+                        .unwrap_or_else(|| format!("onejob:{}", job.id));
                     match provider.task_by_idempotency_key(&key).await {
                         Ok(Some(task_id)) => {
                             ctx.store.set_task_id(attempt.id, &task_id).await?;

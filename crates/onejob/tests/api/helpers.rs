@@ -431,7 +431,7 @@ impl TestApp {
         }
     }
 
-    /// Polls the job's attempts until `done` holds.
+    /// Polls the job's attempts until there are some and `done` holds.
     pub async fn wait_attempts(
         &self,
         id: &str,
@@ -441,7 +441,7 @@ impl TestApp {
         let deadline = tokio::time::Instant::now() + within;
         loop {
             let attempts = self.attempts(id).await;
-            if done(&attempts) {
+            if !attempts.is_empty() && done(&attempts) {
                 return attempts;
             }
             assert!(

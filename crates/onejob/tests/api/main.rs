@@ -11,5 +11,6 @@ mod helpers;
 mod intake;
 mod isolation;
 mod providers;
+mod recovery;
 mod store_conformance;
 mod worker;

@@ -198,6 +198,7 @@ fn start_for(job_id: Uuid, expected_attempts: i32, provider: &str, hedge: bool) 
         lease: Duration::from_secs(30),
         timeout: Duration::from_secs(30),
         max_attempts: 3,
+        upstream_key: format!("onejob:{job_id}"),
     }
 }
 

@@ -112,8 +112,8 @@ pub(super) async fn start(pool: &PgPool, start: &AttemptStart) -> Result<StartOu
     .await?;
     let row: PgAttemptRow = sqlx::query_as(concat!(
         "INSERT INTO attempts (id, job_id, number, provider, state, hedge, worker, \
-         lease_expires_at, deadline_at) VALUES ($1, $2, $3, $4, 'starting', $5, $6, \
-         now() + make_interval(secs => $7), now() + make_interval(secs => $8)) RETURNING ",
+         lease_expires_at, deadline_at, upstream_key) VALUES ($1, $2, $3, $4, 'starting', $5, \
+         $6, now() + make_interval(secs => $7), now() + make_interval(secs => $8), $9) RETURNING ",
         attempt_columns!()
     ))
     .bind(Uuid::now_v7())
@@ -124,6 +124,7 @@ pub(super) async fn start(pool: &PgPool, start: &AttemptStart) -> Result<StartOu
     .bind(&start.worker)
     .bind(secs(start.lease))
     .bind(secs(start.timeout))
+    .bind(&start.upstream_key)
     .fetch_one(&mut *tx)
     .await?;
     let attempt = AttemptRecord::try_from(row)?;

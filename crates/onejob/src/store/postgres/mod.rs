@@ -36,7 +36,7 @@ macro_rules! job_columns {
 macro_rules! attempt_columns {
     () => {
         "id, job_id, number, provider, state, hedge, task_id, worker, lease_expires_at, \
-         deadline_at, started_at, acknowledged_at, finished_at, unknown_since, error"
+         deadline_at, started_at, acknowledged_at, finished_at, unknown_since, upstream_key, error"
     };
 }
 
@@ -149,6 +149,7 @@ struct PgAttemptRow {
     acknowledged_at: Option<OffsetDateTime>,
     finished_at: Option<OffsetDateTime>,
     unknown_since: Option<OffsetDateTime>,
+    upstream_key: Option<String>,
     error: Option<Json<Value>>,
 }
 
@@ -174,6 +175,7 @@ impl TryFrom<PgAttemptRow> for AttemptRecord {
             acknowledged_at: row.acknowledged_at,
             finished_at: row.finished_at,
             unknown_since: row.unknown_since,
+            upstream_key: row.upstream_key,
             error: row.error.map(|j| j.0),
         })
     }

@@ -108,11 +108,11 @@ pub(super) async fn start(
     .await?;
     let row: SqliteAttemptRow = sqlx::query_as(concat!(
         "INSERT INTO attempts (id, job_id, number, provider, state, hedge, worker, \
-         lease_expires_at, deadline_at) VALUES (?1, ?2, ?3, ?4, 'starting', ?5, ?6, ",
+         lease_expires_at, deadline_at, upstream_key) VALUES (?1, ?2, ?3, ?4, 'starting', ?5, ?6, ",
         now_plus!("?7"),
         ", ",
         now_plus!("?8"),
-        ") RETURNING ",
+        ", ?9) RETURNING ",
         attempt_columns!()
     ))
     .bind(Uuid::now_v7().to_string())
@@ -123,6 +123,7 @@ pub(super) async fn start(
     .bind(&start.worker)
     .bind(plus(start.lease))
     .bind(plus(start.timeout))
+    .bind(&start.upstream_key)
     .fetch_one(&mut *tx)
     .await?;
     let attempt = AttemptRecord::try_from(row)?;

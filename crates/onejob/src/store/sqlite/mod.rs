@@ -55,7 +55,7 @@ macro_rules! now_plus {
 macro_rules! attempt_columns {
     () => {
         "id, job_id, number, provider, state, hedge, task_id, worker, lease_expires_at, \
-         deadline_at, started_at, acknowledged_at, finished_at, unknown_since, error"
+         deadline_at, started_at, acknowledged_at, finished_at, unknown_since, upstream_key, error"
     };
 }
 
@@ -203,6 +203,7 @@ struct SqliteAttemptRow {
     acknowledged_at: Option<String>,
     finished_at: Option<String>,
     unknown_since: Option<String>,
+    upstream_key: Option<String>,
     error: Option<String>,
 }
 
@@ -229,6 +230,7 @@ impl TryFrom<SqliteAttemptRow> for AttemptRecord {
             acknowledged_at: time(row.acknowledged_at)?,
             finished_at: time(row.finished_at)?,
             unknown_since: time(row.unknown_since)?,
+            upstream_key: row.upstream_key,
             error: row.error.as_deref().map(parse_json).transpose()?,
         })
     }
