@@ -102,15 +102,17 @@ STEP_T=$T0
 elapsed() { printf '%6ss' "$(secs_since "$T0")"; }
 step() {
     STEP_T=$(now_us)
-    printf '\n\033[1m== [%s] %s\033[0m\n' "$(elapsed)" "$*"
+    printf '\n%s== [%s] %s%s\n' "$BOLD" "$(elapsed)" "$*" "$PLAIN"
 }
 since_step() { echo "$(secs_since "$STEP_T")s"; }
+if [[ -t 1 ]]; then BOLD=$'\033[1m' RED=$'\033[31m' PLAIN=$'\033[0m'; else BOLD="" RED="" PLAIN=""; fi
 say() { printf '   %s\n' "$*"; }
 indent() { sed 's/^/   /'; }
-die() { printf '\n\033[31mERROR: %s\033[0m\n' "$*" >&2; exit 1; }
+die() { printf '\n%sERROR: %s%s\n' "$RED" "$*" "$PLAIN" >&2; exit 1; }
 
 EXPECTATIONS=()
 RESULTS=()
+OBSERVATIONS=()
 FAILED_EXPECTATIONS=0
 expect() { # expect "description" COND(0/1) "observed"
     if [[ "$2" == 1 ]]; then
@@ -119,7 +121,7 @@ expect() { # expect "description" COND(0/1) "observed"
     else
         EXPECTATIONS+=("UNEXPECTED  $1 ($3)")
         FAILED_EXPECTATIONS=$((FAILED_EXPECTATIONS + 1))
-        printf '   \033[31m-> UNEXPECTED: %s (%s)\033[0m\n' "$1" "$3"
+        printf '   %s-> UNEXPECTED: %s (%s)%s\n' "$RED" "$1" "$3" "$PLAIN"
     fi
 }
 TIMINGS=()
@@ -150,8 +152,8 @@ cleanup() {
     exit "$status"
 }
 trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+trap 'echo "interrupted" >&2; exit 130' INT
+trap 'echo "terminated" >&2; exit 143' TERM
 
 wait_http() { # wait_http NAME URL SECONDS LOG
     local name=$1 url=$2 seconds=$3 log=$4 i
@@ -270,7 +272,8 @@ if [[ "$PROBE_CODE" =~ ^2 ]]; then
     SHIM_NEEDED=0
 else
     say "probe: the server refuses response_format {\"type\":\"json_schema\"} with HTTP $PROBE_CODE:"
-    "$PY" "$ASSETS/show.py" get /error/message <"$RUN_DIR/probe.json" 2>/dev/null | head -n 3 | cut -c1-160 | indent || true
+    ("$PY" "$ASSETS/show.py" get /error/message <"$RUN_DIR/probe.json" 2>/dev/null || true) |
+        grep -v '^\s*$' | head -n 2 | cut -c1-160 | indent || true
     SHIM_NEEDED=1
 fi
 USE_SHIM=0
@@ -358,10 +361,9 @@ run_verify() { # run_verify PROVIDER LABEL -> sets VERIFY_RC, VERIFY_RUN
     local provider=$1 out="$RUN_DIR/verify-$2.txt" t
     t=$(now_us)
     say "\$ onejob verify --config $CFG --provider $provider --kind $KIND"
-    set +e
-    "$ONEJOB" verify --config "$CFG" --provider "$provider" --kind "$KIND" >"$out" 2>"$RUN_DIR/verify-$2.log"
-    VERIFY_RC=$?
-    set -e
+    VERIFY_RC=0
+    "$ONEJOB" verify --config "$CFG" --provider "$provider" --kind "$KIND" \
+        >"$out" 2>"$RUN_DIR/verify-$2.log" || VERIFY_RC=$?
     VERIFY_SECS=$(secs_since "$t")
     cut -c1-220 "$out" | indent | indent
     say "exit code $VERIFY_RC (${VERIFY_SECS}s)"
@@ -374,6 +376,17 @@ run_verify() { # run_verify PROVIDER LABEL -> sets VERIFY_RC, VERIFY_RUN
 }
 
 QUESTION_FR="What is the capital of France?"
+outcome_of() { # outcome_of JOB_ID -> its result (cut) and how long its gemma attempt took
+    local result took
+    result=$(show get /result <"$RUN_DIR/job-$1.json" | cut -c1-120)
+    took=$(show attempts <"$RUN_DIR/attempts-$1.json" | grep ' gemma ' | grep -oE 'took +[0-9]+ ms' |
+        tr -s ' ' | cut -d' ' -f2- | head -n1 || true)
+    if [[ -n "$result" ]]; then
+        echo "$result${took:+ (gemma attempt $took)}"
+    else
+        echo "no result: state $(show get /state <"$RUN_DIR/job-$1.json")"
+    fi
+}
 
 # ---------------------------------------------------------------------------------------
 # 4. before verify
@@ -433,7 +446,7 @@ for i in "${!JOBS[@]}"; do
     if [[ "$state" != succeeded || "$A" != failing-fake:failed,gemma:succeeded || "$E" != *failover* ]]; then
         JOBS_OK=0
     fi
-    RESULTS+=("$(printf '%-50s -> %s' "\"${QUESTIONS[$i]}\"" "$(show get /result <"$RUN_DIR/job-$id.json")")")
+    RESULTS+=("$(printf '%-50s -> %s' "\"${QUESTIONS[$i]}\"" "$(outcome_of "$id")")")
 done
 expect "each job: attempt 1 fails on failing-fake, attempt 2 on gemma wins, job succeeded" \
     "$JOBS_OK" "$(for id in "${JOBS[@]}"; do show summary-attempts <"$RUN_DIR/attempts-$id.json"; done | paste -sd' ')"
@@ -457,10 +470,13 @@ if [[ "$SKIP_BAD" == 0 ]]; then
     STATEB=$(wait_job "$JOBB" 300)
     report_job "$JOBB" "submitted after the failing re-verify"
     AB=$(show summary-attempts <"$RUN_DIR/attempts-$JOBB.json")
-    RESULTS+=("$(printf '%-50s -> %s' "\"$QUESTION_FR\" (misconfigured)" "$(show get /result <"$RUN_DIR/job-$JOBB.json")")")
+    RESULTS+=("$(printf '%-50s -> %s' "\"$QUESTION_FR\" (misconfigured)" "$(outcome_of "$JOBB")")")
     if [[ "$AB" == *gemma* ]]; then
-        say "NOTE: failover still went to gemma: the earlier passing certificate stays valid after a failing re-verify."
+        OBSERVATIONS+=("after the failing re-verify, failover still went to gemma ($AB, state $STATEB): the earlier pass stays valid")
+    else
+        OBSERVATIONS+=("after the failing re-verify, failover did not go to gemma ($AB, state $STATEB)")
     fi
+    say "observed: ${OBSERVATIONS[-1]}"
 
     step "7b. restore the good server (--chat_format gemma) and verify again"
     stop_process llm
@@ -482,6 +498,10 @@ for r in "${RESULTS[@]}"; do say "  $r"; done
 say "timings:"
 for t in "${TIMINGS[@]}"; do say "  $t"; done
 say "  total                                                $(elapsed | tr -d ' ')"
+if [[ ${#OBSERVATIONS[@]} -gt 0 ]]; then
+    say "observations:"
+    for o in "${OBSERVATIONS[@]}"; do say "  $o"; done
+fi
 say "expectations:"
 for e in "${EXPECTATIONS[@]}"; do say "  $e"; done
 if [[ "$FAILED_EXPECTATIONS" -gt 0 ]]; then
@@ -490,4 +510,4 @@ if [[ "$FAILED_EXPECTATIONS" -gt 0 ]]; then
     exit 1
 fi
 say ""
-say "every expectation held; logs in $RUN_DIR"
+say "every expectation held$([[ "$CLEAN" == 1 ]] && echo "" || echo "; logs in $RUN_DIR")"

@@ -25,7 +25,7 @@ pub enum StartError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     /// The database could not be opened or migrated.
-    #[error("database {url}: {source}")]
+    #[error("database {url}")]
     Store {
         /// The database URL, password redacted.
         url: String,
@@ -33,7 +33,7 @@ pub enum StartError {
         source: StoreError,
     },
     /// The listen address could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}")]
     Bind {
         /// The address.
         addr: SocketAddr,

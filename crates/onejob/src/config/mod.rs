@@ -56,7 +56,7 @@ const ENV_KEYS: [&str; 6] = [
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read config file {path}: {source}")]
+    #[error("cannot read config file {path}")]
     Read {
         /// The file.
         path: PathBuf,

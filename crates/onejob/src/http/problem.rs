@@ -12,7 +12,7 @@ use axum::{
 };
 use serde_json::{Map, Value};
 
-use crate::store::StoreError;
+use crate::store::{Chain, StoreError};
 
 /// The base of every problem `type` URI.
 pub const PROBLEM_BASE: &str = "https://onejob.dev/problems/";
@@ -152,7 +152,7 @@ impl IntoResponse for Problem {
 impl From<StoreError> for Problem {
     fn from(error: StoreError) -> Self {
         if error.is_retryable() {
-            tracing::warn!(%error, "database unavailable");
+            tracing::warn!(error = %Chain(&error), "database unavailable");
             let mut problem = Problem::new(
                 ProblemType::Unavailable,
                 "the database is unavailable right now; retry after the time in Retry-After \
@@ -161,7 +161,7 @@ impl From<StoreError> for Problem {
             problem.retry_after = Some(1);
             problem
         } else {
-            tracing::error!(%error, "store error");
+            tracing::error!(error = %Chain(&error), "store error");
             Problem::new(
                 ProblemType::Internal,
                 "onejob hit an internal error; it has been logged",

@@ -5,16 +5,16 @@
 pub enum StoreError {
     /// The database cannot be reached right now (connection refused or lost, pool exhausted,
     /// server shutting down, SQLite busy). Retrying later can succeed; HTTP answers 503.
-    #[error("the database is unavailable: {0}")]
+    #[error("the database is unavailable")]
     Unavailable(#[source] sqlx::Error),
     /// The database refused the statement for a reason retrying will not fix.
-    #[error("database error: {0}")]
+    #[error("the database returned an error")]
     Database(#[source] sqlx::Error),
     /// A stored value could not be read back into its type.
     #[error("stored data is not what onejob wrote: {0}")]
     Corrupt(String),
     /// Applying the schema migrations failed.
-    #[error("migrating the schema failed: {0}")]
+    #[error("migrating the schema failed")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     /// The database URL names no database onejob supports.
     #[error("unsupported database URL {0:?}: use postgres://user@host:5432/db or sqlite://file.db")]
@@ -62,5 +62,26 @@ fn is_unavailable(error: &sqlx::Error) -> bool {
             None => false,
         },
         _ => false,
+    }
+}
+
+/// Displays an error with its causes, `outer: inner: innermost`, skipping a cause whose text
+/// the previous one already contains (sqlx repeats its source in its own message).
+pub struct Chain<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut previous = self.0.to_string();
+        f.write_str(&previous)?;
+        let mut cause = self.0.source();
+        while let Some(error) = cause {
+            let text = error.to_string();
+            if !previous.contains(&text) {
+                write!(f, ": {text}")?;
+            }
+            previous = text;
+            cause = error.source();
+        }
+        Ok(())
     }
 }

@@ -17,7 +17,7 @@ use onejob_domain::{KeyHash, Principal};
 use serde_json::Value;
 use uuid::Uuid;
 
-pub use error::StoreError;
+pub use error::{Chain, StoreError};
 pub use records::{
     ApiKeyRecord, AttemptRecord, AttemptStart, CancelOutcome, CertificateRecord, Completion,
     EventRecord, FailOutcome, Intake, JobRecord, NewApiKey, NewEvent, NewJob, RecoverOutcome,

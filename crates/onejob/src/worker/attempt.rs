@@ -5,6 +5,7 @@
 //! Nothing here turns a timeout into a failure: a deadline, an ambiguous transport error or
 //! a shutdown makes the attempt `unknown`, which blocks further attempts until proof arrives.
 
+use crate::store::Chain;
 use std::{sync::Arc, time::Duration};
 
 use serde_json::{Value, json};
@@ -102,7 +103,7 @@ async fn run_attempt(
             Ok(()) = &mut sent_rx, if !acknowledged => {
                 acknowledged = true;
                 if let Err(error) = ctx.store.acknowledge_attempt(attempt.id, None, hedge_after).await {
-                    tracing::warn!(%error, "could not record the acknowledgement");
+                    tracing::warn!(error = %Chain(&error), "could not record the acknowledgement");
                 }
             }
             () = tokio::time::sleep_until(deadline) => {
@@ -122,7 +123,7 @@ async fn run_attempt(
                 .acknowledge_attempt(attempt.id, Some(&task_id), hedge_after)
                 .await
             {
-                tracing::warn!(%error, %task_id, "could not record the task id");
+                tracing::warn!(error = %Chain(&error), %task_id, "could not record the task id");
             }
             match follow(&*provider, &task_id, deadline, &abandon).await {
                 Followed::Output(output) => output,
@@ -213,7 +214,7 @@ async fn finish(
             Ending::Failed("the output does not pass the kind's output schema".into())
         }
         Err(error) => {
-            tracing::error!(%error, "could not record the result");
+            tracing::error!(error = %Chain(&error), "could not record the result");
             Ending::Unrecorded(error.to_string())
         }
     }

@@ -2,6 +2,7 @@
 //! every worker rescues the attempts whose lease expired (their worker died) or whose
 //! deadline passed long ago, by making them `unknown` — never `failed`, never re-sent.
 
+use crate::store::Chain;
 use std::{sync::Arc, time::Duration};
 
 use tokio_util::sync::CancellationToken;
@@ -25,7 +26,7 @@ pub async fn heartbeat(ctx: Arc<WorkerContext>, stop: CancellationToken) {
             .heartbeat(&ctx.settings.id, ctx.settings.lease)
             .await
         {
-            tracing::warn!(%error, "lease heartbeat failed");
+            tracing::warn!(error = %Chain(&error), "lease heartbeat failed");
         }
     }
 }
@@ -40,7 +41,7 @@ pub async fn rescue(ctx: Arc<WorkerContext>, stop: CancellationToken) {
             () = stop.cancelled() => return,
         }
         if let Err(error) = rescue_once(&ctx).await {
-            tracing::warn!(%error, "lease rescue failed");
+            tracing::warn!(error = %Chain(&error), "lease rescue failed");
         }
     }
 }

@@ -11,6 +11,7 @@ mod lease;
 pub mod plan;
 mod reconcile;
 
+use crate::store::Chain;
 use std::{sync::Arc, time::Duration};
 
 use tokio::{sync::Semaphore, task::JoinSet};
@@ -119,7 +120,7 @@ async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
                         }
                     }
                 }
-                Err(error) => tracing::warn!(%error, "looking for due jobs failed"),
+                Err(error) => tracing::warn!(error = %Chain(&error), "looking for due jobs failed"),
             }
         }
         while running.try_join_next().is_some() {}
@@ -166,7 +167,7 @@ async fn claim(
         Ok(Some(job)) => job,
         Ok(None) => return None,
         Err(error) => {
-            tracing::warn!(%error, %job_id, "loading a due job failed");
+            tracing::warn!(error = %Chain(&error), %job_id, "loading a due job failed");
             return None;
         }
     };
@@ -222,7 +223,7 @@ async fn claim(
             None
         }
         Err(error) => {
-            tracing::warn!(%error, %job_id, "starting an attempt failed");
+            tracing::warn!(error = %Chain(&error), %job_id, "starting an attempt failed");
             None
         }
     }
@@ -249,7 +250,7 @@ pub(crate) async fn log_refusals(
             }),
         };
         if let Err(error) = ctx.store.append_event(event).await {
-            tracing::warn!(%error, %job_id, "could not log a refused failover");
+            tracing::warn!(error = %Chain(&error), %job_id, "could not log a refused failover");
         }
     }
 }

@@ -9,6 +9,7 @@
 //! opts in with `settle_unknown_after`, until that long has passed, when it is settled as
 //! failed and the event log says so.
 
+use crate::store::Chain;
 use std::{sync::Arc, time::Duration};
 
 use serde_json::json;
@@ -42,7 +43,7 @@ pub async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
             () = stop.cancelled() => return,
         }
         if let Err(error) = reconcile_once(&ctx).await {
-            tracing::warn!(%error, "reconciliation pass failed");
+            tracing::warn!(error = %Chain(&error), "reconciliation pass failed");
         }
     }
 }

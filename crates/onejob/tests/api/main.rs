@@ -7,6 +7,7 @@
 
 mod attempts;
 mod bad_input;
+mod cli;
 mod helpers;
 mod intake;
 mod isolation;

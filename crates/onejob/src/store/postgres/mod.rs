@@ -11,7 +11,7 @@ use std::time::Duration;
 use onejob_domain::{AttemptState, EventKind, Fingerprint, JobState, KeyHash, Principal};
 use serde_json::Value;
 use sqlx::{
-    PgPool, Postgres, Transaction,
+    Connection, PgConnection, PgPool, Postgres, Transaction,
     postgres::{PgConnectOptions, PgPoolOptions},
     types::Json,
 };
@@ -59,6 +59,15 @@ impl PgStore {
     /// Connects a pool to `url` and checks that one connection can be opened.
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self, StoreError> {
         let connect: PgConnectOptions = url.parse().map_err(StoreError::Database)?;
+        // One direct connection first: a pool would retry until its timeout and then report
+        // only that it timed out, hiding why (refused, unknown host, bad password…).
+        let probe = tokio::time::timeout(
+            options.acquire_timeout,
+            PgConnection::connect_with(&connect),
+        )
+        .await
+        .map_err(|_| StoreError::Unavailable(sqlx::Error::PoolTimedOut))??;
+        probe.close().await?;
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)

@@ -1,0 +1,316 @@
+//! The `onejob` binary: the README's first command, key creation, migrations, verify,
+//! operator resolution, and clear errors for bad configuration and unreachable databases.
+
+use std::{process::Stdio, time::Duration};
+
+use onejob_fake::{Behaviour, Outcome, Rule};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use crate::helpers::{Backend, Fakes, TestApp, TestDatabase, backend_tests, chat, create_key};
+
+backend_tests!(
+    keys_create_prints_only_the_key_and_it_works,
+    verify_certifies_a_passing_provider_and_refuses_a_drifting_one,
+    attempts_resolve_frees_an_unknown_attempt,
+);
+
+fn onejob() -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_onejob"));
+    command.env("RUST_LOG", "warn").kill_on_drop(true);
+    command
+}
+
+async fn output(command: &mut tokio::process::Command) -> (i32, String, String) {
+    let out = command.output().await.expect("run onejob");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A config file for the demo kinds with the fakes as providers.
+fn config_file(dir: &std::path::Path, db: &TestDatabase, fakes: &Fakes) -> std::path::PathBuf {
+    let demo = onejob::config::DEMO_CONFIG
+        .replace("sqlite://onejob.db", &db.url)
+        .replace(
+            "name = \"fake\"\nadapter = \"fake\"\n",
+            &format!(
+                "name = \"fake\"\nadapter = \"fake\"\nbase_url = \"{}\"\n",
+                fakes.primary.base_url()
+            ),
+        )
+        .replace(
+            "name = \"fake-backup\"\nadapter = \"fake\"\n",
+            &format!(
+                "name = \"fake-backup\"\nadapter = \"fake\"\nbase_url = \"{}\"\n",
+                fakes.backup.base_url()
+            ),
+        );
+    let path = dir.join("onejob.toml");
+    std::fs::write(&path, demo).unwrap();
+    path
+}
+
+async fn keys_create_prints_only_the_key_and_it_works(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let (code, _, stderr) = output(onejob().args(["migrate", "--database", &db.url])).await;
+    assert_eq!(code, 0, "{stderr}");
+    let (code, stdout, stderr) = output(onejob().args([
+        "keys",
+        "create",
+        "--database",
+        &db.url,
+        "--tenant",
+        "acme",
+        "--user",
+        "alice",
+    ]))
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+    let key = stdout.trim_end_matches('\n');
+    assert!(
+        !key.contains('\n') && key.starts_with("oj_"),
+        "only the key: {stdout:?}"
+    );
+    let app = TestApp::spawn(&db).await;
+    let status = app
+        .submit_as(key, "k", &chat("hello"))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, 201);
+}
+
+async fn verify_certifies_a_passing_provider_and_refuses_a_drifting_one(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(Rule {
+        matches: None,
+        times: None,
+        behaviour: Behaviour {
+            outcome: Outcome::DriftedKeys,
+            ..Default::default()
+        },
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_file(dir.path(), &db, &fakes);
+    let config = config.to_str().unwrap();
+    let (code, stdout, stderr) = output(onejob().args([
+        "verify",
+        "--config",
+        config,
+        "--provider",
+        "fake-backup",
+        "--kind",
+        "chat.completion",
+    ]))
+    .await;
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("pass  describe a fox") && stdout.contains("certified"),
+        "{stdout}"
+    );
+    let (code, stdout, _) = output(onejob().args([
+        "verify",
+        "--config",
+        config,
+        "--provider",
+        "fake",
+        "--kind",
+        "chat.completion",
+        "--json",
+    ]))
+    .await;
+    assert_eq!(code, 1, "{stdout}");
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["passed"], false);
+    let problems = report["cases"][0]["problems"].to_string();
+    assert!(
+        problems.contains("extra top-level key \\\"answer\\\""),
+        "{problems}"
+    );
+    assert!(
+        problems.contains("missing top-level key \\\"text\\\""),
+        "{problems}"
+    );
+    let app = TestApp::spawn(&db).await;
+    let (_, listed) = crate::helpers::json(app.get("/v1/certificates").send().await.unwrap()).await;
+    let valid: Vec<(&str, bool)> = listed["certificates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["provider"].as_str().unwrap(),
+                c["valid"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert!(
+        valid.contains(&("fake-backup", true)) && valid.contains(&("fake", false)),
+        "{valid:?}"
+    );
+}
+
+async fn attempts_resolve_frees_an_unknown_attempt(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(Rule {
+        matches: Some("stuck".into()),
+        times: None,
+        behaviour: Behaviour {
+            hang_before_ack: true,
+            hang_after_ack: true,
+            ..Default::default()
+        },
+    });
+    let app = TestApp::running(&db, &fakes, |c| {
+        c.kinds[0].attempt_timeout = Duration::from_millis(300)
+    })
+    .await;
+    let job = app.create("stuck", &chat("stuck")).await;
+    let id = job["id"].as_str().unwrap().to_owned();
+    let attempts = app
+        .wait_attempts(&id, Duration::from_secs(15), |a| a[0]["state"] == "unknown")
+        .await;
+    let attempt = attempts[0]["id"].as_str().unwrap().to_owned();
+    let operator = create_key(&*app.store, "acme", "ops", true).await;
+    let (code, stdout, stderr) = output(onejob().args([
+        "attempts",
+        "resolve",
+        &attempt,
+        "--outcome",
+        "failed",
+        "--reason",
+        "vendor says it never ran",
+        "--url",
+        &app.url(""),
+        "--key",
+        &operator,
+    ]))
+    .await;
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let answer: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(answer["attempt"]["state"], "failed");
+    app.wait_job(&id, Duration::from_secs(15), |j| j["state"] == "succeeded")
+        .await;
+    // A normal key is refused, and the command says so with a failing exit code.
+    let (code, stdout, _) = output(onejob().args([
+        "attempts",
+        "resolve",
+        &attempt,
+        "--outcome",
+        "failed",
+        "--url",
+        &app.url(""),
+        "--key",
+        &app.token,
+    ]))
+    .await;
+    assert_eq!(code, 1);
+    assert!(stdout.contains("forbidden"), "{stdout}");
+}
+
+#[tokio::test]
+async fn serve_without_config_runs_the_demo_and_prints_a_working_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = onejob()
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .current_dir(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (mut url, mut key) = (None, None);
+    while let Ok(Some(line)) = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+        .await
+        .unwrap()
+    {
+        if let Some(rest) = line.strip_prefix("onejob is running on ") {
+            url = rest.split_whitespace().next().map(str::to_owned);
+        }
+        if let Some(token) = line.split_whitespace().find(|w| w.starts_with("oj_")) {
+            key = Some(token.to_owned());
+        }
+        if line.contains("curl -i") {
+            break;
+        }
+    }
+    let (url, key) = (url.expect("address printed"), key.expect("key printed"));
+    assert!(
+        dir.path().join("onejob.db").exists(),
+        "the embedded default is a SQLite file"
+    );
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::new();
+    let created: Value = client
+        .post(format!("{url}/v1/jobs"))
+        .bearer_auth(&key)
+        .header("Idempotency-Key", "readme")
+        .json(&json!({"kind": "chat.completion", "params": {"prompt": "Describe a red fox."}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = created["id"].as_str().unwrap();
+    let mut state = String::new();
+    for _ in 0..200 {
+        let job: Value = client
+            .get(format!("{url}/v1/jobs/{id}"))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        state = job["state"].as_str().unwrap().to_owned();
+        if state == "succeeded" {
+            assert_eq!(job["result"]["text"], "fake answer: Describe a red fox.");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(state, "succeeded", "the bundled fake provider ran the job");
+    let _ = child.kill().await;
+}
+
+#[tokio::test]
+async fn a_bad_config_file_names_the_line_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("onejob.toml");
+    std::fs::write(
+        &path,
+        "listen = \"127.0.0.1:0\"\n\n[[kind]]\nname = \"k\"\nmax_attempt = 3\n",
+    )
+    .unwrap();
+    let (code, _, stderr) =
+        output(onejob().args(["serve", "--config", path.to_str().unwrap()])).await;
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("line 5") && stderr.contains("max_attempt"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_database_is_reported_clearly() {
+    let (code, _, stderr) = output(onejob().args([
+        "migrate",
+        "--database",
+        "postgres://postgres:secret@127.0.0.1:1/nowhere",
+    ]))
+    .await;
+    assert_ne!(code, 0);
+    assert!(stderr.contains("database is unavailable"), "{stderr}");
+    assert!(
+        !stderr.contains("secret"),
+        "the password is redacted: {stderr}"
+    );
+}
