@@ -58,15 +58,8 @@ pub struct App {
 impl App {
     /// Compiles the kinds, opens the database and applies migrations.
     pub async fn open(config: Config) -> Result<App, StartError> {
-        // One TLS crypto provider for every HTTPS client (ring; see STACK.md).
-        let _ = rustls::crypto::ring::default_provider().install_default();
         let kinds = Kinds::compile(&config)?;
-        let http = reqwest::Client::builder()
-            .user_agent(concat!("onejob/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| {
-                ConfigError::invalid("provider", format!("cannot build the HTTP client: {e}"))
-            })?;
+        let http = crate::provider::http_client();
         let providers = Providers::from_config(&config, http).await?;
         let store = open_store(&config.database).await?;
         let limits = ParamsLimits {

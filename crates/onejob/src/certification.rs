@@ -2,9 +2,13 @@
 //!
 //! A certificate is a passing `onejob verify` run; it is valid for failover and hedging
 //! while its template and output-schema hashes equal the kind's current ones, so changing a
-//! kind's template or schema invalidates every certificate it had (invariant 8).
+//! kind's template or schema invalidates every certificate it had (invariant 8). Among the
+//! runs made against the current template and schema, the newest decides: a failing
+//! re-verification revokes an earlier pass.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+
+use uuid::Uuid;
 
 use crate::{
     kind::{Kind, Kinds},
@@ -15,18 +19,44 @@ use crate::{
 #[derive(Debug, Clone, Default)]
 pub struct Certified {
     pairs: HashSet<(String, String)>,
+    valid: HashSet<Uuid>,
 }
 
 impl Certified {
-    /// Computes validity from the stored runs against the current kinds.
+    /// Computes validity from the stored runs against the current kinds: per provider and
+    /// kind, the newest run made against the kind's current template and schema decides.
     pub fn from_records(records: &[CertificateRecord], kinds: &Kinds) -> Self {
-        let pairs = records
-            .iter()
-            .filter(|c| c.passed)
-            .filter(|c| kinds.get(&c.kind).is_some_and(|kind| is_current(c, kind)))
-            .map(|c| (c.provider.clone(), c.kind.clone()))
+        let mut newest: HashMap<(&str, &str), &CertificateRecord> = HashMap::new();
+        for record in records {
+            if !kinds
+                .get(&record.kind)
+                .is_some_and(|kind| is_current(record, kind))
+            {
+                continue;
+            }
+            let slot = newest
+                .entry((&record.provider, &record.kind))
+                .or_insert(record);
+            if (record.created_at, record.id) > (slot.created_at, slot.id) {
+                *slot = record;
+            }
+        }
+        let decisive: Vec<&CertificateRecord> = newest
+            .into_values()
+            .filter(|record| record.passed)
             .collect();
-        Self { pairs }
+        Self {
+            pairs: decisive
+                .iter()
+                .map(|c| (c.provider.clone(), c.kind.clone()))
+                .collect(),
+            valid: decisive.iter().map(|c| c.id).collect(),
+        }
+    }
+
+    /// Whether this run is the one certifying its provider for its kind now.
+    pub fn is_valid(&self, record: &CertificateRecord) -> bool {
+        self.valid.contains(&record.id)
     }
 
     /// Loads the stored runs and computes validity.

@@ -81,6 +81,8 @@ pub struct Kind {
     pub template: Option<String>,
     /// Intent-bearing params; `None` means all.
     pub intent_fields: Option<Vec<String>>,
+    /// Temperature for jobs whose params set none.
+    pub temperature: Option<f64>,
     /// Providers in failover order.
     pub providers: Vec<String>,
     /// Deadline of one attempt.
@@ -274,6 +276,7 @@ fn compile_kind(raw: &KindConfig, index: usize, config: &Config) -> Result<Kind,
         output_schema,
         template,
         intent_fields: raw.fingerprint.clone(),
+        temperature: raw.temperature,
         providers: raw.providers.clone(),
         attempt_timeout: raw.attempt_timeout,
         max_attempts: raw.max_attempts,

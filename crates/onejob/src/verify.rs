@@ -45,6 +45,35 @@ pub struct CaseReport {
     pub problems: Vec<String>,
 }
 
+/// The provider's limits a run checks prompts against.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Limits {
+    /// The model's context window in tokens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_limit: Option<u32>,
+    /// Tokens reserved for the answer (`max_tokens`), counted against the window too.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+}
+
+impl Limits {
+    /// The limits configured for `provider`.
+    pub fn of(config: &crate::config::Config, provider: &str) -> Self {
+        config
+            .providers
+            .iter()
+            .find(|p| p.name == provider)
+            .map(|p| Limits {
+                context_limit: p.context_limit,
+                max_tokens: p.max_tokens,
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// The temperature every contract case runs at.
+pub const VERIFY_TEMPERATURE: f64 = 0.0;
+
 /// A whole verification run.
 #[derive(Debug, Clone, Serialize)]
 pub struct VerifyReport {
@@ -58,9 +87,10 @@ pub struct VerifyReport {
     pub template_hash: String,
     /// The kind's output schema hash the run was made against.
     pub schema_hash: String,
-    /// The model's context limit checked against, if configured.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub context_limit: Option<u32>,
+    /// The limits checked against.
+    pub limits: Limits,
+    /// The temperature the cases ran at.
+    pub temperature: f64,
     /// One entry per contract case.
     pub cases: Vec<CaseReport>,
 }
@@ -70,11 +100,11 @@ pub async fn run(
     kind: &Kind,
     provider_name: &str,
     provider: &dyn Provider,
-    context_limit: Option<u32>,
+    limits: Limits,
 ) -> VerifyReport {
     let mut cases = Vec::new();
     for case in &kind.contract {
-        cases.push(run_case(kind, provider, context_limit, case).await);
+        cases.push(run_case(kind, provider, limits, case).await);
     }
     let passed = !cases.is_empty() && cases.iter().all(|c| c.passed);
     VerifyReport {
@@ -83,7 +113,8 @@ pub async fn run(
         passed,
         template_hash: kind.template_hash(),
         schema_hash: kind.schema_hash(),
-        context_limit,
+        limits,
+        temperature: VERIFY_TEMPERATURE,
         cases,
     }
 }
@@ -94,9 +125,9 @@ pub async fn run_and_record(
     kind: &Kind,
     provider_name: &str,
     provider: &dyn Provider,
-    context_limit: Option<u32>,
+    limits: Limits,
 ) -> Result<(VerifyReport, CertificateRecord), StoreError> {
-    let report = run(kind, provider_name, provider, context_limit).await;
+    let report = run(kind, provider_name, provider, limits).await;
     let mut report_json = serde_json::to_value(&report).unwrap_or(Value::Null);
     if kind.contract.is_empty() {
         report_json["note"] = json!("the kind has no [[kind.contract]] cases: nothing to certify");
@@ -118,7 +149,7 @@ pub async fn run_and_record(
 async fn run_case(
     kind: &Kind,
     provider: &dyn Provider,
-    context_limit: Option<u32>,
+    limits: Limits,
     case: &ContractCase,
 ) -> CaseReport {
     let mut report = CaseReport {
@@ -142,16 +173,26 @@ async fn run_case(
     match render_prompt(kind, &case.params) {
         Ok(prompt) => match provider.count_tokens(&prompt).await {
             Ok(Some(count)) => {
-                if let Some(limit) = context_limit.filter(|l| count.tokens > *l as usize) {
+                let answer = limits.max_tokens.unwrap_or(0) as usize;
+                if let Some(limit) = limits
+                    .context_limit
+                    .filter(|l| count.tokens + answer > *l as usize)
+                {
                     report.problems.push(format!(
-                        "the prompt is {} tokens ({}), over the context limit of {limit}",
-                        count.tokens, count.tokenizer
+                        "the prompt is {} tokens ({}){}, over the context limit of {limit}",
+                        count.tokens,
+                        count.tokenizer,
+                        if answer > 0 {
+                            format!(" plus {answer} for the answer")
+                        } else {
+                            String::new()
+                        }
                     ));
                 }
                 report.prompt_tokens = Some(count.tokens);
                 report.tokenizer = Some(count.tokenizer);
             }
-            Ok(None) if context_limit.is_some() => report.problems.push(
+            Ok(None) if limits.context_limit.is_some() => report.problems.push(
                 "no tokenizer is reachable for this provider, so the context limit cannot be \
                  checked"
                     .into(),
@@ -186,7 +227,7 @@ async fn round_trip(kind: &Kind, provider: &dyn Provider, params: &Value) -> Res
         kind,
         params,
         idempotency_key: format!("onejob-verify:{}", Uuid::now_v7()),
-        temperature: Some(0.0),
+        temperature: Some(VERIFY_TEMPERATURE),
     };
     let deadline = tokio::time::Instant::now() + kind.attempt_timeout;
     let submitted = tokio::time::timeout_at(deadline, provider.submit(&request, None))

@@ -66,13 +66,12 @@ pub async fn run(command: AttemptsCommand) -> anyhow::Result<ExitCode> {
     if let Some(reason) = &args.reason {
         body["reason"] = json!(reason);
     }
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let url = format!(
         "{}/v1/attempts/{}/resolve",
         args.url.trim_end_matches('/'),
         args.attempt
     );
-    let response = reqwest::Client::new()
+    let response = crate::provider::http_client()
         .post(&url)
         .bearer_auth(&args.key)
         .json(&body)

@@ -65,9 +65,14 @@ async fn certify_bundled_fakes(app: &App) -> anyhow::Result<()> {
             let Some(provider) = app.providers.get(provider_name) else {
                 continue;
             };
-            let (report, _) =
-                verify::run_and_record(&*app.store, &kind, provider_name, &**provider, None)
-                    .await?;
+            let (report, _) = verify::run_and_record(
+                &*app.store,
+                &kind,
+                provider_name,
+                &**provider,
+                verify::Limits::of(&app.config, provider_name),
+            )
+            .await?;
             tracing::info!(
                 provider = %provider_name,
                 kind = %kind.name,

@@ -33,11 +33,7 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     if let Some(database) = args.database {
         config.database = database;
     }
-    let context_limit = config
-        .providers
-        .iter()
-        .find(|p| p.name == args.provider)
-        .and_then(|p| p.context_limit);
+    let limits = verify::Limits::of(&config, &args.provider);
     let app = App::open(config).await?;
     let kind = app
         .jobs
@@ -50,14 +46,8 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         .get(&args.provider)
         .cloned()
         .with_context(|| format!("no provider {:?} in the configuration", args.provider))?;
-    let (report, record) = verify::run_and_record(
-        &*app.store,
-        &kind,
-        &args.provider,
-        &*provider,
-        context_limit,
-    )
-    .await?;
+    let (report, record) =
+        verify::run_and_record(&*app.store, &kind, &args.provider, &*provider, limits).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -89,6 +79,10 @@ fn print_report(report: &verify::VerifyReport, id: &str) {
         );
         for problem in &case.problems {
             println!("        - {problem}");
+        }
+        if let (false, Some(output)) = (case.passed, &case.output) {
+            let text: String = output.to_string().chars().take(300).collect();
+            println!("        output: {text}");
         }
     }
     if report.cases.is_empty() {

@@ -46,6 +46,10 @@ pub struct KindConfig {
     /// The top-level params that carry intent; by default all of them.
     #[serde(default)]
     pub fingerprint: Option<Vec<String>>,
+    /// Sampling temperature for jobs whose params set none (`openai-chat`). `onejob verify`
+    /// always runs at 0; set 0 here too if jobs should behave as verified.
+    #[serde(default)]
+    pub temperature: Option<f64>,
     /// Provider names in failover order.
     #[serde(default)]
     pub providers: Vec<String>,

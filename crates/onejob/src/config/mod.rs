@@ -23,7 +23,7 @@ use figment::{
 use serde::{Deserialize, Serialize};
 
 pub use kind::{ContractCase, KindConfig, SchemaSource};
-pub use provider::{Adapter, ProviderConfig};
+pub use provider::{Adapter, ProviderConfig, StructuredOutput};
 pub use worker::WorkerConfig;
 
 /// The built-in configuration: SQLite file, the bundled fake provider, the demo kinds.

@@ -14,6 +14,19 @@ pub enum Adapter {
     Fake,
 }
 
+/// How an `openai-chat` provider is asked for JSON matching the kind's output schema.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StructuredOutput {
+    /// OpenAI's `{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}`.
+    #[default]
+    JsonSchema,
+    /// `{"type": "json_object", "schema": …}`, as llama-cpp-python's server takes it.
+    JsonObject,
+    /// No `response_format`; the output is still validated against the schema.
+    None,
+}
+
 /// A `[[provider]]` table as written. Which keys are required depends on the adapter.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -61,4 +74,37 @@ pub struct ProviderConfig {
     /// The model's context window in tokens, checked by `onejob verify`.
     #[serde(default)]
     pub context_limit: Option<u32>,
+    /// `openai-chat`: how to ask for schema-shaped JSON (`json_schema`, `json_object`,
+    /// `none`).
+    #[serde(default)]
+    pub structured_output: StructuredOutput,
+    /// `openai-chat`: the most tokens an answer may have (`max_tokens`); counted with the
+    /// prompt against `context_limit` by `onejob verify`.
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+}
+
+impl ProviderConfig {
+    /// A provider with this name and adapter and every optional key unset.
+    pub fn new(name: impl Into<String>, adapter: Adapter) -> Self {
+        Self {
+            name: name.into(),
+            adapter,
+            base_url: None,
+            model: None,
+            api_key_env: None,
+            idempotency_header: None,
+            submit_url: None,
+            status_url: None,
+            cancel_url: None,
+            task_id_pointer: None,
+            status_pointer: None,
+            result_pointer: None,
+            succeeded: Vec::new(),
+            failed: Vec::new(),
+            context_limit: None,
+            structured_output: StructuredOutput::default(),
+            max_tokens: None,
+        }
+    }
 }

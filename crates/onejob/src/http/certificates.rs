@@ -1,5 +1,5 @@
-//! `GET /v1/certificates`: every `onejob verify` run, with whether it is valid now (passed,
-//! and made against the kind's current template and output schema).
+//! `GET /v1/certificates`: every `onejob verify` run, with whether it certifies its provider
+//! now (see [`crate::certification`]).
 
 use std::sync::Arc;
 
@@ -10,7 +10,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::{AppState, auth::Caller, problem::Problem};
-use crate::certification::is_current;
+use crate::certification::Certified;
 
 /// One verification run as the API shows it.
 #[derive(Debug, Serialize)]
@@ -23,8 +23,8 @@ pub struct CertificateView {
     pub kind: String,
     /// Whether every contract case passed.
     pub passed: bool,
-    /// Whether it certifies the provider now: passed, and made against the kind's current
-    /// template and output schema.
+    /// Whether it certifies the provider now: it passed, was made against the kind's
+    /// current template and output schema, and no newer such run failed.
     pub valid: bool,
     /// The template hash it was made against.
     pub template_hash: String,
@@ -43,11 +43,11 @@ pub async fn list(
     _caller: Caller,
 ) -> Result<Json<Value>, Problem> {
     let records = state.jobs.store().certificates().await?;
-    let kinds = state.jobs.kinds();
+    let certified = Certified::from_records(&records, state.jobs.kinds());
     let views: Vec<CertificateView> = records
         .into_iter()
         .map(|c| CertificateView {
-            valid: c.passed && kinds.get(&c.kind).is_some_and(|kind| is_current(&c, kind)),
+            valid: certified.is_valid(&c),
             id: c.id,
             provider: c.provider,
             kind: c.kind,

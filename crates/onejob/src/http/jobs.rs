@@ -9,7 +9,7 @@ use axum::{
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
-use onejob_domain::{IdempotencyKey, KeyError, ParamsError};
+use onejob_domain::{AttemptState, IdempotencyKey, JobState, KeyError, ParamsError};
 use serde::Deserialize;
 use serde_json::Value;
 use uuid::Uuid;
@@ -23,7 +23,7 @@ use super::{
 };
 use crate::{
     jobs::{Submission, SubmitError, Submitted},
-    store::JobRecord,
+    store::{JobFilter, JobRecord, Scope},
 };
 
 /// The header carrying the client's idempotency key.
@@ -100,7 +100,12 @@ pub async fn get(
     Ok(job_response(StatusCode::OK, job))
 }
 
-/// `GET /v1/jobs?idempotency_key=…`: the caller's job under that key.
+/// Most jobs one listing page returns.
+pub const MAX_PAGE: u32 = 500;
+
+/// `GET /v1/jobs?idempotency_key=…`: the caller's job under that key; without the key, the
+/// caller's jobs, newest first, filtered by `state` and `kind`, paged with `limit` (default
+/// 50, at most 500) and `before` (the `next_before` of the previous page).
 pub async fn by_key(
     State(state): State<Arc<AppState>>,
     caller: Caller,
@@ -113,10 +118,7 @@ pub async fn by_key(
         )
     })?;
     let Some(raw) = query.get("idempotency_key") else {
-        return Err(Problem::new(
-            ProblemType::InvalidRequest,
-            "look a job up with ?idempotency_key=<your key>",
-        ));
+        return list(&state, &caller, &query).await;
     };
     let key = IdempotencyKey::parse(raw).map_err(key_problem)?;
     let job = state
@@ -125,6 +127,102 @@ pub async fn by_key(
         .await?
         .ok_or_else(|| Problem::new(ProblemType::NotFound, "no job under that idempotency key"))?;
     Ok(job_response(StatusCode::OK, job))
+}
+
+async fn list(
+    state: &AppState,
+    caller: &Caller,
+    query: &HashMap<String, String>,
+) -> Result<Response, Problem> {
+    let bad = |detail: String| Problem::new(ProblemType::InvalidRequest, detail);
+    for name in query.keys() {
+        if !["state", "kind", "before", "limit"].contains(&name.as_str()) {
+            return Err(bad(format!(
+                "unknown query parameter {name:?}; use idempotency_key, or state, kind, before and limit"
+            )));
+        }
+    }
+    let filter = JobFilter {
+        state: query
+            .get("state")
+            .map(|s| s.parse::<JobState>())
+            .transpose()
+            .map_err(|e| {
+                bad(format!(
+                    "{e}; states are pending, running, unknown, succeeded, failed, cancelled"
+                ))
+            })?,
+        kind: query.get("kind").cloned(),
+        before: query
+            .get("before")
+            .map(|b| Uuid::parse_str(b))
+            .transpose()
+            .map_err(|_| bad("`before` is a job id".into()))?,
+        limit: query
+            .get("limit")
+            .map(|l| l.parse::<u32>())
+            .transpose()
+            .ok()
+            .flatten()
+            .filter(|l| (1..=MAX_PAGE).contains(l))
+            .map_or_else(
+                || match query.get("limit") {
+                    Some(_) => Err(bad(format!("`limit` is a number from 1 to {MAX_PAGE}"))),
+                    None => Ok(50),
+                },
+                Ok,
+            )?,
+    };
+    let jobs = state
+        .jobs
+        .store()
+        .list_jobs(&caller.principal, &filter)
+        .await?;
+    let next_before = (jobs.len() == filter.limit as usize)
+        .then(|| jobs.last().map(|j| j.id))
+        .flatten();
+    let views: Vec<JobView> = jobs.into_iter().map(JobView::from).collect();
+    Ok(Json(serde_json::json!({ "jobs": views, "next_before": next_before })).into_response())
+}
+
+/// `GET /v1/attempts?state=unknown`: attempts newest first: an operator's across its
+/// tenant, anyone else's across their own jobs (`limit` as for jobs).
+pub async fn list_attempts(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    query: Result<Query<HashMap<String, String>>, QueryRejection>,
+) -> Result<Json<Value>, Problem> {
+    let Query(query) = query.map_err(|e| {
+        Problem::new(
+            ProblemType::InvalidRequest,
+            format!("bad query string: {e}"),
+        )
+    })?;
+    let bad = |detail: String| Problem::new(ProblemType::InvalidRequest, detail);
+    let wanted = query
+        .get("state")
+        .map(|s| s.parse::<AttemptState>())
+        .transpose()
+        .map_err(|e| bad(e.to_string()))?;
+    let limit = match query.get("limit") {
+        None => 50,
+        Some(l) => l
+            .parse::<u32>()
+            .ok()
+            .filter(|l| (1..=MAX_PAGE).contains(l))
+            .ok_or_else(|| bad(format!("`limit` is a number from 1 to {MAX_PAGE}")))?,
+    };
+    let scope = Scope {
+        tenant: caller.principal.tenant.clone(),
+        user: (!caller.operator).then(|| caller.principal.user.clone()),
+    };
+    let attempts = state
+        .jobs
+        .store()
+        .list_attempts(&scope, wanted, limit)
+        .await?;
+    let views: Vec<AttemptView> = attempts.into_iter().map(AttemptView::from).collect();
+    Ok(Json(serde_json::json!({ "attempts": views })))
 }
 
 /// `GET /v1/jobs/{id}/events`.

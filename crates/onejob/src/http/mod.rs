@@ -47,6 +47,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/jobs/{id}/attempts", get(jobs::attempts))
         .route("/v1/jobs/{id}/cancel", post(lifecycle::cancel))
         .route("/v1/jobs/{id}/retry", post(lifecycle::retry))
+        .route("/v1/attempts", get(jobs::list_attempts))
         .route("/v1/attempts/{id}/resolve", post(attempts::resolve))
         .route("/v1/certificates", get(certificates::list))
         .route("/healthz", get(health::healthz))

@@ -116,6 +116,8 @@ pub struct EventsView {
 pub struct AttemptView {
     /// The attempt id.
     pub id: Uuid,
+    /// Its job.
+    pub job_id: Uuid,
     /// 1, 2, … within the job.
     pub number: i32,
     /// The provider it went to.
@@ -160,6 +162,7 @@ impl From<AttemptRecord> for AttemptView {
     fn from(a: AttemptRecord) -> Self {
         AttemptView {
             id: a.id,
+            job_id: a.job_id,
             number: a.number,
             provider: a.provider,
             state: a.state,

@@ -24,6 +24,16 @@ pub use registry::Providers;
 
 use crate::kind::Kind;
 
+/// The HTTP client providers (and the CLI) use: rustls with the `ring` crypto provider,
+/// installed process-wide first (one provider for sqlx and reqwest; see STACK.md).
+pub fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .user_agent(concat!("onejob/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .expect("an HTTP client with default settings builds")
+}
+
 /// What a provider is asked to do for one attempt.
 #[derive(Debug)]
 pub struct AttemptRequest<'a> {

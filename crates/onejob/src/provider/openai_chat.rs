@@ -3,17 +3,22 @@
 //! Messages come from the kind's prompt template rendered over the params (minijinja), or
 //! from `params.prompt` (and `params.system`) without one. With an output schema the request
 //! asks for it as `response_format` (`json_schema`, strict) and the answer's content is
-//! parsed as that JSON; without one the output is `{"text": content}`. `temperature` is taken
-//! from the params. The call is synchronous: the attempt is acknowledged once the request
-//! body has been handed to the connection.
+//! parsed as that JSON; without one the output is `{"text": content}`. `temperature` comes
+//! from the params, else the kind's `temperature`; `max_tokens` from the provider. The
+//! structured-output form is the provider's `structured_output` (`json_schema` as OpenAI
+//! takes it, `json_object` with a `schema` as llama-cpp-python takes it, or `none`). The
+//! call is synchronous: the attempt is acknowledged once the request body has been handed to
+//! the connection.
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::stream;
 use serde_json::{Value, json};
 
 use super::{AttemptRequest, Provider, ProviderError, Sent, Submitted, TokenCount};
-use crate::{config::ProviderConfig, kind::Kind};
+use crate::{
+    config::{ProviderConfig, StructuredOutput},
+    kind::Kind,
+};
 
 /// An OpenAI-compatible chat completions endpoint.
 #[derive(Debug)]
@@ -24,6 +29,8 @@ pub struct OpenAiChat {
     model: String,
     api_key: Option<String>,
     idempotency_header: Option<String>,
+    structured_output: StructuredOutput,
+    max_tokens: Option<u32>,
     http: reqwest::Client,
 }
 
@@ -48,6 +55,8 @@ impl OpenAiChat {
             model,
             api_key: super::registry::api_key(config)?,
             idempotency_header: config.idempotency_header.clone(),
+            structured_output: config.structured_output,
+            max_tokens: config.max_tokens,
             http,
         })
     }
@@ -65,10 +74,15 @@ impl OpenAiChat {
         }
         messages.push(json!({ "role": "user", "content": render_prompt(kind, params)? }));
         let mut body = json!({ "model": self.model, "messages": messages });
+        let temperature = temperature
+            .map(|t| json!(t))
+            .or_else(|| params.get("temperature").filter(|t| t.is_number()).cloned())
+            .or_else(|| kind.temperature.map(|t| json!(t)));
         if let Some(temperature) = temperature {
-            body["temperature"] = json!(temperature);
-        } else if let Some(temperature) = params.get("temperature").filter(|t| t.is_number()) {
-            body["temperature"] = temperature.clone();
+            body["temperature"] = temperature;
+        }
+        if let Some(max_tokens) = self.max_tokens {
+            body["max_tokens"] = json!(max_tokens);
         }
         if let Some(schema) = &kind.output_schema {
             let name: String = kind
@@ -76,10 +90,19 @@ impl OpenAiChat {
                 .chars()
                 .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
                 .collect();
-            body["response_format"] = json!({
-                "type": "json_schema",
-                "json_schema": { "name": name, "schema": schema.source(), "strict": true },
-            });
+            match self.structured_output {
+                StructuredOutput::JsonSchema => {
+                    body["response_format"] = json!({
+                        "type": "json_schema",
+                        "json_schema": { "name": name, "schema": schema.source(), "strict": true },
+                    });
+                }
+                StructuredOutput::JsonObject => {
+                    body["response_format"] =
+                        json!({ "type": "json_object", "schema": schema.source() });
+                }
+                StructuredOutput::None => {}
+            }
         }
         Ok(body)
     }
@@ -178,21 +201,15 @@ impl Provider for OpenAiChat {
     ) -> Result<Submitted, ProviderError> {
         let body = self.request_body(request.kind, request.params, request.temperature)?;
         let body = serde_json::to_vec(&body).map_err(|e| ProviderError::Invalid(e.to_string()))?;
-        // The body is one chunk; when the transport asks for the next one, the request is out.
-        let mut sent = sent;
-        let chunks = stream::iter([Ok::<_, std::io::Error>(Bytes::from(body))]).chain(
-            stream::poll_fn(move |_| {
-                if let Some(sent) = sent.take() {
-                    let _ = sent.send(());
-                }
-                std::task::Poll::Ready(None)
-            }),
-        );
+        let body = reqwest::Body::wrap(SentBody {
+            data: Some(Bytes::from(body)),
+            sent,
+        });
         let mut call = self
             .http
             .post(&self.url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(reqwest::Body::wrap_stream(chunks));
+            .body(body);
         if let Some(key) = &self.api_key {
             call = call.bearer_auth(key);
         }
@@ -217,4 +234,114 @@ impl Provider for OpenAiChat {
     }
 }
 
-use futures::StreamExt as _;
+/// The request body: one JSON chunk of known length (sent with a `Content-Length`, not
+/// chunked) that fires `sent` when the connection takes it. The transport only asks for the
+/// body once the connection is up and the headers are out, so a refused connection never
+/// fires it: that attempt definitely did not reach the upstream.
+struct SentBody {
+    data: Option<Bytes>,
+    sent: Option<Sent>,
+}
+
+impl http_body::Body for SentBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        let frame = this.data.take().map(|data| {
+            if let Some(sent) = this.sent.take() {
+                let _ = sent.send(());
+            }
+            Ok(http_body::Frame::data(data))
+        });
+        std::task::Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.data.is_none()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.data.as_ref().map_or(0, |d| d.len() as u64))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Adapter, Config, DEMO_CONFIG};
+    use crate::kind::Kinds;
+
+    fn chat_kind() -> Kind {
+        let config = Config::from_toml(
+            DEMO_CONFIG,
+            "demo.toml".as_ref(),
+            ".".into(),
+            std::iter::empty(),
+        )
+        .unwrap();
+        let kinds = Kinds::compile(&config).unwrap();
+        (**kinds.get("chat.completion").unwrap()).clone()
+    }
+
+    fn adapter(change: impl FnOnce(&mut ProviderConfig)) -> OpenAiChat {
+        let mut config = ProviderConfig::new("llm", Adapter::OpenaiChat);
+        config.base_url = Some("http://127.0.0.1:9/v1".into());
+        config.model = Some("gemma-3-270m".into());
+        change(&mut config);
+        OpenAiChat::new(&config, crate::provider::http_client()).unwrap()
+    }
+
+    #[test]
+    fn structured_output_takes_the_configured_form() {
+        let kind = chat_kind();
+        let params = json!({"prompt": "hi"});
+        let openai = adapter(|_| {}).request_body(&kind, &params, None).unwrap();
+        assert_eq!(openai["response_format"]["type"], "json_schema");
+        assert_eq!(openai["response_format"]["json_schema"]["strict"], true);
+        let llama = adapter(|c| c.structured_output = StructuredOutput::JsonObject)
+            .request_body(&kind, &params, None)
+            .unwrap();
+        assert_eq!(llama["response_format"]["type"], "json_object");
+        assert_eq!(
+            llama["response_format"]["schema"]["required"],
+            json!(["text"])
+        );
+        let none = adapter(|c| c.structured_output = StructuredOutput::None)
+            .request_body(&kind, &params, None)
+            .unwrap();
+        assert!(none.get("response_format").is_none());
+    }
+
+    #[test]
+    fn temperature_comes_from_the_override_then_params_then_the_kind() {
+        let mut kind = chat_kind();
+        kind.temperature = Some(0.0);
+        let llm = adapter(|c| c.max_tokens = Some(64));
+        let from_kind = llm
+            .request_body(&kind, &json!({"prompt": "x"}), None)
+            .unwrap();
+        assert_eq!(from_kind["temperature"], 0.0);
+        assert_eq!(from_kind["max_tokens"], 64);
+        let from_params = llm
+            .request_body(&kind, &json!({"prompt": "x", "temperature": 0.7}), None)
+            .unwrap();
+        assert_eq!(from_params["temperature"], 0.7);
+        let forced = llm
+            .request_body(
+                &kind,
+                &json!({"prompt": "x", "temperature": 0.7}),
+                Some(0.0),
+            )
+            .unwrap();
+        assert_eq!(forced["temperature"], 0.0);
+        assert_eq!(
+            forced["messages"],
+            json!([{"role": "user", "content": "x"}])
+        );
+    }
+}

@@ -13,15 +13,16 @@ pub mod sqlite;
 use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;
-use onejob_domain::{KeyHash, Principal};
+use onejob_domain::{AttemptState, EventKind, KeyHash, Principal};
 use serde_json::Value;
 use uuid::Uuid;
 
 pub use error::{Chain, StoreError};
 pub use records::{
     ApiKeyRecord, AttemptRecord, AttemptStart, CancelOutcome, CertificateRecord, Completion,
-    EventRecord, FailOutcome, Intake, JobRecord, NewApiKey, NewEvent, NewJob, RecoverOutcome,
-    Resolution, RetryPolicy, StartOutcome, StartRefusal, Unsuccessful, payload_digest,
+    EventRecord, FailOutcome, Intake, JobFilter, JobRecord, NewApiKey, NewEvent, NewJob,
+    RecoverOutcome, Resolution, RetryPolicy, Scope, StartOutcome, StartRefusal, Unsuccessful,
+    payload_digest,
 };
 
 /// Everything onejob keeps durably. One implementation per database.
@@ -179,6 +180,29 @@ pub trait Store: Send + Sync + 'static {
         attempt_id: Uuid,
     ) -> Result<Option<(AttemptRecord, JobRecord)>, StoreError>;
 
+    /// The owner's jobs matching `filter`, newest first.
+    async fn list_jobs(
+        &self,
+        owner: &Principal,
+        filter: &JobFilter,
+    ) -> Result<Vec<JobRecord>, StoreError>;
+
+    /// Attempts in `scope` (optionally only in `state`), newest first, at most `limit`.
+    async fn list_attempts(
+        &self,
+        scope: &Scope,
+        state: Option<AttemptState>,
+        limit: u32,
+    ) -> Result<Vec<AttemptRecord>, StoreError>;
+
+    /// Events in `scope` (optionally only of `kind`), newest first, at most `limit`.
+    async fn recent_events(
+        &self,
+        scope: &Scope,
+        kind: Option<EventKind>,
+        limit: u32,
+    ) -> Result<Vec<EventRecord>, StoreError>;
+
     /// Records a verification run.
     async fn insert_certificate(&self, certificate: &CertificateRecord) -> Result<(), StoreError>;
 
@@ -196,6 +220,10 @@ pub trait Store: Send + Sync + 'static {
         version: i64,
         delay: Duration,
     ) -> Result<bool, StoreError>;
+
+    /// How long until the earliest job with a dispatch time is due (zero if one is due now);
+    /// `None` if no job waits for dispatch.
+    async fn next_due_in(&self) -> Result<Option<Duration>, StoreError>;
 
     /// Waits until work may have become due (a wake-up from this or another node), or
     /// `max_wait`.

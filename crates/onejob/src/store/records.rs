@@ -411,3 +411,25 @@ pub fn payload_digest(payload: &Value) -> Value {
         "sha256": hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes)),
     })
 }
+
+/// Which of a principal's jobs to list, newest first.
+#[derive(Debug, Clone, Default)]
+pub struct JobFilter {
+    /// Only jobs in this state.
+    pub state: Option<JobState>,
+    /// Only jobs of this kind.
+    pub kind: Option<String>,
+    /// Only jobs older than this one (ids are UUIDv7, so they sort by creation).
+    pub before: Option<Uuid>,
+    /// At most this many.
+    pub limit: u32,
+}
+
+/// Whose records a listing covers: one principal's, or (for operators) a whole tenant's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scope {
+    /// The tenant.
+    pub tenant: String,
+    /// The user; `None` for the whole tenant.
+    pub user: Option<String>,
+}

@@ -31,6 +31,10 @@ use crate::{
     store::{AttemptStart, NewEvent, StartOutcome, StartRefusal, Store},
 };
 
+/// The shortest sleep between claim rounds, so a due job that cannot start right now (its
+/// row busy on another node) does not make the loop spin.
+const MIN_WAIT: Duration = Duration::from_millis(20);
+
 /// How a worker behaves.
 #[derive(Debug, Clone)]
 pub struct WorkerSettings {
@@ -127,8 +131,14 @@ async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
         if saturated && slots.available_permits() > 0 {
             continue;
         }
+        // Sleep until a wake-up, or the next job's dispatch time (a retry's backoff may be
+        // shorter than the poll interval), or the poll interval, whichever comes first.
+        let wait = match ctx.store.next_due_in().await {
+            Ok(Some(due)) => due.clamp(MIN_WAIT, ctx.settings.poll_interval.max(MIN_WAIT)),
+            _ => ctx.settings.poll_interval,
+        };
         tokio::select! {
-            () = ctx.store.wait_for_work(ctx.settings.poll_interval) => {}
+            () = ctx.store.wait_for_work(wait) => {}
             Some(_) = running.join_next(), if !running.is_empty() => {}
             () = stop.cancelled() => {}
         }

@@ -174,6 +174,7 @@ mod tests {
             output_schema: None,
             template: None,
             intent_fields: None,
+            temperature: None,
             providers: providers.iter().map(|p| (*p).to_owned()).collect(),
             attempt_timeout: Duration::from_secs(1),
             max_attempts: 3,
@@ -307,6 +308,32 @@ mod tests {
             attempt("b", AttemptState::Failed, true),
         ];
         assert_eq!(next_attempt(&k, &hedged, &certified(&k, &["b"])).plan, None);
+    }
+
+    #[test]
+    fn a_newer_failing_run_revokes_an_earlier_pass() {
+        let k = kind(&["a", "b"], false);
+        let mut kinds = crate::kind::Kinds::default();
+        kinds.insert(k.clone());
+        let run = |passed: bool, at: i64| CertificateRecord {
+            id: Uuid::now_v7(),
+            provider: "b".into(),
+            kind: "k".into(),
+            template_hash: k.template_hash(),
+            schema_hash: k.schema_hash(),
+            passed,
+            report: serde_json::Value::Null,
+            created_at: OffsetDateTime::from_unix_timestamp(at).unwrap(),
+        };
+        let passed = run(true, 100);
+        let failed = run(false, 200);
+        assert!(Certified::from_records(std::slice::from_ref(&passed), &kinds).holds("b", "k"));
+        let both = [failed.clone(), passed.clone()];
+        let certified = Certified::from_records(&both, &kinds);
+        assert!(!certified.holds("b", "k"));
+        assert!(!certified.is_valid(&passed));
+        let again = run(true, 300);
+        assert!(Certified::from_records(&[again, failed, passed], &kinds).holds("b", "k"));
     }
 
     #[test]

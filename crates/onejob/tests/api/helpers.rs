@@ -329,10 +329,15 @@ impl TestApp {
     pub async fn verify(&self, provider: &str, kind: &str) -> onejob::verify::VerifyReport {
         let kind = self.app.jobs.kinds().get(kind).unwrap().clone();
         let adapter = self.app.providers.get(provider).unwrap().clone();
-        let (report, _) =
-            onejob::verify::run_and_record(&*self.store, &kind, provider, &*adapter, None)
-                .await
-                .unwrap();
+        let (report, _) = onejob::verify::run_and_record(
+            &*self.store,
+            &kind,
+            provider,
+            &*adapter,
+            Default::default(),
+        )
+        .await
+        .unwrap();
         report
     }
 

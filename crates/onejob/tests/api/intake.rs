@@ -19,6 +19,7 @@ backend_tests!(
     quoted_and_bare_keys_name_the_same_job,
     a_job_is_found_by_its_key,
     a_refused_request_does_not_burn_its_key,
+    listing_filters_and_pages_the_callers_own_jobs,
 );
 
 async fn double_click_of_fifty_makes_one_job(backend: Backend) {
@@ -300,4 +301,83 @@ async fn a_refused_request_does_not_burn_its_key(backend: Backend) {
     assert_eq!(db.scalar("SELECT COUNT(*) FROM jobs").await, 0);
     let (status, _) = json(app.submit("precious", &chat("a fox")).send().await.unwrap()).await;
     assert_eq!(status, 201, "the key is still free after refused requests");
+}
+
+async fn listing_filters_and_pages_the_callers_own_jobs(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let app = TestApp::spawn(&db).await;
+    let bob = create_key(&*app.store, "acme", "bob", false).await;
+    let mut mine = Vec::new();
+    for i in 0..5 {
+        let job = app
+            .create(&format!("list-{i}"), &chat(&format!("p{i}")))
+            .await;
+        mine.push(job["id"].as_str().unwrap().to_owned());
+    }
+    let image = json!({"kind": "image.generate", "params": {"prompt": "a fox"}});
+    app.create("list-image", &image).await;
+    let (status, _) = json(
+        app.submit_as(&bob, "bobs", &chat("bob"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 201);
+
+    let (status, page) = json(
+        app.get("/v1/jobs?kind=chat.completion&limit=3")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{page}");
+    let ids: Vec<&str> = page["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [&mine[4], &mine[3], &mine[2]], "newest first");
+    let next = page["next_before"].as_str().unwrap();
+    let (_, rest) = json(
+        app.get(&format!(
+            "/v1/jobs?kind=chat.completion&limit=3&before={next}"
+        ))
+        .send()
+        .await
+        .unwrap(),
+    )
+    .await;
+    let ids: Vec<&str> = rest["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [&mine[1], &mine[0]]);
+    assert!(rest["next_before"].is_null());
+    let (_, all) = json(app.get("/v1/jobs?state=pending").send().await.unwrap()).await;
+    assert_eq!(
+        all["jobs"].as_array().unwrap().len(),
+        6,
+        "bob's job is not listed"
+    );
+    let (_, none) = json(app.get("/v1/jobs?state=succeeded").send().await.unwrap()).await;
+    assert!(none["jobs"].as_array().unwrap().is_empty());
+    for bad in [
+        "/v1/jobs?state=done",
+        "/v1/jobs?limit=0",
+        "/v1/jobs?limit=501",
+        "/v1/jobs?before=x",
+        "/v1/jobs?colour=red",
+    ] {
+        let (status, problem) = json(app.get(bad).send().await.unwrap()).await;
+        assert_eq!(status, 400, "{bad}: {problem}");
+        assert_eq!(
+            problem["type"],
+            "https://onejob.dev/problems/invalid-request"
+        );
+    }
 }

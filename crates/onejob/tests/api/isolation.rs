@@ -3,9 +3,14 @@
 
 use serde_json::Value;
 
-use crate::helpers::{Backend, TestApp, TestDatabase, backend_tests, chat, create_key, json};
+use crate::helpers::{
+    Backend, Fakes, TestApp, TestDatabase, backend_tests, chat, create_key, json,
+};
 
-backend_tests!(foreign_jobs_look_exactly_like_missing_ones);
+backend_tests!(
+    foreign_jobs_look_exactly_like_missing_ones,
+    attempt_listings_are_scoped_to_the_caller_or_the_operators_tenant,
+);
 
 async fn foreign_jobs_look_exactly_like_missing_ones(backend: Backend) {
     let db = TestDatabase::create(backend).await;
@@ -64,4 +69,66 @@ async fn foreign_jobs_look_exactly_like_missing_ones(backend: Backend) {
             .status(),
         200
     );
+}
+
+async fn attempt_listings_are_scoped_to_the_caller_or_the_operators_tenant(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, |_| {}).await;
+    let bob = create_key(&*app.store, "acme", "bob", false).await;
+    let acme_ops = create_key(&*app.store, "acme", "ops", true).await;
+    let globex_ops = create_key(&*app.store, "globex", "ops", true).await;
+    let alices = app.create("a", &chat("alice's")).await;
+    let (_, bobs) = json(
+        app.submit_as(&bob, "b", &chat("bob's"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    app.wait_job(
+        alices["id"].as_str().unwrap(),
+        std::time::Duration::from_secs(15),
+        |j| j["state"] == "succeeded",
+    )
+    .await;
+    for _ in 0..300 {
+        let (_, bobs_job) = json(
+            app.get_as(&bob, &format!("/v1/jobs/{}", bobs["id"].as_str().unwrap()))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        if bobs_job["state"] == "succeeded" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    let jobs_seen = |body: &Value| -> Vec<String> {
+        body["attempts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["job_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let (_, own) = json(
+        app.get("/v1/attempts?state=succeeded")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(jobs_seen(&own), [alices["id"].as_str().unwrap()]);
+    let (_, tenant) = json(app.get_as(&acme_ops, "/v1/attempts").send().await.unwrap()).await;
+    assert_eq!(jobs_seen(&tenant).len(), 2);
+    let (_, other) = json(
+        app.get_as(&globex_ops, "/v1/attempts")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert!(jobs_seen(&other).is_empty());
 }

@@ -20,23 +20,7 @@ backend_tests!(
 const WITHIN: Duration = Duration::from_secs(15);
 
 fn provider(name: &str, adapter: Adapter) -> ProviderConfig {
-    ProviderConfig {
-        name: name.into(),
-        adapter,
-        base_url: None,
-        model: None,
-        api_key_env: None,
-        idempotency_header: None,
-        submit_url: None,
-        status_url: None,
-        cancel_url: None,
-        task_id_pointer: None,
-        status_pointer: None,
-        result_pointer: None,
-        succeeded: vec![],
-        failed: vec![],
-        context_limit: None,
-    }
+    ProviderConfig::new(name, adapter)
 }
 
 /// Routes `chat.completion` to an `openai-chat` provider on the primary fake, with the

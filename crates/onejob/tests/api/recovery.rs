@@ -25,6 +25,7 @@ backend_tests!(
     retry_refuses_every_state_but_failed,
     failover_is_refused_to_an_uncertified_provider_until_verified,
     a_changed_template_voids_the_certificate,
+    a_failing_reverification_revokes_the_certificate,
     a_hedge_goes_only_to_a_certified_provider,
 );
 
@@ -60,23 +61,10 @@ fn kinds_of(events: &[Value]) -> Vec<String> {
 /// the primary fake, failing over to the backup fake.
 fn chat_api(fakes: &Fakes) -> impl FnOnce(&mut Config) + '_ {
     move |config| {
-        config.providers.push(ProviderConfig {
-            name: "chat-api".into(),
-            adapter: Adapter::OpenaiChat,
-            base_url: Some(format!("{}/v1", fakes.primary.base_url())),
-            model: Some("fake-model".into()),
-            api_key_env: None,
-            idempotency_header: None,
-            submit_url: None,
-            status_url: None,
-            cancel_url: None,
-            task_id_pointer: None,
-            status_pointer: None,
-            result_pointer: None,
-            succeeded: vec![],
-            failed: vec![],
-            context_limit: None,
-        });
+        let mut chat = ProviderConfig::new("chat-api", Adapter::OpenaiChat);
+        chat.base_url = Some(format!("{}/v1", fakes.primary.base_url()));
+        chat.model = Some("fake-model".into());
+        config.providers.push(chat);
         config.kinds[0].providers = vec!["chat-api".into(), "fake-backup".into()];
         config.kinds[0].attempt_timeout = Duration::from_millis(400);
     }
@@ -640,4 +628,49 @@ async fn a_hedge_goes_only_to_a_certified_provider(backend: Backend) {
         .unwrap();
     assert_eq!(refused["detail"]["for"], "hedge");
     assert_eq!(fakes.backup.submissions().total, 0);
+}
+
+async fn a_failing_reverification_revokes_the_certificate(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, |_| {}).await;
+    // The backup starts drifting; verifying it again fails, and the earlier pass no longer
+    // certifies it.
+    fakes.backup.add_rule(rule(
+        "fox",
+        Behaviour {
+            outcome: Outcome::DriftedKeys,
+            ..Default::default()
+        },
+    ));
+    assert!(!app.certify("fake-backup", "chat.completion").await);
+    let (_, listed) = json(app.get("/v1/certificates").send().await.unwrap()).await;
+    let chat_runs: Vec<(bool, bool)> = listed["certificates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["kind"] == "chat.completion")
+        .map(|c| {
+            (
+                c["passed"].as_bool().unwrap(),
+                c["valid"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(chat_runs, [(false, false), (true, false)], "newest first");
+    fakes.primary.add_rule(once(
+        "revoked",
+        Behaviour {
+            outcome: Outcome::Fail,
+            ..Default::default()
+        },
+    ));
+    let id = id_of(&app.create("revoked", &chat("revoked")).await);
+    app.wait_job(&id, WITHIN, |j| j["state"] == "succeeded")
+        .await;
+    let attempts = app.attempts(&id).await;
+    assert!(
+        attempts.iter().all(|a| a["provider"] == "fake"),
+        "{attempts:?}"
+    );
 }

@@ -14,6 +14,7 @@ backend_tests!(
     graceful_shutdown_stops_claiming_and_records_in_flight_as_unknown,
     workers_are_woken_without_polling,
     a_stable_idempotency_key_is_forwarded_upstream,
+    a_retry_is_dispatched_after_its_backoff_not_the_poll_interval,
 );
 
 const WITHIN: Duration = Duration::from_secs(15);
@@ -194,4 +195,30 @@ async fn a_stable_idempotency_key_is_forwarded_upstream(backend: Backend) {
         .collect();
     assert_eq!(keys, vec![Some(format!("onejob:{id}"))]);
     let _: Value = app.job(id).await;
+}
+
+async fn a_retry_is_dispatched_after_its_backoff_not_the_poll_interval(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(Rule {
+        matches: Some("retry soon".into()),
+        times: Some(1),
+        behaviour: Behaviour {
+            outcome: onejob_fake::Outcome::Fail,
+            ..Default::default()
+        },
+    });
+    let app = TestApp::running(&db, &fakes, |config| {
+        // Polling would take an hour; the 50 ms backoff must decide when the retry runs.
+        config.worker.poll_interval = Duration::from_secs(3600);
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let job = app.create("soon", &chat("retry soon")).await;
+    let done = app
+        .wait_job(job["id"].as_str().unwrap(), Duration::from_secs(10), |j| {
+            j["state"] == "succeeded"
+        })
+        .await;
+    assert_eq!(done["attempts"], 2);
 }

@@ -20,8 +20,9 @@ use uuid::Uuid;
 
 use super::{
     ApiKeyRecord, AttemptRecord, AttemptStart, CancelOutcome, CertificateRecord, Completion,
-    EventRecord, FailOutcome, Intake, JobRecord, NewApiKey, NewEvent, NewJob, RecoverOutcome,
-    Resolution, RetryPolicy, StartOutcome, Store, StoreError, StoreOptions, Unsuccessful,
+    EventRecord, FailOutcome, Intake, JobFilter, JobRecord, NewApiKey, NewEvent, NewJob,
+    RecoverOutcome, Resolution, RetryPolicy, Scope, StartOutcome, Store, StoreError, StoreOptions,
+    Unsuccessful,
 };
 
 /// The column list every job query returns, in [`PgJobRow`] order.
@@ -43,6 +44,7 @@ macro_rules! attempt_columns {
 mod attempts;
 mod certificates;
 mod lifecycle;
+mod listing;
 mod wake;
 
 /// The channel workers LISTEN on; a trigger notifies it when a job becomes due.
@@ -539,6 +541,32 @@ impl Store for PgStore {
             .map(|job| (attempt, job)))
     }
 
+    async fn list_jobs(
+        &self,
+        owner: &Principal,
+        filter: &JobFilter,
+    ) -> Result<Vec<JobRecord>, StoreError> {
+        listing::jobs(&self.pool, owner, filter).await
+    }
+
+    async fn list_attempts(
+        &self,
+        scope: &Scope,
+        state: Option<AttemptState>,
+        limit: u32,
+    ) -> Result<Vec<AttemptRecord>, StoreError> {
+        listing::attempts(&self.pool, scope, state, limit).await
+    }
+
+    async fn recent_events(
+        &self,
+        scope: &Scope,
+        kind: Option<EventKind>,
+        limit: u32,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        listing::events(&self.pool, scope, kind, limit).await
+    }
+
     async fn insert_certificate(&self, certificate: &CertificateRecord) -> Result<(), StoreError> {
         certificates::insert(&self.pool, certificate).await
     }
@@ -571,6 +599,16 @@ impl Store for PgStore {
         .execute(&self.pool)
         .await?;
         Ok(result.rows_affected() == 1)
+    }
+
+    async fn next_due_in(&self) -> Result<Option<Duration>, StoreError> {
+        let seconds: Option<f64> = sqlx::query_scalar(
+            "SELECT EXTRACT(EPOCH FROM (min(dispatch_at) - now()))::float8 FROM jobs \
+             WHERE dispatch_at IS NOT NULL",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(seconds.map(|s| Duration::from_secs_f64(s.max(0.0))))
     }
 
     async fn wait_for_work(&self, max_wait: Duration) {
