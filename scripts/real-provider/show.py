@@ -6,6 +6,11 @@
   show.py events       GET /v1/jobs/{id}/events     -> one line per event
   show.py certs        GET /v1/certificates         -> one line per verify run
   show.py cases ID     GET /v1/certificates         -> the cases of run ID, with the outputs
+  show.py runs         GET /v1/certificates         -> every run, oldest first, each with its cases
+  show.py run ID       GET /v1/certificates         -> "passed=.. valid=.. temperature=.. ..." of run ID
+  show.py valid P K    GET /v1/certificates         -> the run certifying provider P for kind K now ("" if none)
+  show.py gaps         GET /v1/jobs/{id}/attempts   -> "#1->#2 212 ms, #2->#3 405 ms": waits between attempts
+  show.py max-gap-ms   GET /v1/jobs/{id}/attempts   -> the longest of those waits in ms (0 if none)
   show.py get POINTER  any JSON                     -> the value at a JSON pointer ("" if absent)
   show.py summary-attempts  GET .../attempts        -> "failing-fake:failed,gemma:succeeded"
   show.py summary-events    GET .../events          -> "created,attempt_started,..."
@@ -66,7 +71,11 @@ def attempts(doc):
         )
         error = a.get("error")
         if error:
-            message = error.get("message", error) if isinstance(error, dict) else error
+            message = (
+                error.get("message") or error.get("reason") or error
+                if isinstance(error, dict)
+                else error
+            )
             line += f"  error: {short(message, 110)}"
         print(line)
 
@@ -126,6 +135,54 @@ def cases(doc, run_id):
     print(f"  (run {run_id} not found)")
 
 
+def runs(doc):
+    ordered = sorted(doc.get("certificates", []), key=lambda c: c.get("created_at", ""))
+    for c in ordered:
+        certs({"certificates": [c]})
+        for case in (c.get("report") or {}).get("cases", []):
+            verdict = "pass" if case.get("passed") else "FAIL"
+            if "output" in case:
+                what = json.dumps(case["output"], ensure_ascii=False)
+            else:
+                what = short("; ".join(case.get("problems", [])), 70)
+            print(f"      {verdict} {case.get('name'):<18} {case.get('latency_ms'):>5} ms  {what}")
+
+
+def run(doc, run_id):
+    for c in doc.get("certificates", []):
+        if c.get("id") != run_id:
+            continue
+        report = c.get("report") or {}
+        limits = report.get("limits") or {}
+        print(
+            f"passed={str(c.get('passed')).lower()} valid={str(c.get('valid')).lower()}"
+            f" temperature={report.get('temperature')}"
+            f" context_limit={limits.get('context_limit', '-')}"
+            f" max_tokens={limits.get('max_tokens', '-')}"
+        )
+        return
+    print("")
+
+
+def valid(doc, provider, kind):
+    ids = [
+        c.get("id")
+        for c in doc.get("certificates", [])
+        if c.get("valid") and c.get("provider") == provider and c.get("kind") == kind
+    ]
+    print(",".join(ids))
+
+
+def gap_list(doc):
+    items = sorted(doc.get("attempts", []), key=lambda a: a.get("number", 0))
+    gaps = []
+    for a, b in zip(items, items[1:]):
+        ta, tb = parse_time(a.get("finished_at")), parse_time(b.get("started_at"))
+        if ta and tb:
+            gaps.append((a.get("number"), b.get("number"), (tb - ta).total_seconds() * 1000))
+    return gaps
+
+
 def get(doc, pointer):
     value = doc
     for part in [p for p in pointer.split("/") if p != ""]:
@@ -161,6 +218,16 @@ def main():
         certs(doc)
     elif command == "cases":
         cases(doc, sys.argv[2])
+    elif command == "runs":
+        runs(doc)
+    elif command == "run":
+        run(doc, sys.argv[2])
+    elif command == "valid":
+        valid(doc, sys.argv[2], sys.argv[3])
+    elif command == "gaps":
+        print(", ".join(f"#{a}->#{b} {ms:.0f} ms" for a, b, ms in gap_list(doc)) or "-")
+    elif command == "max-gap-ms":
+        print(f"{max((ms for _, _, ms in gap_list(doc)), default=0):.0f}")
     elif command == "get":
         get(doc, sys.argv[2] if len(sys.argv) > 2 else "")
     elif command == "summary-attempts":
