@@ -59,6 +59,7 @@ impl App {
     /// Compiles the kinds, opens the database and applies migrations.
     pub async fn open(config: Config) -> Result<App, StartError> {
         let kinds = Kinds::compile(&config)?;
+        crate::telemetry::install();
         let http = crate::provider::http_client();
         let providers = Providers::from_config(&config, http).await?;
         let store = open_store(&config.database).await?;

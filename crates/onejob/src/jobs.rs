@@ -15,6 +15,7 @@ use uuid::Uuid;
 use crate::{
     kind::{FieldError, Kinds},
     store::{EventRecord, Intake, JobRecord, NewEvent, NewJob, Store, StoreError},
+    telemetry,
 };
 
 /// A submission: which kind of job, with which params.
@@ -123,9 +124,16 @@ impl Jobs {
             actor: actor.to_owned(),
         };
         match self.store.create_or_replay(job.clone()).await? {
-            Intake::Created(record) => Ok(Submitted::Created(record)),
-            Intake::Replayed(record) => Ok(Submitted::Replayed(record)),
+            Intake::Created(record) => {
+                telemetry::submitted("created");
+                Ok(Submitted::Created(record))
+            }
+            Intake::Replayed(record) => {
+                telemetry::submitted("replayed");
+                Ok(Submitted::Replayed(record))
+            }
             Intake::Conflict(existing) => {
+                telemetry::submitted("key_conflict");
                 let kind_changed = existing.kind != job.kind;
                 let fields = if kind_changed {
                     None

@@ -24,5 +24,6 @@ pub mod kind;
 pub mod outcome;
 pub mod provider;
 pub mod store;
+pub mod telemetry;
 pub mod verify;
 pub mod worker;

@@ -6,11 +6,14 @@
 //! the store's compare-and-swap, so a late or duplicate result is discarded, never merged.
 
 use serde_json::{Value, json};
-use uuid::Uuid;
 
 use crate::{
     kind::{FieldError, Kind},
-    store::{Completion, FailOutcome, Resolution, RetryPolicy, Store, StoreError, Unsuccessful},
+    store::{
+        AttemptRecord, Completion, FailOutcome, Resolution, RetryPolicy, Store, StoreError,
+        Unsuccessful,
+    },
+    telemetry,
 };
 
 /// What offering an output did.
@@ -38,8 +41,7 @@ pub fn retry_after(kind: &Kind, number: i32) -> RetryPolicy {
 pub async fn offer(
     store: &dyn Store,
     kind: &Kind,
-    attempt_id: Uuid,
-    number: i32,
+    attempt: &AttemptRecord,
     output: &Value,
     by: &Resolution,
 ) -> Result<Offered, StoreError> {
@@ -48,28 +50,22 @@ pub async fn offer(
             "message": "the output does not pass the kind's output schema: no real artifact",
             "errors": errors,
         });
-        return match fail(
-            store,
-            kind,
-            attempt_id,
-            number,
-            Unsuccessful::Failed,
-            error,
-            by,
-        )
-        .await?
-        {
+        return match fail(store, kind, attempt, Unsuccessful::Failed, error, by).await? {
             FailOutcome::NotOpen(state) if by.only_unknown => Ok(Offered::NotUnknown(state)),
             _ => Ok(Offered::Invalid(errors)),
         };
     }
-    Ok(
-        match store.complete_attempt(attempt_id, output, by).await? {
-            Completion::Won => Offered::Won,
-            Completion::Discarded { .. } => Offered::Discarded,
-            Completion::NotUnknown(state) => Offered::NotUnknown(state),
-        },
-    )
+    let offered = match store.complete_attempt(attempt.id, output, by).await? {
+        Completion::Won => Offered::Won,
+        Completion::Discarded { .. } => Offered::Discarded,
+        Completion::NotUnknown(state) => Offered::NotUnknown(state),
+    };
+    match offered {
+        Offered::Won => telemetry::attempt_ended(&attempt.provider, "won"),
+        Offered::Discarded => telemetry::attempt_ended(&attempt.provider, "discarded"),
+        Offered::NotUnknown(_) | Offered::Invalid(_) => {}
+    }
+    Ok(offered)
 }
 
 /// Records a definite failure (or cancellation) of attempt `number`, letting the job move on
@@ -77,13 +73,26 @@ pub async fn offer(
 pub async fn fail(
     store: &dyn Store,
     kind: &Kind,
-    attempt_id: Uuid,
-    number: i32,
+    attempt: &AttemptRecord,
     end: Unsuccessful,
     error: Value,
     by: &Resolution,
 ) -> Result<FailOutcome, StoreError> {
-    store
-        .fail_attempt(attempt_id, end, &error, retry_after(kind, number), by)
-        .await
+    let outcome = store
+        .fail_attempt(
+            attempt.id,
+            end,
+            &error,
+            retry_after(kind, attempt.number),
+            by,
+        )
+        .await?;
+    if matches!(outcome, FailOutcome::Recorded(_)) {
+        let label = match end {
+            Unsuccessful::Failed => "failed",
+            Unsuccessful::Cancelled => "cancelled",
+        };
+        telemetry::attempt_ended(&attempt.provider, label);
+    }
+    Ok(outcome)
 }

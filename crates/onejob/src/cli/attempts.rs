@@ -1,11 +1,18 @@
 //! `onejob attempts resolve ID --outcome …`: an operator's out-of-band resolution of an
-//! unknown attempt, through the HTTP API (`POST /v1/attempts/{id}/resolve`).
+//! unknown attempt, through the HTTP API (`POST /v1/attempts/{id}/resolve`) with
+//! onejob-client.
 
 use std::{path::PathBuf, process::ExitCode};
 
 use anyhow::Context;
 use clap::Subcommand;
-use serde_json::{Value, json};
+use onejob_client::Resolution;
+use uuid::Uuid;
+
+use super::{
+    exit::{self, EXIT_CODES, Exit},
+    remote::RemoteArgs,
+};
 
 /// `onejob attempts …`
 #[derive(Debug, Subcommand)]
@@ -27,9 +34,10 @@ pub enum Outcome {
 
 /// Arguments of `onejob attempts resolve`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = EXIT_CODES)]
 pub struct ResolveArgs {
     /// The attempt id.
-    attempt: String,
+    attempt: Uuid,
     /// What happened upstream.
     #[arg(long, value_enum)]
     outcome: Outcome,
@@ -39,52 +47,54 @@ pub struct ResolveArgs {
     /// Why, for the event log.
     #[arg(long)]
     reason: Option<String>,
-    /// onejob's URL.
-    #[arg(long, env = "ONEJOB_URL", default_value = "http://127.0.0.1:8080")]
-    url: String,
-    /// An operator API key.
-    #[arg(long, env = "ONEJOB_API_KEY", hide_env_values = true)]
-    key: String,
+    /// Where onejob is, and an operator API key.
+    #[command(flatten)]
+    remote: RemoteArgs,
 }
 
 /// Runs `onejob attempts …`.
 pub async fn run(command: AttemptsCommand) -> anyhow::Result<ExitCode> {
     let AttemptsCommand::Resolve(args) = command;
-    let mut body = json!({
-        "outcome": match args.outcome {
-            Outcome::Succeeded => "succeeded",
-            Outcome::Failed => "failed",
-            Outcome::Cancelled => "cancelled",
+    exit::finish(&args.remote, resolve(&args).await)
+}
+
+async fn resolve(args: &ResolveArgs) -> anyhow::Result<Exit> {
+    if args.result.is_some() && !matches!(args.outcome, Outcome::Succeeded) {
+        anyhow::bail!("only --outcome succeeded carries a --result");
+    }
+    let mut resolution = match args.outcome {
+        Outcome::Succeeded => {
+            let Some(path) = &args.result else {
+                anyhow::bail!("--outcome succeeded needs --result FILE with the attempt's result");
+            };
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            Resolution::succeeded(
+                serde_json::from_str(&text)
+                    .with_context(|| format!("{} is not JSON", path.display()))?,
+            )
         }
-    });
-    if let Some(path) = &args.result {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        body["result"] = serde_json::from_str(&text)
-            .with_context(|| format!("{} is not JSON", path.display()))?;
-    }
+        Outcome::Failed => Resolution::failed(),
+        Outcome::Cancelled => Resolution::cancelled(),
+    };
     if let Some(reason) = &args.reason {
-        body["reason"] = json!(reason);
+        resolution = resolution.reason(reason.clone());
     }
-    let url = format!(
-        "{}/v1/attempts/{}/resolve",
-        args.url.trim_end_matches('/'),
-        args.attempt
-    );
-    let response = crate::provider::http_client()
-        .post(&url)
-        .bearer_auth(&args.key)
-        .json(&body)
-        .send()
-        .await
-        .with_context(|| format!("calling {url}"))?;
-    let status = response.status();
-    let answer: Value = response.json().await.unwrap_or(Value::Null);
-    println!("{}", serde_json::to_string_pretty(&answer)?);
-    Ok(if status.is_success() {
-        ExitCode::SUCCESS
+    let resolved = args
+        .remote
+        .client()?
+        .resolve_attempt(args.attempt, &resolution)
+        .await?;
+    if args.remote.json {
+        println!("{}", serde_json::to_string_pretty(&resolved)?);
     } else {
-        eprintln!("onejob: {status}");
-        ExitCode::FAILURE
-    })
+        println!("attempt    {} ({})", args.attempt, resolved.outcome);
+        if let Some(attempt) = &resolved.attempt {
+            println!("state      {}", attempt.state);
+        }
+        if let Some(job) = &resolved.job {
+            println!("job        {} is {}", job.id, job.state);
+        }
+    }
+    Ok(Exit::Success)
 }

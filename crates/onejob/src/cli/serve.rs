@@ -57,7 +57,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 /// Runs every demo kind's contract against each of its (bundled fake) providers, so the
 /// demo's failover and hedging have certificates, earned the same way real providers earn
 /// theirs.
-async fn certify_bundled_fakes(app: &App) -> anyhow::Result<()> {
+pub(super) async fn certify_bundled_fakes(app: &App) -> anyhow::Result<()> {
     let kinds = app.jobs.kinds();
     for name in kinds.names() {
         let kind = kinds.get(name).expect("listed kind").clone();

@@ -1,7 +1,8 @@
 //! `POST /v1/attempts/{id}/resolve`: an operator's out-of-band resolution of an `unknown`
 //! attempt (operator keys only, within their tenant). A claimed success carries the result,
 //! validated like any output and offered through the same compare-and-swap; every
-//! resolution is an event naming the operator.
+//! resolution is an event naming the operator. [`resolve_unknown`] is shared with the
+//! dashboard's resolve form.
 
 use std::sync::Arc;
 
@@ -12,14 +13,16 @@ use axum::{
     http::HeaderMap,
 };
 use onejob_domain::AttemptState;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use uuid::Uuid;
 
 use super::{
     AppState,
     auth::Caller,
     body::read_json,
     jobs::parse_id,
+    openapi,
     problem::{Problem, ProblemType},
     view::{AttemptView, JobView},
 };
@@ -28,22 +31,42 @@ use crate::{
     store::{FailOutcome, Resolution, Unsuccessful},
 };
 
-#[derive(Debug, Deserialize)]
+/// What an operator establishes about an unknown attempt.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
-enum Outcome {
+pub enum Outcome {
+    /// The upstream did the work; `result` carries its output.
     Succeeded,
+    /// The upstream did not do it.
     Failed,
+    /// It was cancelled upstream.
     Cancelled,
 }
 
-#[derive(Debug, Deserialize)]
+/// The body of `POST /v1/attempts/{id}/resolve`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct ResolveBody {
-    outcome: Outcome,
+pub struct ResolveBody {
+    /// What happened upstream.
+    pub outcome: Outcome,
+    /// The attempt's output, for `succeeded` only (validated like any output).
     #[serde(default)]
-    result: Option<Value>,
+    pub result: Option<Value>,
+    /// Why, for the event log.
     #[serde(default)]
-    reason: Option<String>,
+    pub reason: Option<String>,
+}
+
+/// What a resolution did.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Resolved {
+    /// `won` or `discarded` for a success (another attempt may have won meanwhile);
+    /// `recorded` for a failure or cancellation.
+    pub outcome: &'static str,
+    /// The attempt now.
+    pub attempt: Option<AttemptView>,
+    /// Its job now.
+    pub job: Option<JobView>,
 }
 
 fn not_unknown(state: AttemptState) -> Problem {
@@ -55,13 +78,31 @@ fn not_unknown(state: AttemptState) -> Problem {
 }
 
 /// `POST /v1/attempts/{id}/resolve`.
+#[utoipa::path(
+    post,
+    path = "/v1/attempts/{id}/resolve",
+    tag = "operators",
+    params(("id" = uuid::Uuid, Path, description = "The attempt id")),
+    request_body(content = ResolveBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Resolved; the event names the operator", body = Resolved),
+        (status = 400, description = "Malformed body, or a result failing the kind's output schema (result-invalid)", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Not an operator key", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such attempt in the operator's tenant", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The attempt is not unknown", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body over max_body_bytes", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Not JSON", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or invalid API key", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The database is unavailable; retry after Retry-After", body = openapi::Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn resolve(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     Path(id): Path<String>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Json<Value>, Problem> {
+) -> Result<Json<Resolved>, Problem> {
     caller.require_operator()?;
     let attempt_id = parse_id(&id)?;
     let document = read_json(&headers, body, state.max_body_bytes).await?;
@@ -74,6 +115,22 @@ pub async fn resolve(
             ),
         )
     })?;
+    resolve_unknown(&state, &caller, attempt_id, request)
+        .await
+        .map(Json)
+}
+
+/// Resolves an `unknown` attempt for an operator: the one code path behind both
+/// `POST /v1/attempts/{id}/resolve` and the dashboard's resolve form. Operator keys only,
+/// within their tenant; a claimed success is validated like any output and offered through
+/// the same compare-and-swap as a live result.
+pub async fn resolve_unknown(
+    state: &AppState,
+    caller: &Caller,
+    attempt_id: Uuid,
+    request: ResolveBody,
+) -> Result<Resolved, Problem> {
+    caller.require_operator()?;
     let store = state.jobs.store();
     let (attempt, job) = store
         .attempt_in_tenant(&caller.principal.tenant, attempt_id)
@@ -108,7 +165,7 @@ pub async fn resolve(
                 )
                 .with("errors", serde_json::to_value(errors).unwrap_or_default()));
             }
-            match outcome::offer(&**store, &kind, attempt.id, attempt.number, &result, &by).await? {
+            match outcome::offer(&**store, &kind, &attempt, &result, &by).await? {
                 Offered::Won => "won",
                 Offered::Discarded => "discarded",
                 Offered::NotUnknown(state) => return Err(not_unknown(state)),
@@ -127,9 +184,7 @@ pub async fn resolve(
                 _ => Unsuccessful::Failed,
             };
             let error = json!({ "message": note, "resolved_by": caller.actor() });
-            match outcome::fail(&**store, &kind, attempt.id, attempt.number, end, error, &by)
-                .await?
-            {
+            match outcome::fail(&**store, &kind, &attempt, end, error, &by).await? {
                 FailOutcome::Recorded(_) => "recorded",
                 FailOutcome::NotOpen(state) => return Err(not_unknown(state)),
             }
@@ -141,7 +196,9 @@ pub async fn resolve(
         .find(|a| a.id == attempt_id)
         .map(AttemptView::from);
     let job = store.job(&job.owner, job.id).await?.map(JobView::from);
-    Ok(Json(
-        json!({ "outcome": verdict, "attempt": attempt, "job": job }),
-    ))
+    Ok(Resolved {
+        outcome: verdict,
+        attempt,
+        job,
+    })
 }

@@ -1,5 +1,6 @@
 //! Bearer authentication: the [`Caller`] extractor turns `Authorization: Bearer oj_…` into a
 //! principal. Unknown ids and wrong secrets get the same 401, so a probe learns nothing.
+//! [`Caller::from_token`] is the one key check, shared with the dashboard's cookie.
 
 use std::sync::Arc;
 
@@ -10,7 +11,7 @@ use super::{
     AppState,
     problem::{Problem, ProblemType},
 };
-use crate::api_key;
+use crate::{api_key, store::Store};
 
 /// The authenticated caller of a request.
 #[derive(Debug, Clone)]
@@ -55,12 +56,6 @@ impl FromRequestParts<Arc<AppState>> for Caller {
                 "send your API key as `Authorization: Bearer oj_…`",
             ));
         };
-        let invalid = || {
-            Problem::new(
-                ProblemType::Unauthorized,
-                "the API key is not valid; check it or create one with `onejob keys create`",
-            )
-        };
         let token = value
             .to_str()
             .ok()
@@ -68,11 +63,19 @@ impl FromRequestParts<Arc<AppState>> for Caller {
                 let (scheme, token) = v.split_once(' ')?;
                 scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
             })
-            .ok_or_else(invalid)?;
-        let (id, secret) = api_key::parse(token).ok_or_else(invalid)?;
-        let record = state.jobs.store().api_key(id).await?.ok_or_else(invalid)?;
+            .ok_or_else(invalid_key)?;
+        Caller::from_token(&**state.jobs.store(), token).await
+    }
+}
+
+impl Caller {
+    /// The caller an API key token (`oj_<id>_<secret>`) authenticates: an `unauthorized`
+    /// problem for a malformed, unknown, revoked or wrong key alike.
+    pub async fn from_token(store: &dyn Store, token: &str) -> Result<Caller, Problem> {
+        let (id, secret) = api_key::parse(token).ok_or_else(invalid_key)?;
+        let record = store.api_key(id).await?.ok_or_else(invalid_key)?;
         if !api_key::verify(&record, secret) {
-            return Err(invalid());
+            return Err(invalid_key());
         }
         Ok(Caller {
             principal: record.principal,
@@ -80,4 +83,11 @@ impl FromRequestParts<Arc<AppState>> for Caller {
             operator: record.operator,
         })
     }
+}
+
+fn invalid_key() -> Problem {
+    Problem::new(
+        ProblemType::Unauthorized,
+        "the API key is not valid; check it or create one with `onejob keys create`",
+    )
 }

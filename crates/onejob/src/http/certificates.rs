@@ -9,11 +9,11 @@ use serde_json::Value;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::{AppState, auth::Caller, problem::Problem};
+use super::{AppState, auth::Caller, openapi, problem::Problem};
 use crate::certification::Certified;
 
 /// One verification run as the API shows it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct CertificateView {
     /// Its id.
     pub id: Uuid,
@@ -32,16 +32,34 @@ pub struct CertificateView {
     pub schema_hash: String,
     /// When.
     #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     pub created_at: OffsetDateTime,
     /// The per-case report.
     pub report: Value,
 }
 
+/// Every verification run, newest first.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct CertificateList {
+    /// The runs.
+    pub certificates: Vec<CertificateView>,
+}
+
 /// `GET /v1/certificates`.
+#[utoipa::path(
+    get,
+    path = "/v1/certificates",
+    tag = "operators",
+    responses(
+        (status = 200, description = "Every verification run, newest first, with whether it certifies its provider now", body = CertificateList),
+        (status = 401, description = "Missing or invalid API key", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The database is unavailable; retry after Retry-After", body = openapi::Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn list(
     State(state): State<Arc<AppState>>,
     _caller: Caller,
-) -> Result<Json<Value>, Problem> {
+) -> Result<Json<CertificateList>, Problem> {
     let records = state.jobs.store().certificates().await?;
     let certified = Certified::from_records(&records, state.jobs.kinds());
     let views: Vec<CertificateView> = records
@@ -58,5 +76,7 @@ pub async fn list(
             report: c.report,
         })
         .collect();
-    Ok(Json(serde_json::json!({ "certificates": views })))
+    Ok(Json(CertificateList {
+        certificates: views,
+    }))
 }

@@ -6,16 +6,33 @@ use axum::{Json, extract::State};
 use serde_json::{Value, json};
 
 use super::{
-    AppState,
+    AppState, openapi,
     problem::{Problem, ProblemType},
 };
 
 /// `GET /healthz`: 200 while the process serves requests.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "health",
+    security(()),
+    responses((status = 200, description = "The process serves requests", body = serde_json::Value)),
+)]
 pub async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
 
 /// `GET /readyz`: 200 when the database answers, 503 problem otherwise.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "health",
+    security(()),
+    responses(
+        (status = 200, description = "The database answers too", body = serde_json::Value),
+        (status = 503, description = "The database does not answer", body = openapi::Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn readyz(State(state): State<Arc<AppState>>) -> Result<Json<Value>, Problem> {
     let store = state.jobs.store();
     store.ping().await.map_err(|error| {

@@ -18,8 +18,10 @@ use super::{
     AppState,
     auth::Caller,
     body::read_json,
+    openapi,
     problem::{Problem, ProblemType},
-    view::{AttemptView, AttemptsView, EventView, EventsView, JobView},
+    view,
+    view::{AttemptList, AttemptView, AttemptsView, EventView, EventsView, JobList, JobView},
 };
 use crate::{
     jobs::{Submission, SubmitError, Submitted},
@@ -33,14 +35,37 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
 
 /// The body of `POST /v1/jobs`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct SubmitBody {
-    kind: String,
-    params: Value,
+pub struct SubmitBody {
+    /// A configured kind (`chat.completion`).
+    pub kind: String,
+    /// The kind's params (checked against its params schema).
+    pub params: Value,
 }
 
 /// `POST /v1/jobs`: create a job, or replay the one its key already names.
+#[utoipa::path(
+    post,
+    path = "/v1/jobs",
+    tag = "jobs",
+    params(("Idempotency-Key" = String, Header, description = "Your name for this business action, the same on every retry of it: 1-255 visible ASCII characters, bare or as a structured-field string (\"abc\")")),
+    request_body(content = SubmitBody, content_type = "application/json"),
+    responses(
+        (status = 201, description = "A new job", body = view::JobView, headers(
+            ("Location" = String, description = "The job's URL"),
+            ("Retry-After" = u64, description = "Seconds before polling (while not terminal)"))),
+        (status = 200, description = "A replay: the key and fingerprint match an existing job; nothing new runs", body = view::JobView, headers(
+            ("Idempotent-Replayed" = String, description = "Always `true`"),
+            ("Retry-After" = u64, description = "Seconds before polling (while not terminal)"))),
+        (status = 400, description = "Key missing or malformed, bad JSON, unknown kind, params failing the kind's schema or limits", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body over max_body_bytes", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Not JSON", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The key names a job with another fingerprint or kind (key-reused: changed paths, never values)", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or invalid API key", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The database is unavailable; retry after Retry-After", body = openapi::Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn submit(
     State(state): State<Arc<AppState>>,
     caller: Caller,
@@ -86,6 +111,20 @@ pub async fn submit(
 }
 
 /// `GET /v1/jobs/{id}`.
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{id}",
+    tag = "jobs",
+    params(("id" = uuid::Uuid, Path, description = "The job id")),
+    responses(
+        (status = 200, description = "The job; while not terminal with poll_after_ms and Retry-After and no result", body = view::JobView, headers(
+            ("Retry-After" = u64, description = "Seconds before polling again (while not terminal)"))),
+        (status = 400, description = "Malformed id", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such job (or another principal's: indistinguishable)", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or invalid API key", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The database is unavailable; retry after Retry-After", body = openapi::Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn get(
     State(state): State<Arc<AppState>>,
     caller: Caller,
@@ -106,6 +145,25 @@ pub const MAX_PAGE: u32 = 500;
 /// `GET /v1/jobs?idempotency_key=…`: the caller's job under that key; without the key, the
 /// caller's jobs, newest first, filtered by `state` and `kind`, paged with `limit` (default
 /// 50, at most 500) and `before` (the `next_before` of the previous page).
+#[utoipa::path(
+    get,
+    path = "/v1/jobs",
+    tag = "jobs",
+    params(
+        ("idempotency_key" = Option<String>, Query, description = "Answer the caller's job under this key (a JobView, or 404)"),
+        ("state" = Option<String>, Query, description = "List only jobs in this state"),
+        ("kind" = Option<String>, Query, description = "List only jobs of this kind"),
+        ("before" = Option<uuid::Uuid>, Query, description = "List only jobs older than this one (next_before of the previous page)"),
+        ("limit" = Option<u32>, Query, description = "Page size, 1-500 (default 50)"),
+    ),
+    responses(
+        (status = 200, description = "With idempotency_key: the job (JobView); without: a page of the caller's jobs", body = view::JobList),
+        (status = 400, description = "Malformed key or filter", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No job under that key", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or invalid API key", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The database is unavailable; retry after Retry-After", body = openapi::Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn by_key(
     State(state): State<Arc<AppState>>,
     caller: Caller,
@@ -182,16 +240,35 @@ async fn list(
         .then(|| jobs.last().map(|j| j.id))
         .flatten();
     let views: Vec<JobView> = jobs.into_iter().map(JobView::from).collect();
-    Ok(Json(serde_json::json!({ "jobs": views, "next_before": next_before })).into_response())
+    Ok(Json(JobList {
+        jobs: views,
+        next_before,
+    })
+    .into_response())
 }
 
 /// `GET /v1/attempts?state=unknown`: attempts newest first: an operator's across its
 /// tenant, anyone else's across their own jobs (`limit` as for jobs).
+#[utoipa::path(
+    get,
+    path = "/v1/attempts",
+    tag = "operators",
+    params(
+        ("state" = Option<String>, Query, description = "Only attempts in this state (`unknown` for the unknown queue)"),
+        ("limit" = Option<u32>, Query, description = "1-500 (default 50)"),
+    ),
+    responses(
+        (status = 200, description = "Attempts newest first: an operator's across its tenant, anyone else's across their own jobs", body = view::AttemptList),
+        (status = 400, description = "Malformed filter", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or invalid API key", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The database is unavailable; retry after Retry-After", body = openapi::Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn list_attempts(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     query: Result<Query<HashMap<String, String>>, QueryRejection>,
-) -> Result<Json<Value>, Problem> {
+) -> Result<Json<AttemptList>, Problem> {
     let Query(query) = query.map_err(|e| {
         Problem::new(
             ProblemType::InvalidRequest,
@@ -221,11 +298,25 @@ pub async fn list_attempts(
         .store()
         .list_attempts(&scope, wanted, limit)
         .await?;
-    let views: Vec<AttemptView> = attempts.into_iter().map(AttemptView::from).collect();
-    Ok(Json(serde_json::json!({ "attempts": views })))
+    Ok(Json(AttemptList {
+        attempts: attempts.into_iter().map(AttemptView::from).collect(),
+    }))
 }
 
 /// `GET /v1/jobs/{id}/events`.
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{id}/events",
+    tag = "jobs",
+    params(("id" = uuid::Uuid, Path, description = "The job id")),
+    responses(
+        (status = 200, description = "The job's append-only event log, oldest first", body = view::EventsView),
+        (status = 400, description = "Malformed id", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such job", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or invalid API key", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The database is unavailable; retry after Retry-After", body = openapi::Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn events(
     State(state): State<Arc<AppState>>,
     caller: Caller,
@@ -244,6 +335,19 @@ pub async fn events(
 }
 
 /// `GET /v1/jobs/{id}/attempts`.
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{id}/attempts",
+    tag = "jobs",
+    params(("id" = uuid::Uuid, Path, description = "The job id")),
+    responses(
+        (status = 200, description = "The job's attempts, oldest first", body = view::AttemptsView),
+        (status = 400, description = "Malformed id", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such job", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or invalid API key", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The database is unavailable; retry after Retry-After", body = openapi::Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn attempts(
     State(state): State<Arc<AppState>>,
     caller: Caller,

@@ -15,11 +15,27 @@ use super::{
     AppState,
     auth::Caller,
     jobs::{job_response, parse_id},
+    openapi,
     problem::{Problem, ProblemType},
+    view,
 };
 use crate::store::{AttemptRecord, CancelOutcome, RecoverOutcome};
 
 /// `POST /v1/jobs/{id}/cancel`.
+#[utoipa::path(
+    post,
+    path = "/v1/jobs/{id}/cancel",
+    tag = "jobs",
+    params(("id" = uuid::Uuid, Path, description = "The job id")),
+    responses(
+        (status = 200, description = "Cancelled (now, or already before); live attempts are asked to cancel upstream", body = view::JobView),
+        (status = 400, description = "Malformed id", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such job", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The job already succeeded or failed", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or invalid API key", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The database is unavailable; retry after Retry-After", body = openapi::Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn cancel(
     State(state): State<Arc<AppState>>,
     caller: Caller,
@@ -63,6 +79,20 @@ async fn cancel_upstream(state: Arc<AppState>, attempt: AttemptRecord) {
 }
 
 /// `POST /v1/jobs/{id}/retry`.
+#[utoipa::path(
+    post,
+    path = "/v1/jobs/{id}/retry",
+    tag = "jobs",
+    params(("id" = uuid::Uuid, Path, description = "The job id")),
+    responses(
+        (status = 200, description = "The failed job is pending again (same job, fresh attempt budget)", body = view::JobView),
+        (status = 400, description = "Malformed id", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such job", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The job is not failed", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or invalid API key", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The database is unavailable; retry after Retry-After", body = openapi::Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn retry(
     State(state): State<Arc<AppState>>,
     caller: Caller,

@@ -8,7 +8,10 @@ mod certificates;
 mod health;
 mod jobs;
 mod lifecycle;
+mod metrics;
+pub mod openapi;
 pub mod problem;
+mod ui;
 mod view;
 
 use std::{any::Any, sync::Arc};
@@ -50,8 +53,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/attempts", get(jobs::list_attempts))
         .route("/v1/attempts/{id}/resolve", post(attempts::resolve))
         .route("/v1/certificates", get(certificates::list))
+        .route("/openapi.json", get(openapi::document))
+        .route("/metrics", get(metrics::render))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .nest("/ui", ui::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)

@@ -4,9 +4,40 @@ use onejob_domain::{AttemptState, EventKind, JobState};
 use serde::Serialize;
 use serde_json::Value;
 use time::OffsetDateTime;
+use utoipa::{
+    ToSchema,
+    openapi::{ObjectBuilder, RefOr, Schema, Type},
+};
 use uuid::Uuid;
 
 use crate::store::{AttemptRecord, EventRecord, JobRecord};
+
+/// A string schema whose values are `names`.
+fn names_schema(description: &str, names: impl IntoIterator<Item = &'static str>) -> RefOr<Schema> {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .description(Some(description))
+        .enum_values(Some(names))
+        .into()
+}
+
+/// The schema of a job state.
+pub fn job_state_schema() -> RefOr<Schema> {
+    names_schema("The job's state.", JobState::ALL.map(JobState::as_str))
+}
+
+/// The schema of an attempt state.
+pub fn attempt_state_schema() -> RefOr<Schema> {
+    names_schema(
+        "The attempt's state.",
+        AttemptState::ALL.map(AttemptState::as_str),
+    )
+}
+
+/// The schema of an event kind.
+pub fn event_kind_schema() -> RefOr<Schema> {
+    names_schema("What happened.", EventKind::ALL.map(EventKind::as_str))
+}
 
 /// How long a client should wait before polling a job again in this state; `None` once the
 /// job is terminal.
@@ -20,19 +51,22 @@ pub fn poll_after_ms(state: JobState) -> Option<u64> {
 }
 
 /// A job as the API shows it (DESIGN §4).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct JobView {
     /// The job id.
     pub id: Uuid,
     /// Its kind.
     pub kind: String,
     /// Its state.
+    #[schema(schema_with = job_state_schema)]
     pub state: JobState,
     /// When it was accepted.
     #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     pub created_at: OffsetDateTime,
     /// When it last changed.
     #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     pub updated_at: OffsetDateTime,
     /// How many attempts it has had.
     pub attempts: i32,
@@ -70,14 +104,16 @@ impl From<JobRecord> for JobView {
 }
 
 /// One entry of a job's event log.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct EventView {
     /// Position in the log.
     pub id: i64,
     /// What happened.
+    #[schema(schema_with = event_kind_schema)]
     pub kind: EventKind,
     /// When.
     #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     pub at: OffsetDateTime,
     /// The attempt it is about.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -103,7 +139,7 @@ impl From<EventRecord> for EventView {
 }
 
 /// A job's event log.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct EventsView {
     /// The job.
     pub job_id: Uuid,
@@ -112,7 +148,7 @@ pub struct EventsView {
 }
 
 /// One attempt as the API shows it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct AttemptView {
     /// The attempt id.
     pub id: Uuid,
@@ -123,6 +159,7 @@ pub struct AttemptView {
     /// The provider it went to.
     pub provider: String,
     /// Its state.
+    #[schema(schema_with = attempt_state_schema)]
     pub state: AttemptState,
     /// Whether it was a hedge beside a running attempt.
     pub hedge: bool,
@@ -134,6 +171,7 @@ pub struct AttemptView {
     pub worker: Option<String>,
     /// When it started.
     #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     pub started_at: OffsetDateTime,
     /// When the provider acknowledged it.
     #[serde(
@@ -179,10 +217,26 @@ impl From<AttemptRecord> for AttemptView {
 }
 
 /// A job's attempts.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct AttemptsView {
     /// The job.
     pub job_id: Uuid,
     /// Oldest first.
+    pub attempts: Vec<AttemptView>,
+}
+
+/// A page of the caller's jobs.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JobList {
+    /// Newest first.
+    pub jobs: Vec<JobView>,
+    /// Pass as `before` for the next page; `null` on the last.
+    pub next_before: Option<Uuid>,
+}
+
+/// Attempts across jobs.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AttemptList {
+    /// Newest first.
     pub attempts: Vec<AttemptView>,
 }

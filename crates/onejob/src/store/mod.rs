@@ -5,6 +5,7 @@
 //! check constraints and triggers keep a job's intent immutable and its result written once.
 //! Both implementations pass the same conformance suite (`tests/api/store_conformance.rs`).
 
+mod batch;
 mod error;
 pub mod postgres;
 mod records;
@@ -203,14 +204,18 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
     ) -> Result<Vec<EventRecord>, StoreError>;
 
+    /// How many attempts are `unknown` right now, across all tenants (for metrics).
+    async fn count_unknown(&self) -> Result<u64, StoreError>;
+
     /// Records a verification run.
     async fn insert_certificate(&self, certificate: &CertificateRecord) -> Result<(), StoreError>;
 
     /// Every verification run, newest first.
     async fn certificates(&self) -> Result<Vec<CertificateRecord>, StoreError>;
 
-    /// Live attempts whose lease expired, or whose deadline passed more than `grace` ago.
-    async fn expired_attempts(&self, grace: Duration) -> Result<Vec<Uuid>, StoreError>;
+    /// Live attempts (id and provider) whose lease expired, or whose deadline passed more
+    /// than `grace` ago.
+    async fn expired_attempts(&self, grace: Duration) -> Result<Vec<(Uuid, String)>, StoreError>;
 
     /// Pushes a due job's dispatch time `delay` into the future, if the job is still at
     /// `version` (a job that changed meanwhile keeps its new dispatch time).

@@ -20,6 +20,7 @@ use crate::{
     outcome::{self, Offered},
     provider::{AttemptRequest, Provider, ProviderError, Submitted, TaskStatus},
     store::{AttemptRecord, JobRecord, Resolution, Unsuccessful},
+    telemetry,
 };
 
 /// How an attempt ended, for logs and tests.
@@ -93,6 +94,11 @@ async fn run_attempt(
         temperature: None,
     };
 
+    if attempt.number == 1 && !attempt.hedge {
+        let waited = time::OffsetDateTime::now_utc() - job.created_at;
+        telemetry::dispatch_latency(Duration::try_from(waited).unwrap_or_default());
+    }
+    let sent_at = Instant::now();
     let (sent_tx, mut sent_rx) = oneshot::channel();
     let submit = provider.submit(&request, Some(sent_tx));
     tokio::pin!(submit);
@@ -150,6 +156,7 @@ async fn run_attempt(
         }
         Err(error) => return unknown(&ctx, &attempt, &error.to_string()).await,
     };
+    telemetry::provider_latency(&attempt.provider, sent_at.elapsed());
     finish(&ctx, &kind, &attempt, output).await
 }
 
@@ -200,7 +207,7 @@ async fn finish(
     output: Value,
 ) -> Ending {
     let by = Resolution::worker();
-    match outcome::offer(&*ctx.store, kind, attempt.id, attempt.number, &output, &by).await {
+    match outcome::offer(&*ctx.store, kind, attempt, &output, &by).await {
         Ok(Offered::Won) => {
             tracing::info!("attempt won");
             Ending::Won
@@ -224,17 +231,7 @@ async fn fail(ctx: &WorkerContext, kind: &Kind, attempt: &AttemptRecord, error: 
     let message = error["message"].as_str().unwrap_or("failed").to_owned();
     tracing::info!(%message, "attempt failed");
     let by = Resolution::worker();
-    match outcome::fail(
-        &*ctx.store,
-        kind,
-        attempt.id,
-        attempt.number,
-        Unsuccessful::Failed,
-        error,
-        &by,
-    )
-    .await
-    {
+    match outcome::fail(&*ctx.store, kind, attempt, Unsuccessful::Failed, error, &by).await {
         Ok(_) => Ending::Failed(message),
         Err(e) => Ending::Unrecorded(e.to_string()),
     }
@@ -243,7 +240,12 @@ async fn fail(ctx: &WorkerContext, kind: &Kind, attempt: &AttemptRecord, error: 
 async fn unknown(ctx: &WorkerContext, attempt: &AttemptRecord, reason: &str) -> Ending {
     tracing::warn!(%reason, "attempt outcome unknown");
     match ctx.store.mark_unknown(attempt.id, reason).await {
-        Ok(_) => Ending::Unknown(reason.to_owned()),
+        Ok(became_unknown) => {
+            if became_unknown {
+                telemetry::attempt_ended(&attempt.provider, "unknown");
+            }
+            Ending::Unknown(reason.to_owned())
+        }
         Err(e) => Ending::Unrecorded(e.to_string()),
     }
 }

@@ -50,10 +50,11 @@ pub async fn rescue(ctx: Arc<WorkerContext>, stop: CancellationToken) {
 pub async fn rescue_once(ctx: &WorkerContext) -> Result<usize, crate::store::StoreError> {
     let expired = ctx.store.expired_attempts(DEADLINE_GRACE).await?;
     let mut rescued = 0;
-    for attempt_id in expired {
+    for (attempt_id, provider) in expired {
         let reason = "lease expired: the worker running it stopped renewing it (or its \
                       deadline passed long ago); the provider may still have done the work";
         if ctx.store.mark_unknown(attempt_id, reason).await? {
+            crate::telemetry::attempt_ended(&provider, "unknown");
             tracing::warn!(%attempt_id, "rescued an attempt with an expired lease as unknown");
             rescued += 1;
         }

@@ -29,6 +29,7 @@ use crate::{
     kind::Kinds,
     provider::Providers,
     store::{AttemptStart, NewEvent, StartOutcome, StartRefusal, Store},
+    telemetry,
 };
 
 /// The shortest sleep between claim rounds, so a due job that cannot start right now (its
@@ -213,6 +214,7 @@ async fn claim(
     };
     match ctx.store.start_attempt(&start).await {
         Ok(StartOutcome::Started(attempt)) => {
+            telemetry::attempt_started(&attempt.provider, attempt.hedge);
             log_refusals(
                 ctx,
                 job_id,

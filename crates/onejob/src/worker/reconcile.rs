@@ -94,8 +94,7 @@ async fn reconcile(ctx: &WorkerContext, attempt: &AttemptRecord) -> Result<bool,
                             outcome::fail(
                                 &*ctx.store,
                                 &kind,
-                                attempt.id,
-                                attempt.number,
+                                attempt,
                                 Unsuccessful::Failed,
                                 error,
                                 &by,
@@ -117,9 +116,7 @@ async fn reconcile(ctx: &WorkerContext, attempt: &AttemptRecord) -> Result<bool,
     match proof {
         Ok(Some(TaskStatus::Succeeded(output))) => {
             let by = Resolution::of_unknown(RECONCILER, "provider status: succeeded");
-            let offered =
-                outcome::offer(&*ctx.store, &kind, attempt.id, attempt.number, &output, &by)
-                    .await?;
+            let offered = outcome::offer(&*ctx.store, &kind, attempt, &output, &by).await?;
             tracing::info!(attempt = %attempt.id, ?offered, "unknown attempt reconciled: succeeded");
             Ok(!matches!(offered, Offered::NotUnknown(_)))
         }
@@ -129,8 +126,7 @@ async fn reconcile(ctx: &WorkerContext, attempt: &AttemptRecord) -> Result<bool,
             outcome::fail(
                 &*ctx.store,
                 &kind,
-                attempt.id,
-                attempt.number,
+                attempt,
                 Unsuccessful::Failed,
                 error,
                 &by,
@@ -166,16 +162,7 @@ async fn settle_if_due(
     );
     let by = Resolution::of_unknown(RECONCILER, "settle_unknown_after");
     let error = json!({ "message": note, "settled": true });
-    outcome::fail(
-        &*ctx.store,
-        kind,
-        attempt.id,
-        attempt.number,
-        Unsuccessful::Failed,
-        error,
-        &by,
-    )
-    .await?;
+    outcome::fail(&*ctx.store, kind, attempt, Unsuccessful::Failed, error, &by).await?;
     tracing::warn!(attempt = %attempt.id, "unknown attempt settled as failed");
     Ok(true)
 }

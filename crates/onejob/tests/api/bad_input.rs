@@ -203,8 +203,8 @@ fn cases() -> Vec<Case> {
         case("malformed job id in events", 400, "invalid-id", |app| {
             app.get("/v1/jobs/123/events")
         }),
-        case("lookup without a key", 400, "invalid-request", |app| {
-            app.get("/v1/jobs")
+        case("listing with an unknown filter", 400, "invalid-request", |app| {
+            app.get("/v1/jobs?colour=red")
         }),
         case(
             "lookup with an empty key",

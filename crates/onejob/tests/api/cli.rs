@@ -15,13 +15,13 @@ backend_tests!(
     attempts_resolve_frees_an_unknown_attempt,
 );
 
-fn onejob() -> tokio::process::Command {
+pub(crate) fn onejob() -> tokio::process::Command {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_onejob"));
     command.env("RUST_LOG", "warn").kill_on_drop(true);
     command
 }
 
-async fn output(command: &mut tokio::process::Command) -> (i32, String, String) {
+pub(crate) async fn output(command: &mut tokio::process::Command) -> (i32, String, String) {
     let out = command.output().await.expect("run onejob");
     (
         out.status.code().unwrap_or(-1),
@@ -188,8 +188,9 @@ async fn attempts_resolve_frees_an_unknown_attempt(backend: Backend) {
         "vendor says it never ran",
         "--url",
         &app.url(""),
-        "--key",
+        "--api-key",
         &operator,
+        "--json",
     ]))
     .await;
     assert_eq!(code, 0, "{stdout}{stderr}");
@@ -206,11 +207,12 @@ async fn attempts_resolve_frees_an_unknown_attempt(backend: Backend) {
         "failed",
         "--url",
         &app.url(""),
-        "--key",
+        "--api-key",
         &app.token,
+        "--json",
     ]))
     .await;
-    assert_eq!(code, 1);
+    assert_eq!(code, 6, "exit 6: unauthorized or forbidden");
     assert!(stdout.contains("forbidden"), "{stdout}");
 }
 
@@ -313,4 +315,50 @@ async fn an_unreachable_database_is_reported_clearly() {
         !stderr.contains("secret"),
         "the password is redacted: {stderr}"
     );
+}
+
+#[tokio::test]
+async fn log_format_json_writes_one_json_object_per_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_onejob"))
+        .args(["--log-format", "json", "serve", "--listen", "127.0.0.1:0"])
+        .env("RUST_LOG", "info")
+        .current_dir(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("a log line");
+    let entry: Value = serde_json::from_str(&line).expect("a JSON log line");
+    assert_eq!(entry["level"], "INFO", "{entry}");
+    assert!(entry["fields"]["message"].is_string(), "{entry}");
+    let _ = child.kill().await;
+}
+
+#[tokio::test]
+async fn the_demo_plays_every_guarantee_and_exits() {
+    let (code, stdout, stderr) =
+        output(onejob().args(["demo", "--exit", "--listen", "127.0.0.1:0"])).await;
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    for scene in [
+        "1 job (",
+        "1 × 201 Created, 4 × 200 Idempotent-Replayed",
+        "the provider ran it 1 time(s)",
+        "422 https://onejob.dev/problems/key-reused: changed [\"/prompt\"]",
+        "nothing ran (side effects: 0)",
+        "is \"unknown\"",
+        "job \"succeeded\", still 1 attempt(s)",
+        "(hedge): succeeded",
+        ": discarded",
+        "race_lost:",
+        "/ui",
+    ] {
+        assert!(stdout.contains(scene), "{scene:?} missing from:\n{stdout}");
+    }
 }

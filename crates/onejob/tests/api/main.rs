@@ -8,10 +8,14 @@
 mod attempts;
 mod bad_input;
 mod cli;
+mod cli_client;
 mod helpers;
 mod intake;
 mod isolation;
+mod metrics;
+mod openapi;
 mod providers;
 mod recovery;
 mod store_conformance;
+mod ui;
 mod worker;

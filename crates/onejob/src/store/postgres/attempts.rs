@@ -452,9 +452,12 @@ pub(super) async fn mark_unknown(
     Ok(true)
 }
 
-pub(super) async fn expired(pool: &PgPool, grace: Duration) -> Result<Vec<Uuid>, StoreError> {
-    Ok(sqlx::query_scalar(
-        "SELECT id FROM attempts WHERE state IN ('starting', 'running') \
+pub(super) async fn expired(
+    pool: &PgPool,
+    grace: Duration,
+) -> Result<Vec<(Uuid, String)>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT id, provider FROM attempts WHERE state IN ('starting', 'running') \
          AND (lease_expires_at < now() OR deadline_at < now() - make_interval(secs => $1)) \
          ORDER BY started_at LIMIT 100",
     )

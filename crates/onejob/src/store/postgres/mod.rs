@@ -6,7 +6,7 @@
 //! statement, so a new snapshot) sees the winner's committed row.
 
 use async_trait::async_trait;
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use onejob_domain::{AttemptState, EventKind, Fingerprint, JobState, KeyHash, Principal};
 use serde_json::Value;
@@ -22,7 +22,7 @@ use super::{
     ApiKeyRecord, AttemptRecord, AttemptStart, CancelOutcome, CertificateRecord, Completion,
     EventRecord, FailOutcome, Intake, JobFilter, JobRecord, NewApiKey, NewEvent, NewJob,
     RecoverOutcome, Resolution, RetryPolicy, Scope, StartOutcome, Store, StoreError, StoreOptions,
-    Unsuccessful,
+    Unsuccessful, batch::Batcher,
 };
 
 /// The column list every job query returns, in [`PgJobRow`] order.
@@ -43,6 +43,7 @@ macro_rules! attempt_columns {
 
 mod attempts;
 mod certificates;
+mod intake;
 mod lifecycle;
 mod listing;
 mod wake;
@@ -55,6 +56,8 @@ pub const DISPATCH_CHANNEL: &str = "onejob_dispatch";
 pub struct PgStore {
     pool: PgPool,
     wake: wake::Wake,
+    intake: Arc<Batcher<NewJob, Intake>>,
+    replays: Arc<Batcher<NewEvent, ()>>,
 }
 
 impl PgStore {
@@ -78,10 +81,12 @@ impl PgStore {
         Ok(Self::from_pool(pool))
     }
 
-    /// Wraps an existing pool.
+    /// Wraps an existing pool (inside a Tokio runtime: it starts the intake writers).
     pub fn from_pool(pool: PgPool) -> Self {
         Self {
             wake: wake::Wake::new(pool.clone()),
+            intake: Arc::new(intake::intake_batcher(pool.clone())),
+            replays: Arc::new(intake::replay_batcher(pool.clone())),
             pool,
         }
     }
@@ -258,49 +263,16 @@ impl Store for PgStore {
     }
 
     async fn create_or_replay(&self, job: NewJob) -> Result<Intake, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let inserted: Option<PgJobRow> = sqlx::query_as(concat!(
-            "INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7) \
-             ON CONFLICT (tenant, user_id, key_hash) DO NOTHING RETURNING ",
-            job_columns!()
-        ))
-        .bind(job.id)
-        .bind(&job.owner.tenant)
-        .bind(&job.owner.user)
-        .bind(&job.key_hash.0[..])
-        .bind(&job.kind)
-        .bind(&job.fingerprint.0[..])
-        .bind(Json(&job.params))
-        .fetch_optional(&mut *tx)
-        .await?;
-
-        if let Some(row) = inserted {
-            let record = JobRecord::try_from(row)?;
-            insert_event(&mut tx, &job.created_event(&record)).await?;
-            tx.commit().await?;
-            return Ok(Intake::Created(record));
+        // A replay needs no job write: read first. The unique constraint still decides every
+        // creation (in the batch), so this read is only an optimisation.
+        if let Some(existing) = intake::existing(&self.pool, &job).await? {
+            if !job.matches(&existing) {
+                return Ok(Intake::Conflict(existing));
+            }
+            self.replays.submit(job.replayed_event(&existing)).await?;
+            return Ok(Intake::Replayed(existing));
         }
-
-        let existing: PgJobRow = sqlx::query_as(concat!(
-            "SELECT ",
-            job_columns!(),
-            " FROM jobs WHERE tenant = $1 AND user_id = $2 AND key_hash = $3"
-        ))
-        .bind(&job.owner.tenant)
-        .bind(&job.owner.user)
-        .bind(&job.key_hash.0[..])
-        .fetch_one(&mut *tx)
-        .await?;
-        let existing = JobRecord::try_from(existing)?;
-        if job.matches(&existing) {
-            insert_event(&mut tx, &job.replayed_event(&existing)).await?;
-            tx.commit().await?;
-            Ok(Intake::Replayed(existing))
-        } else {
-            tx.rollback().await?;
-            Ok(Intake::Conflict(existing))
-        }
+        self.intake.submit(job).await
     }
 
     async fn append_event(&self, event: NewEvent) -> Result<(), StoreError> {
@@ -567,6 +539,14 @@ impl Store for PgStore {
         listing::events(&self.pool, scope, kind, limit).await
     }
 
+    async fn count_unknown(&self) -> Result<u64, StoreError> {
+        let count: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM attempts WHERE state = 'unknown'")
+                .fetch_one(&self.pool)
+                .await?;
+        Ok(count.max(0) as u64)
+    }
+
     async fn insert_certificate(&self, certificate: &CertificateRecord) -> Result<(), StoreError> {
         certificates::insert(&self.pool, certificate).await
     }
@@ -579,7 +559,7 @@ impl Store for PgStore {
         attempts::mark_unknown(&self.pool, attempt_id, reason).await
     }
 
-    async fn expired_attempts(&self, grace: Duration) -> Result<Vec<Uuid>, StoreError> {
+    async fn expired_attempts(&self, grace: Duration) -> Result<Vec<(Uuid, String)>, StoreError> {
         attempts::expired(&self.pool, grace).await
     }
 

@@ -481,9 +481,12 @@ pub(super) async fn mark_unknown(
     Ok(true)
 }
 
-pub(super) async fn expired(store: &SqliteStore, grace: Duration) -> Result<Vec<Uuid>, StoreError> {
-    let ids: Vec<String> = sqlx::query_scalar(concat!(
-        "SELECT id FROM attempts WHERE state IN ('starting', 'running') AND (lease_expires_at < ",
+pub(super) async fn expired(
+    store: &SqliteStore,
+    grace: Duration,
+) -> Result<Vec<(Uuid, String)>, StoreError> {
+    let rows: Vec<(String, String)> = sqlx::query_as(concat!(
+        "SELECT id, provider FROM attempts WHERE state IN ('starting', 'running') AND (lease_expires_at < ",
         now!(),
         " OR deadline_at < ",
         now_plus!("?1"),
@@ -492,7 +495,9 @@ pub(super) async fn expired(store: &SqliteStore, grace: Duration) -> Result<Vec<
     .bind(minus(grace))
     .fetch_all(store.pool())
     .await?;
-    ids.iter().map(|id| parse_uuid(id)).collect()
+    rows.into_iter()
+        .map(|(id, provider)| Ok((parse_uuid(&id)?, provider)))
+        .collect()
 }
 
 pub(super) async fn claim_unknown(

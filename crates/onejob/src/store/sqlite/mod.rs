@@ -27,7 +27,7 @@ use super::{
     ApiKeyRecord, AttemptRecord, AttemptStart, CancelOutcome, CertificateRecord, Completion,
     EventRecord, FailOutcome, Intake, JobFilter, JobRecord, NewApiKey, NewEvent, NewJob,
     RecoverOutcome, Resolution, RetryPolicy, Scope, StartOutcome, Store, StoreError, StoreOptions,
-    Unsuccessful,
+    Unsuccessful, batch::Batcher,
 };
 
 /// The column list every job query returns, in [`SqliteJobRow`] order.
@@ -62,6 +62,7 @@ macro_rules! attempt_columns {
 
 mod attempts;
 mod certificates;
+mod intake;
 mod lifecycle;
 mod listing;
 
@@ -81,6 +82,10 @@ pub struct SqliteStore {
     /// Wakes this process's workers; SQLite has no cross-process notifications, so other
     /// processes on the same file find work by polling.
     wake: Arc<Notify>,
+    /// Group commit of submissions, on the writer.
+    intake: Arc<Batcher<NewJob, Intake>>,
+    /// Group commit of `replayed` events, on the writer.
+    replays: Arc<Batcher<NewEvent, ()>>,
 }
 
 impl SqliteStore {
@@ -103,10 +108,13 @@ impl SqliteStore {
             .acquire_timeout(options.acquire_timeout)
             .connect_with(connect)
             .await?;
+        let wake = Arc::new(Notify::new());
         Ok(Self {
+            intake: Arc::new(intake::intake_batcher(writer.clone(), wake.clone())),
+            replays: Arc::new(intake::replay_batcher(writer.clone())),
             pool,
             writer,
-            wake: Arc::new(Notify::new()),
+            wake,
         })
     }
 
@@ -304,50 +312,16 @@ impl Store for SqliteStore {
     }
 
     async fn create_or_replay(&self, job: NewJob) -> Result<Intake, StoreError> {
-        let mut tx = self.begin_write().await?;
-        let inserted: Option<SqliteJobRow> = sqlx::query_as(concat!(
-            "INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
-             ON CONFLICT (tenant, user_id, key_hash) DO NOTHING RETURNING ",
-            job_columns!()
-        ))
-        .bind(job.id.to_string())
-        .bind(&job.owner.tenant)
-        .bind(&job.owner.user)
-        .bind(&job.key_hash.0[..])
-        .bind(&job.kind)
-        .bind(&job.fingerprint.0[..])
-        .bind(job.params.to_string())
-        .fetch_optional(&mut *tx)
-        .await?;
-
-        if let Some(row) = inserted {
-            let record = JobRecord::try_from(row)?;
-            insert_event(&mut tx, &job.created_event(&record)).await?;
-            tx.commit().await?;
-            self.wake.notify_one();
-            return Ok(Intake::Created(record));
+        // A replay needs no job write: read first (readers run beside the writer in WAL
+        // mode). The unique constraint still decides every creation, in the batch.
+        if let Some(existing) = intake::existing(&self.pool, &job).await? {
+            if !job.matches(&existing) {
+                return Ok(Intake::Conflict(existing));
+            }
+            self.replays.submit(job.replayed_event(&existing)).await?;
+            return Ok(Intake::Replayed(existing));
         }
-
-        let existing: SqliteJobRow = sqlx::query_as(concat!(
-            "SELECT ",
-            job_columns!(),
-            " FROM jobs WHERE tenant = ?1 AND user_id = ?2 AND key_hash = ?3"
-        ))
-        .bind(&job.owner.tenant)
-        .bind(&job.owner.user)
-        .bind(&job.key_hash.0[..])
-        .fetch_one(&mut *tx)
-        .await?;
-        let existing = JobRecord::try_from(existing)?;
-        if job.matches(&existing) {
-            insert_event(&mut tx, &job.replayed_event(&existing)).await?;
-            tx.commit().await?;
-            Ok(Intake::Replayed(existing))
-        } else {
-            tx.rollback().await?;
-            Ok(Intake::Conflict(existing))
-        }
+        self.intake.submit(job).await
     }
 
     async fn append_event(&self, event: NewEvent) -> Result<(), StoreError> {
@@ -617,6 +591,14 @@ impl Store for SqliteStore {
         listing::events(self, scope, kind, limit).await
     }
 
+    async fn count_unknown(&self) -> Result<u64, StoreError> {
+        let count: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM attempts WHERE state = 'unknown'")
+                .fetch_one(&self.pool)
+                .await?;
+        Ok(count.max(0) as u64)
+    }
+
     async fn insert_certificate(&self, certificate: &CertificateRecord) -> Result<(), StoreError> {
         certificates::insert(self, certificate).await
     }
@@ -629,7 +611,7 @@ impl Store for SqliteStore {
         attempts::mark_unknown(self, attempt_id, reason).await
     }
 
-    async fn expired_attempts(&self, grace: Duration) -> Result<Vec<Uuid>, StoreError> {
+    async fn expired_attempts(&self, grace: Duration) -> Result<Vec<(Uuid, String)>, StoreError> {
         attempts::expired(self, grace).await
     }
 

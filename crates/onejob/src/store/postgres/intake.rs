@@ -1,0 +1,273 @@
+//! Intake on PostgreSQL: create-or-replay with group commit.
+//!
+//! A submission first reads its key (a replay then needs no job write at all); a miss goes
+//! to the intake [`Batcher`]: one `INSERT … SELECT FROM unnest(…) ON CONFLICT (tenant,
+//! user_id, key_hash) DO NOTHING` for the whole batch, a read-back of the rows that were
+//! not inserted (another batch or node won them), the `created`/`replayed` events, one
+//! commit. The unique constraint stays the arbiter; a conflict in one row never fails the
+//! others. If a batch fails for another reason, its submissions are retried one by one, so
+//! a bad row fails alone.
+//!
+//! Replays append their `replayed` event in small transactions with
+//! `synchronous_commit = off`: the event is committed and ordered like any other, but the
+//! client's replay answer does not wait for the WAL flush (a crash may lose the last few
+//! replayed events; it can lose no job and no result).
+
+use std::{collections::HashMap, sync::Arc};
+
+use futures::FutureExt;
+use serde_json::Value;
+use sqlx::{PgPool, Postgres, Transaction, types::Json};
+use uuid::Uuid;
+
+use super::PgJobRow;
+use crate::store::{
+    Intake, JobRecord, NewEvent, NewJob, StoreError,
+    batch::{Batcher, WriteBatch},
+};
+
+/// Most submissions one intake transaction carries.
+pub(super) const MAX_BATCH: usize = 256;
+
+/// Intake writer tasks: two transactions may be in flight, so commits overlap.
+pub(super) const WRITERS: usize = 2;
+
+/// The job with this owner and key, if any.
+pub(super) async fn existing(pool: &PgPool, job: &NewJob) -> Result<Option<JobRecord>, StoreError> {
+    let row: Option<PgJobRow> = sqlx::query_as(concat!(
+        "SELECT ",
+        job_columns!(),
+        " FROM jobs WHERE tenant = $1 AND user_id = $2 AND key_hash = $3"
+    ))
+    .bind(&job.owner.tenant)
+    .bind(&job.owner.user)
+    .bind(&job.key_hash.0[..])
+    .fetch_optional(pool)
+    .await?;
+    row.map(JobRecord::try_from).transpose()
+}
+
+/// The intake batcher.
+pub(super) fn intake_batcher(pool: PgPool) -> Batcher<NewJob, Intake> {
+    let write: WriteBatch<NewJob, Intake> = Arc::new(move |jobs| {
+        let pool = pool.clone();
+        async move { write_intake(&pool, jobs).await }.boxed()
+    });
+    Batcher::spawn(WRITERS, MAX_BATCH, write)
+}
+
+/// The batcher of `replayed` events.
+pub(super) fn replay_batcher(pool: PgPool) -> Batcher<NewEvent, ()> {
+    let write: WriteBatch<NewEvent, ()> = Arc::new(move |events| {
+        let pool = pool.clone();
+        async move {
+            let count = events.len();
+            let written = async {
+                let mut tx = pool.begin().await?;
+                sqlx::query("SET LOCAL synchronous_commit = off")
+                    .execute(&mut *tx)
+                    .await?;
+                insert_events(&mut tx, &events).await?;
+                tx.commit().await?;
+                Ok::<_, StoreError>(())
+            }
+            .await;
+            match written {
+                Ok(()) => (0..count).map(|_| Ok(())).collect(),
+                Err(error) => {
+                    let retryable = error.is_retryable();
+                    let message = error.to_string();
+                    (0..count)
+                        .map(|_| {
+                            Err(if retryable {
+                                StoreError::Unavailable(sqlx::Error::Protocol(message.clone()))
+                            } else {
+                                StoreError::Corrupt(message.clone())
+                            })
+                        })
+                        .collect()
+                }
+            }
+        }
+        .boxed()
+    });
+    Batcher::spawn(1, MAX_BATCH, write)
+}
+
+async fn write_intake(pool: &PgPool, jobs: Vec<NewJob>) -> Vec<Result<Intake, StoreError>> {
+    match write_batch(pool, &jobs).await {
+        Ok(results) => results.into_iter().map(Ok).collect(),
+        Err(error) if jobs.len() == 1 || error.is_retryable() => {
+            let message = error.to_string();
+            let retryable = error.is_retryable();
+            let mut first = Some(error);
+            jobs.iter()
+                .map(|_| {
+                    Err(first.take().unwrap_or_else(|| {
+                        if retryable {
+                            StoreError::Unavailable(sqlx::Error::Protocol(message.clone()))
+                        } else {
+                            StoreError::Corrupt(message.clone())
+                        }
+                    }))
+                })
+                .collect()
+        }
+        Err(_) => {
+            // One bad submission must not fail the others: write them one by one.
+            let mut results = Vec::with_capacity(jobs.len());
+            for job in jobs {
+                results.push(
+                    write_batch(pool, std::slice::from_ref(&job))
+                        .await
+                        .map(|mut r| r.pop().expect("one result per job")),
+                );
+            }
+            results
+        }
+    }
+}
+
+/// Inserts, reads back and logs one batch in one transaction.
+async fn write_batch(pool: &PgPool, jobs: &[NewJob]) -> Result<Vec<Intake>, StoreError> {
+    let mut tx = pool.begin().await?;
+    let rows: Vec<PgJobRow> = sqlx::query_as(concat!(
+        "INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params) \
+         SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::text[], \
+         $6::bytea[], $7::jsonb[]) \
+         ON CONFLICT (tenant, user_id, key_hash) DO NOTHING RETURNING ",
+        job_columns!()
+    ))
+    .bind(jobs.iter().map(|j| j.id).collect::<Vec<_>>())
+    .bind(
+        jobs.iter()
+            .map(|j| j.owner.tenant.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        jobs.iter()
+            .map(|j| j.owner.user.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        jobs.iter()
+            .map(|j| j.key_hash.0.to_vec())
+            .collect::<Vec<_>>(),
+    )
+    .bind(jobs.iter().map(|j| j.kind.as_str()).collect::<Vec<_>>())
+    .bind(
+        jobs.iter()
+            .map(|j| j.fingerprint.0.to_vec())
+            .collect::<Vec<_>>(),
+    )
+    .bind(jobs.iter().map(|j| Json(&j.params)).collect::<Vec<_>>())
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut created: HashMap<Uuid, JobRecord> = HashMap::with_capacity(rows.len());
+    for row in rows {
+        let record = JobRecord::try_from(row)?;
+        created.insert(record.id, record);
+    }
+    let missing: Vec<&NewJob> = jobs
+        .iter()
+        .filter(|j| !created.contains_key(&j.id))
+        .collect();
+    let mut existing: HashMap<(String, String, Vec<u8>), JobRecord> = HashMap::new();
+    if !missing.is_empty() {
+        let rows: Vec<PgJobRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE (tenant, user_id, key_hash) IN \
+             (SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[]))"
+        ))
+        .bind(
+            missing
+                .iter()
+                .map(|j| j.owner.tenant.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            missing
+                .iter()
+                .map(|j| j.owner.user.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            missing
+                .iter()
+                .map(|j| j.key_hash.0.to_vec())
+                .collect::<Vec<_>>(),
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        for row in rows {
+            let record = JobRecord::try_from(row)?;
+            let key = (
+                record.owner.tenant.clone(),
+                record.owner.user.clone(),
+                record.key_hash.0.to_vec(),
+            );
+            existing.insert(key, record);
+        }
+    }
+    let mut results = Vec::with_capacity(jobs.len());
+    let mut events = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        if let Some(record) = created.get(&job.id) {
+            events.push(job.created_event(record));
+            results.push(Intake::Created(record.clone()));
+            continue;
+        }
+        let key = (
+            job.owner.tenant.clone(),
+            job.owner.user.clone(),
+            job.key_hash.0.to_vec(),
+        );
+        let Some(record) = existing.get(&key) else {
+            return Err(StoreError::Corrupt(
+                "a conflicting job vanished before it could be read back".into(),
+            ));
+        };
+        if job.matches(record) {
+            events.push(job.replayed_event(record));
+            results.push(Intake::Replayed(record.clone()));
+        } else {
+            results.push(Intake::Conflict(record.clone()));
+        }
+    }
+    insert_events(&mut tx, &events).await?;
+    tx.commit().await?;
+    Ok(results)
+}
+
+/// Appends events with one statement.
+pub(super) async fn insert_events(
+    tx: &mut Transaction<'static, Postgres>,
+    events: &[NewEvent],
+) -> Result<(), StoreError> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "INSERT INTO job_events (job_id, attempt_id, kind, actor, detail) \
+         SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::jsonb[])",
+    )
+    .bind(events.iter().map(|e| e.job_id).collect::<Vec<_>>())
+    .bind(events.iter().map(|e| e.attempt_id).collect::<Vec<_>>())
+    .bind(events.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>())
+    .bind(
+        events
+            .iter()
+            .map(|e| e.actor.as_deref())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        events
+            .iter()
+            .map(|e| Json(&e.detail))
+            .collect::<Vec<Json<&Value>>>(),
+    )
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
