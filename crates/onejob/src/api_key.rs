@@ -5,11 +5,17 @@
 //! key unguessable, so a fast hash is enough; the comparison uses `subtle` so that timing
 //! reveals nothing about how much of a guess was right.
 
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::store::{ApiKeyRecord, NewApiKey};
+use crate::store::{ApiKeyRecord, NewApiKey, Store, StoreError};
 use onejob_domain::Principal;
 
 const PREFIX: &str = "oj_";
@@ -74,6 +80,50 @@ fn hash_secret(salt: &[u8; 16], secret: &str) -> [u8; 32] {
     hasher.update(salt);
     hasher.update(secret.as_bytes());
     hasher.finalize().into()
+}
+
+/// How long a looked-up key is trusted without asking the database again.
+pub const KEY_CACHE_TTL: Duration = Duration::from_secs(30);
+
+/// Most keys kept; beyond, the cache starts over.
+const KEY_CACHE_SIZE: usize = 10_000;
+
+/// API key records by public id, cached for [`KEY_CACHE_TTL`] so that a request does not
+/// cost a database read just to authenticate. Only the stored (salted, hashed) record is
+/// cached; every request's secret is still verified against it. A revoked key may keep
+/// working for up to the TTL on a node that cached it.
+#[derive(Clone)]
+pub struct KeyRing {
+    store: Arc<dyn Store>,
+    cache: Arc<Mutex<HashMap<String, (ApiKeyRecord, Instant)>>>,
+}
+
+impl KeyRing {
+    /// A key ring over `store`.
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Self {
+            store,
+            cache: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// The record of the key with this public id (cached), unless unknown or revoked.
+    pub async fn lookup(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
+        if let Some((record, at)) = self.cache.lock().expect("key cache").get(id)
+            && at.elapsed() < KEY_CACHE_TTL
+        {
+            return Ok(Some(record.clone()));
+        }
+        let record = self.store.api_key(id).await?;
+        if let Some(record) = &record {
+            let mut cache = self.cache.lock().expect("key cache");
+            if cache.len() >= KEY_CACHE_SIZE {
+                cache.clear();
+            }
+            cache.insert(id.to_owned(), (record.clone(), Instant::now()));
+        }
+        Ok(record)
+    }
 }
 
 #[cfg(test)]

@@ -110,6 +110,7 @@ impl App {
             jobs: self.jobs.clone(),
             max_body_bytes: self.config.max_body_bytes,
             providers: self.providers.clone(),
+            keys: crate::api_key::KeyRing::new(self.store.clone()),
         });
         axum::serve(listener, http::router(state))
             .with_graceful_shutdown(shutdown)

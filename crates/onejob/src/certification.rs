@@ -1,10 +1,11 @@
 //! Which providers are certified for which kinds, right now.
 //!
 //! A certificate is a passing `onejob verify` run; it is valid for failover and hedging
-//! while its template and output-schema hashes equal the kind's current ones, so changing a
-//! kind's template or schema invalidates every certificate it had (invariant 8). Among the
-//! runs made against the current template and schema, the newest decides: a failing
-//! re-verification revokes an earlier pass.
+//! while its template and output-schema hashes equal the kind's current ones and its
+//! settings hash equals the provider's current one, so changing a kind's template or schema,
+//! or what is sent to the provider, invalidates every certificate it had (invariant 8).
+//! Among the runs made against the current template, schema and settings, the newest
+//! decides: a failing re-verification revokes an earlier pass.
 
 use std::collections::{HashMap, HashSet};
 
@@ -15,6 +16,23 @@ use crate::{
     store::{CertificateRecord, Store, StoreError},
 };
 
+/// Each provider's current settings hash, by name (see
+/// [`crate::config::ProviderConfig::settings_hash`]).
+#[derive(Debug, Clone, Default)]
+pub struct ProviderHashes(HashMap<String, String>);
+
+impl ProviderHashes {
+    /// Records `provider`'s settings hash.
+    pub fn insert(&mut self, provider: &str, hash: String) {
+        self.0.insert(provider.to_owned(), hash);
+    }
+
+    /// `provider`'s settings hash, if it is configured.
+    pub fn get(&self, provider: &str) -> Option<&str> {
+        self.0.get(provider).map(String::as_str)
+    }
+}
+
 /// The valid certificates at one moment.
 #[derive(Debug, Clone, Default)]
 pub struct Certified {
@@ -24,14 +42,19 @@ pub struct Certified {
 
 impl Certified {
     /// Computes validity from the stored runs against the current kinds: per provider and
-    /// kind, the newest run made against the kind's current template and schema decides.
-    pub fn from_records(records: &[CertificateRecord], kinds: &Kinds) -> Self {
+    /// kind, the newest run made against the kind's current template and schema and the
+    /// provider's current settings decides.
+    pub fn from_records(
+        records: &[CertificateRecord],
+        kinds: &Kinds,
+        providers: &ProviderHashes,
+    ) -> Self {
         let mut newest: HashMap<(&str, &str), &CertificateRecord> = HashMap::new();
         for record in records {
-            if !kinds
+            let current = kinds
                 .get(&record.kind)
-                .is_some_and(|kind| is_current(record, kind))
-            {
+                .is_some_and(|kind| is_current(record, kind, providers));
+            if !current {
                 continue;
             }
             let slot = newest
@@ -60,8 +83,16 @@ impl Certified {
     }
 
     /// Loads the stored runs and computes validity.
-    pub async fn load(store: &dyn Store, kinds: &Kinds) -> Result<Self, StoreError> {
-        Ok(Self::from_records(&store.certificates().await?, kinds))
+    pub async fn load(
+        store: &dyn Store,
+        kinds: &Kinds,
+        providers: &ProviderHashes,
+    ) -> Result<Self, StoreError> {
+        Ok(Self::from_records(
+            &store.certificates().await?,
+            kinds,
+            providers,
+        ))
     }
 
     /// Whether `provider` holds a valid certificate for `kind`.
@@ -70,8 +101,14 @@ impl Certified {
     }
 }
 
-/// Whether a run was made against the kind's current template and output schema.
-pub fn is_current(certificate: &CertificateRecord, kind: &Kind) -> bool {
+/// Whether a run was made against the kind's current template and output schema and the
+/// provider's current settings.
+pub fn is_current(
+    certificate: &CertificateRecord,
+    kind: &Kind,
+    providers: &ProviderHashes,
+) -> bool {
     certificate.template_hash == kind.template_hash()
         && certificate.schema_hash == kind.schema_hash()
+        && providers.get(&certificate.provider) == Some(certificate.settings_hash.as_str())
 }

@@ -119,13 +119,15 @@ pub async fn run(
     }
 }
 
-/// Runs the contract and records the run; returns the report and the stored record.
+/// Runs the contract and records the run (with the provider's current `settings_hash`);
+/// returns the report and the stored record.
 pub async fn run_and_record(
     store: &dyn Store,
     kind: &Kind,
     provider_name: &str,
     provider: &dyn Provider,
     limits: Limits,
+    settings_hash: &str,
 ) -> Result<(VerifyReport, CertificateRecord), StoreError> {
     let report = run(kind, provider_name, provider, limits).await;
     let mut report_json = serde_json::to_value(&report).unwrap_or(Value::Null);
@@ -138,6 +140,7 @@ pub async fn run_and_record(
         kind: kind.name.clone(),
         template_hash: report.template_hash.clone(),
         schema_hash: report.schema_hash.clone(),
+        settings_hash: settings_hash.to_owned(),
         passed: report.passed,
         report: report_json,
         created_at: OffsetDateTime::now_utc(),
@@ -170,8 +173,19 @@ async fn run_case(
         }
         return report;
     }
-    match render_prompt(kind, &case.params) {
-        Ok(prompt) => match provider.count_tokens(&prompt).await {
+    // Everything the model reads counts: the system message (if any) and the prompt.
+    let text = render_prompt(kind, &case.params).map(|prompt| {
+        match case
+            .params
+            .get("system")
+            .and_then(serde_json::Value::as_str)
+        {
+            Some(system) => format!("{system}\n{prompt}"),
+            None => prompt,
+        }
+    });
+    match text {
+        Ok(text) => match provider.count_tokens(&text).await {
             Ok(Some(count)) => {
                 let answer = limits.max_tokens.unwrap_or(0) as usize;
                 if let Some(limit) = limits

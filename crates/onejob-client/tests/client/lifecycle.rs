@@ -195,6 +195,12 @@ async fn certificates_list_verification_runs_with_their_validity() {
         "fake-backup",
         &*provider,
         Default::default(),
+        server
+            .app
+            .providers
+            .hashes()
+            .get("fake-backup")
+            .unwrap_or_default(),
     )
     .await
     .unwrap();

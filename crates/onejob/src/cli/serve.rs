@@ -71,6 +71,10 @@ pub(super) async fn certify_bundled_fakes(app: &App) -> anyhow::Result<()> {
                 provider_name,
                 &**provider,
                 verify::Limits::of(&app.config, provider_name),
+                app.providers
+                    .hashes()
+                    .get(provider_name)
+                    .unwrap_or_default(),
             )
             .await?;
             tracing::info!(

@@ -85,6 +85,33 @@ pub struct ProviderConfig {
 }
 
 impl ProviderConfig {
+    /// SHA-256 (hex) of the settings that shape what the provider is sent and how its
+    /// answers are read: the adapter, its URLs and JSON Pointers, status values, model,
+    /// structured-output form and `max_tokens`. Not the name, the API key variable, the
+    /// idempotency header or the context limit. A certificate holds only while this is
+    /// unchanged.
+    pub fn settings_hash(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let settings = serde_json::json!({
+            "adapter": self.adapter,
+            "base_url": self.base_url,
+            "model": self.model,
+            "submit_url": self.submit_url,
+            "status_url": self.status_url,
+            "cancel_url": self.cancel_url,
+            "task_id_pointer": self.task_id_pointer,
+            "status_pointer": self.status_pointer,
+            "result_pointer": self.result_pointer,
+            "succeeded": self.succeeded,
+            "failed": self.failed,
+            "structured_output": self.structured_output,
+            "max_tokens": self.max_tokens,
+        });
+        hex::encode(Sha256::digest(onejob_domain::fingerprint::canonical_bytes(
+            &settings,
+        )))
+    }
+
     /// A provider with this name and adapter and every optional key unset.
     pub fn new(name: impl Into<String>, adapter: Adapter) -> Self {
         Self {

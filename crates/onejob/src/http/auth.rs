@@ -11,7 +11,7 @@ use super::{
     AppState,
     problem::{Problem, ProblemType},
 };
-use crate::{api_key, store::Store};
+use crate::api_key::{self, KeyRing};
 
 /// The authenticated caller of a request.
 #[derive(Debug, Clone)]
@@ -64,16 +64,16 @@ impl FromRequestParts<Arc<AppState>> for Caller {
                 scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
             })
             .ok_or_else(invalid_key)?;
-        Caller::from_token(&**state.jobs.store(), token).await
+        Caller::from_token(&state.keys, token).await
     }
 }
 
 impl Caller {
     /// The caller an API key token (`oj_<id>_<secret>`) authenticates: an `unauthorized`
     /// problem for a malformed, unknown, revoked or wrong key alike.
-    pub async fn from_token(store: &dyn Store, token: &str) -> Result<Caller, Problem> {
+    pub async fn from_token(keys: &KeyRing, token: &str) -> Result<Caller, Problem> {
         let (id, secret) = api_key::parse(token).ok_or_else(invalid_key)?;
-        let record = store.api_key(id).await?.ok_or_else(invalid_key)?;
+        let record = keys.lookup(id).await?.ok_or_else(invalid_key)?;
         if !api_key::verify(&record, secret) {
             return Err(invalid_key());
         }

@@ -30,6 +30,8 @@ pub struct CertificateView {
     pub template_hash: String,
     /// The output schema hash it was made against.
     pub schema_hash: String,
+    /// The provider settings hash it was made against.
+    pub settings_hash: String,
     /// When.
     #[serde(with = "time::serde::rfc3339")]
     #[schema(value_type = String, format = DateTime)]
@@ -61,7 +63,7 @@ pub async fn list(
     _caller: Caller,
 ) -> Result<Json<CertificateList>, Problem> {
     let records = state.jobs.store().certificates().await?;
-    let certified = Certified::from_records(&records, state.jobs.kinds());
+    let certified = Certified::from_records(&records, state.jobs.kinds(), state.providers.hashes());
     let views: Vec<CertificateView> = records
         .into_iter()
         .map(|c| CertificateView {
@@ -72,6 +74,7 @@ pub async fn list(
             passed: c.passed,
             template_hash: c.template_hash,
             schema_hash: c.schema_hash,
+            settings_hash: c.settings_hash,
             created_at: c.created_at,
             report: c.report,
         })

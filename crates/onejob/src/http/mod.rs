@@ -29,7 +29,7 @@ pub use jobs::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
 pub use problem::{Problem, ProblemType};
 pub use view::{AttemptView, EventView, JobView, poll_after_ms};
 
-use crate::{jobs::Jobs, provider::Providers};
+use crate::{api_key::KeyRing, jobs::Jobs, provider::Providers};
 
 /// What every handler shares.
 pub struct AppState {
@@ -39,6 +39,8 @@ pub struct AppState {
     pub max_body_bytes: usize,
     /// The providers (to cancel upstream).
     pub providers: Providers,
+    /// API keys, cached.
+    pub keys: KeyRing,
 }
 
 /// Builds the API's router.

@@ -6,12 +6,16 @@ use std::{collections::HashMap, sync::Arc};
 use onejob_fake::FakeServer;
 
 use super::{Provider, async_task::AsyncTask, fake, openai_chat::OpenAiChat};
-use crate::config::{Adapter, Config, ConfigError, ProviderConfig};
+use crate::{
+    certification::ProviderHashes,
+    config::{Adapter, Config, ConfigError, ProviderConfig},
+};
 
 /// The configured providers.
 #[derive(Debug, Clone, Default)]
 pub struct Providers {
     by_name: HashMap<String, Arc<dyn Provider>>,
+    hashes: ProviderHashes,
     fakes: Vec<Arc<FakeServer>>,
 }
 
@@ -51,6 +55,7 @@ impl Providers {
                     Arc::new(fake::adapter(raw, &base_url, http.clone()).map_err(invalid)?)
                 }
             };
+            providers.hashes.insert(&raw.name, raw.settings_hash());
             if providers
                 .by_name
                 .insert(raw.name.clone(), adapter)
@@ -68,6 +73,11 @@ impl Providers {
     /// The provider with this name.
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Provider>> {
         self.by_name.get(name)
+    }
+
+    /// Each provider's settings hash (what certificates are checked against).
+    pub fn hashes(&self) -> &ProviderHashes {
+        &self.hashes
     }
 
     /// The fake servers started in-process, in configuration order.

@@ -385,6 +385,8 @@ pub struct CertificateRecord {
     pub template_hash: String,
     /// SHA-256 of the kind's canonical output schema when verified.
     pub schema_hash: String,
+    /// SHA-256 of the provider's request-shaping settings when verified.
+    pub settings_hash: String,
     /// Whether every contract case passed.
     pub passed: bool,
     /// The per-case report.

@@ -75,7 +75,7 @@ async fn run_attempt(
         None
     } else {
         let attempts = ctx.store.job_attempts(job.id).await.unwrap_or_default();
-        let certified = Certified::load(&*ctx.store, &ctx.kinds)
+        let certified = Certified::load(&*ctx.store, &ctx.kinds, ctx.providers.hashes())
             .await
             .unwrap_or_default();
         let decision = plan::hedge(&kind, &attempt.provider, &attempts, &certified);

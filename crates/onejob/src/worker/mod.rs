@@ -191,7 +191,9 @@ async fn claim(
         return None;
     };
     let attempts = ctx.store.job_attempts(job_id).await.ok()?;
-    let certified = Certified::load(&*ctx.store, &ctx.kinds).await.ok()?;
+    let certified = Certified::load(&*ctx.store, &ctx.kinds, ctx.providers.hashes())
+        .await
+        .ok()?;
     let decision = plan::next_attempt(&kind, &attempts, &certified);
     let Some(next) = decision.plan.clone() else {
         log_refusals(ctx, job_id, "hedge", &decision).await;

@@ -185,6 +185,38 @@ mod tests {
         }
     }
 
+    /// Every test provider's settings hash is "h".
+    fn hashes() -> crate::certification::ProviderHashes {
+        let mut hashes = crate::certification::ProviderHashes::default();
+        for p in ["a", "b", "c"] {
+            hashes.insert(p, "h".into());
+        }
+        hashes
+    }
+
+    #[test]
+    fn changed_provider_settings_void_the_certificate() {
+        let k = kind(&["a", "b"], false);
+        let cert = certified(&k, &["b"]);
+        assert!(cert.holds("b", "k"));
+        let mut kinds = crate::kind::Kinds::default();
+        kinds.insert(k.clone());
+        let mut changed = hashes();
+        changed.insert("b", "other settings".into());
+        let records = vec![CertificateRecord {
+            id: Uuid::now_v7(),
+            provider: "b".into(),
+            kind: "k".into(),
+            template_hash: k.template_hash(),
+            schema_hash: k.schema_hash(),
+            settings_hash: "h".into(),
+            passed: true,
+            report: serde_json::Value::Null,
+            created_at: OffsetDateTime::UNIX_EPOCH,
+        }];
+        assert!(!Certified::from_records(&records, &kinds, &changed).holds("b", "k"));
+    }
+
     fn certified(k: &Kind, providers: &[&str]) -> Certified {
         let records: Vec<CertificateRecord> = providers
             .iter()
@@ -194,6 +226,7 @@ mod tests {
                 kind: k.name.clone(),
                 template_hash: k.template_hash(),
                 schema_hash: k.schema_hash(),
+                settings_hash: "h".into(),
                 passed: true,
                 report: serde_json::Value::Null,
                 created_at: OffsetDateTime::UNIX_EPOCH,
@@ -201,7 +234,7 @@ mod tests {
             .collect();
         let mut kinds = crate::kind::Kinds::default();
         kinds.insert(k.clone());
-        Certified::from_records(&records, &kinds)
+        Certified::from_records(&records, &kinds, &hashes())
     }
 
     fn attempt(provider: &str, state: AttemptState, hedge: bool) -> AttemptRecord {
@@ -321,19 +354,25 @@ mod tests {
             kind: "k".into(),
             template_hash: k.template_hash(),
             schema_hash: k.schema_hash(),
+            settings_hash: "h".into(),
             passed,
             report: serde_json::Value::Null,
             created_at: OffsetDateTime::from_unix_timestamp(at).unwrap(),
         };
         let passed = run(true, 100);
         let failed = run(false, 200);
-        assert!(Certified::from_records(std::slice::from_ref(&passed), &kinds).holds("b", "k"));
+        assert!(
+            Certified::from_records(std::slice::from_ref(&passed), &kinds, &hashes())
+                .holds("b", "k")
+        );
         let both = [failed.clone(), passed.clone()];
-        let certified = Certified::from_records(&both, &kinds);
+        let certified = Certified::from_records(&both, &kinds, &hashes());
         assert!(!certified.holds("b", "k"));
         assert!(!certified.is_valid(&passed));
         let again = run(true, 300);
-        assert!(Certified::from_records(&[again, failed, passed], &kinds).holds("b", "k"));
+        assert!(
+            Certified::from_records(&[again, failed, passed], &kinds, &hashes()).holds("b", "k")
+        );
     }
 
     #[test]
@@ -350,11 +389,12 @@ mod tests {
             kind: "k".into(),
             template_hash: k.template_hash(),
             schema_hash: k.schema_hash(),
+            settings_hash: "h".into(),
             passed: true,
             report: serde_json::Value::Null,
             created_at: OffsetDateTime::UNIX_EPOCH,
         }];
         assert!(cert.holds("b", "k"));
-        assert!(!Certified::from_records(&records, &kinds).holds("b", "k"));
+        assert!(!Certified::from_records(&records, &kinds, &hashes()).holds("b", "k"));
     }
 }

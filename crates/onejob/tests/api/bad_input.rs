@@ -203,9 +203,12 @@ fn cases() -> Vec<Case> {
         case("malformed job id in events", 400, "invalid-id", |app| {
             app.get("/v1/jobs/123/events")
         }),
-        case("listing with an unknown filter", 400, "invalid-request", |app| {
-            app.get("/v1/jobs?colour=red")
-        }),
+        case(
+            "listing with an unknown filter",
+            400,
+            "invalid-request",
+            |app| app.get("/v1/jobs?colour=red"),
+        ),
         case(
             "lookup with an empty key",
             400,

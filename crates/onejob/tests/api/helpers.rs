@@ -335,6 +335,11 @@ impl TestApp {
             provider,
             &*adapter,
             Default::default(),
+            self.app
+                .providers
+                .hashes()
+                .get(provider)
+                .unwrap_or_default(),
         )
         .await
         .unwrap();

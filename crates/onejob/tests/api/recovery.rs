@@ -26,6 +26,7 @@ backend_tests!(
     failover_is_refused_to_an_uncertified_provider_until_verified,
     a_changed_template_voids_the_certificate,
     a_failing_reverification_revokes_the_certificate,
+    changed_provider_settings_void_the_certificate,
     a_hedge_goes_only_to_a_certified_provider,
 );
 
@@ -669,6 +670,48 @@ async fn a_failing_reverification_revokes_the_certificate(backend: Backend) {
     app.wait_job(&id, WITHIN, |j| j["state"] == "succeeded")
         .await;
     let attempts = app.attempts(&id).await;
+    assert!(
+        attempts.iter().all(|a| a["provider"] == "fake"),
+        "{attempts:?}"
+    );
+}
+
+async fn changed_provider_settings_void_the_certificate(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let mut app = TestApp::running(&db, &fakes, |_| {}).await;
+    app.stop_worker().await;
+    // Redeployed with what is sent to the backup changed: its certificate no longer holds.
+    let changed = TestApp::running_uncertified(&db, &fakes, |config| {
+        let backup = config
+            .providers
+            .iter_mut()
+            .find(|p| p.name == "fake-backup")
+            .unwrap();
+        backup.max_tokens = Some(16);
+    })
+    .await;
+    let (_, listed) = json(changed.get("/v1/certificates").send().await.unwrap()).await;
+    assert!(
+        listed["certificates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["valid"] == false),
+        "{listed}"
+    );
+    fakes.primary.add_rule(once(
+        "resent",
+        Behaviour {
+            outcome: Outcome::Fail,
+            ..Default::default()
+        },
+    ));
+    let id = id_of(&changed.create("resent", &chat("resent")).await);
+    changed
+        .wait_job(&id, WITHIN, |j| j["state"] == "succeeded")
+        .await;
+    let attempts = changed.attempts(&id).await;
     assert!(
         attempts.iter().all(|a| a["provider"] == "fake"),
         "{attempts:?}"

@@ -69,7 +69,7 @@ pub async fn list(
     session: Session,
 ) -> Result<Html<String>, PageError> {
     let records = state.jobs.store().certificates().await?;
-    let certified = Certified::from_records(&records, state.jobs.kinds());
+    let certified = Certified::from_records(&records, state.jobs.kinds(), state.providers.hashes());
     render(&CertificatesPage {
         chrome: session.chrome(Section::Certificates),
         rows: records

@@ -90,7 +90,7 @@ pub async fn submit(
             "enter an API key (oj_…, from `onejob keys create`)".into(),
         );
     }
-    match Caller::from_token(&**state.jobs.store(), key).await {
+    match Caller::from_token(&state.keys, key).await {
         Ok(_) => (
             StatusCode::SEE_OTHER,
             [

@@ -59,7 +59,7 @@ impl FromRequestParts<Arc<AppState>> for Session {
         state: &Arc<AppState>,
     ) -> Result<Self, Self::Rejection> {
         let key = cookie::read(&parts.headers).ok_or(PageError::SignIn)?;
-        match Caller::from_token(&**state.jobs.store(), key).await {
+        match Caller::from_token(&state.keys, key).await {
             Ok(caller) => Ok(Session {
                 caller,
                 key: key.to_owned(),

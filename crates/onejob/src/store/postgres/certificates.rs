@@ -13,6 +13,7 @@ type Row = (
     String,
     String,
     String,
+    String,
     bool,
     Json<Value>,
     OffsetDateTime,
@@ -20,14 +21,15 @@ type Row = (
 
 pub(super) async fn insert(pool: &PgPool, c: &CertificateRecord) -> Result<(), StoreError> {
     sqlx::query(
-        "INSERT INTO certificates (id, provider, kind, template_hash, schema_hash, passed, report, \
-         created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        "INSERT INTO certificates (id, provider, kind, template_hash, schema_hash, \
+         settings_hash, passed, report, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
     )
     .bind(c.id)
     .bind(&c.provider)
     .bind(&c.kind)
     .bind(&c.template_hash)
     .bind(&c.schema_hash)
+    .bind(&c.settings_hash)
     .bind(c.passed)
     .bind(Json(&c.report))
     .bind(c.created_at)
@@ -38,21 +40,32 @@ pub(super) async fn insert(pool: &PgPool, c: &CertificateRecord) -> Result<(), S
 
 pub(super) async fn all(pool: &PgPool) -> Result<Vec<CertificateRecord>, StoreError> {
     let rows: Vec<Row> = sqlx::query_as(
-        "SELECT id, provider, kind, template_hash, schema_hash, passed, report, created_at \
-         FROM certificates ORDER BY created_at DESC, id DESC",
+        "SELECT id, provider, kind, template_hash, schema_hash, settings_hash, passed, report, \
+         created_at FROM certificates ORDER BY created_at DESC, id DESC",
     )
     .fetch_all(pool)
     .await?;
     Ok(rows
         .into_iter()
         .map(
-            |(id, provider, kind, template_hash, schema_hash, passed, report, created_at)| {
+            |(
+                id,
+                provider,
+                kind,
+                template_hash,
+                schema_hash,
+                settings_hash,
+                passed,
+                report,
+                created_at,
+            )| {
                 CertificateRecord {
                     id,
                     provider,
                     kind,
                     template_hash,
                     schema_hash,
+                    settings_hash,
                     passed,
                     report: report.0,
                     created_at,

@@ -5,7 +5,17 @@ use time::format_description::well_known::Rfc3339;
 use super::{SqliteStore, parse_json, parse_time, parse_uuid};
 use crate::store::{CertificateRecord, StoreError};
 
-type Row = (String, String, String, String, String, bool, String, String);
+type Row = (
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    bool,
+    String,
+    String,
+);
 
 pub(super) async fn insert(store: &SqliteStore, c: &CertificateRecord) -> Result<(), StoreError> {
     let created_at = c
@@ -15,14 +25,15 @@ pub(super) async fn insert(store: &SqliteStore, c: &CertificateRecord) -> Result
         .map_err(|e| StoreError::Corrupt(e.to_string()))?;
     let mut tx = store.begin_write().await?;
     sqlx::query(
-        "INSERT INTO certificates (id, provider, kind, template_hash, schema_hash, passed, report, \
-         created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        "INSERT INTO certificates (id, provider, kind, template_hash, schema_hash, \
+         settings_hash, passed, report, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     )
     .bind(c.id.to_string())
     .bind(&c.provider)
     .bind(&c.kind)
     .bind(&c.template_hash)
     .bind(&c.schema_hash)
+    .bind(&c.settings_hash)
     .bind(c.passed)
     .bind(c.report.to_string())
     .bind(created_at)
@@ -34,20 +45,31 @@ pub(super) async fn insert(store: &SqliteStore, c: &CertificateRecord) -> Result
 
 pub(super) async fn all(store: &SqliteStore) -> Result<Vec<CertificateRecord>, StoreError> {
     let rows: Vec<Row> = sqlx::query_as(
-        "SELECT id, provider, kind, template_hash, schema_hash, passed, report, created_at \
-         FROM certificates ORDER BY created_at DESC, id DESC",
+        "SELECT id, provider, kind, template_hash, schema_hash, settings_hash, passed, report, \
+         created_at FROM certificates ORDER BY created_at DESC, id DESC",
     )
     .fetch_all(store.pool())
     .await?;
     rows.into_iter()
         .map(
-            |(id, provider, kind, template_hash, schema_hash, passed, report, created_at)| {
+            |(
+                id,
+                provider,
+                kind,
+                template_hash,
+                schema_hash,
+                settings_hash,
+                passed,
+                report,
+                created_at,
+            )| {
                 Ok(CertificateRecord {
                     id: parse_uuid(&id)?,
                     provider,
                     kind,
                     template_hash,
                     schema_hash,
+                    settings_hash,
                     passed,
                     report: parse_json(&report)?,
                     created_at: parse_time(&created_at)?,
