@@ -366,8 +366,10 @@ pub async fn attempts(
     }))
 }
 
-/// A job view with `Retry-After` while the job is not terminal.
+/// A job view with `Retry-After` while the job is not terminal. Records the job id on the
+/// request's tracing span.
 pub fn job_response(status: StatusCode, job: JobRecord) -> Response {
+    tracing::Span::current().record("job", tracing::field::display(job.id));
     let view = JobView::from(job);
     let retry_after = view.poll_after_ms.map(|ms| ms.div_ceil(1000).max(1));
     let mut response = (status, Json(view)).into_response();

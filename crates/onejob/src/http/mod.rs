@@ -66,7 +66,12 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(CatchPanicLayer::custom(panic_response))
         .layer(
             TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
-                tracing::info_span!("http", method = %request.method(), path = %request.uri().path())
+                tracing::info_span!(
+                    "http",
+                    method = %request.method(),
+                    path = %request.uri().path(),
+                    job = tracing::field::Empty,
+                )
             }),
         )
 }
