@@ -129,12 +129,18 @@ async fn write_intake(pool: &PgPool, jobs: Vec<NewJob>) -> Vec<Result<Intake, St
 }
 
 /// Inserts, reads back and logs one batch in one transaction.
+///
+/// Rows are inserted in one global order (by key hash): two batches, on one node or on
+/// several, that share keys then wait for each other's unique-index entries in the same
+/// order and cannot deadlock. (Unordered, a storm of copies of the same keys across nodes
+/// deadlocked, and every submission of the losing batch was answered 503.)
 async fn write_batch(pool: &PgPool, jobs: &[NewJob]) -> Result<Vec<Intake>, StoreError> {
     let mut tx = pool.begin().await?;
     let rows: Vec<PgJobRow> = sqlx::query_as(concat!(
         "INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params) \
          SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::text[], \
-         $6::bytea[], $7::jsonb[]) \
+         $6::bytea[], $7::jsonb[]) AS batch (id, tenant, user_id, key_hash, kind, fingerprint, params) \
+         ORDER BY key_hash, tenant, user_id \
          ON CONFLICT (tenant, user_id, key_hash) DO NOTHING RETURNING ",
         job_columns!()
     ))
