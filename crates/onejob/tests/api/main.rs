@@ -16,6 +16,7 @@ mod metrics;
 mod openapi;
 mod providers;
 mod recovery;
+mod slow_clients;
 mod store_conformance;
 mod ui;
 mod worker;
