@@ -13,6 +13,7 @@ mod helpers;
 mod intake;
 mod isolation;
 mod metrics;
+mod online_migration;
 mod openapi;
 mod providers;
 mod recovery;
