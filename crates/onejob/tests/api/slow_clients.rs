@@ -44,9 +44,22 @@ async fn read_until_closed(stream: &mut TcpStream) -> String {
     String::from_utf8_lossy(&seen).into_owned()
 }
 
+/// A client that never reuses a connection: the server closes idle keep-alive connections
+/// after `header_read_timeout` too, and a pooled one could be reused just as it closes.
+fn fresh_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap()
+}
+
 /// A normal request on a fresh connection still gets its answer.
 async fn others_are_served(app: &TestApp) {
-    let response = app.client.get(app.url("/healthz")).send().await.unwrap();
+    let response = fresh_client()
+        .get(app.url("/healthz"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status(), 200);
 }
 
@@ -133,7 +146,9 @@ async fn a_client_trickling_its_body_is_answered_408_and_disconnected() {
     );
     // Nothing was created under the key.
     let (status, _) = crate::helpers::json(
-        app.get("/v1/jobs?idempotency_key=slow-body")
+        fresh_client()
+            .get(app.url("/v1/jobs?idempotency_key=slow-body"))
+            .bearer_auth(&app.token)
             .send()
             .await
             .unwrap(),
