@@ -11,6 +11,7 @@ mod jobs;
 mod lifecycle;
 mod metrics;
 pub mod openapi;
+mod openapi_links;
 pub mod problem;
 pub mod server;
 mod ui;
