@@ -194,3 +194,35 @@ async fn sqlite_swaps_to_the_widened_boundary_in_one_transaction() {
         .expect_err("a second row for a key");
     assert!(error.contains("UNIQUE"), "{error}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_table_too_busy_to_lock_keeps_the_old_constraint_until_the_next_run() {
+    let db = TestDatabase::create(Backend::Postgres).await;
+    let app = TestApp::spawn(&db).await;
+    app.create("existing", &chat("existing")).await;
+    before_the_online_steps(&db).await;
+    let status = migrator(&db, Some("abort-after-migration-step:verify-index"))
+        .status()
+        .await
+        .unwrap();
+    assert!(!status.success());
+
+    // A writer holds the table: the migrator cannot take its lock for the drop.
+    let mut writer = PgConnection::connect(&db.url).await.unwrap();
+    writer.execute("BEGIN").await.unwrap();
+    writer
+        .execute("LOCK TABLE jobs IN ROW EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    assert!(
+        migrator(&db, None).status().await.unwrap().success(),
+        "a busy table is not a failed migration"
+    );
+    let state = scope(&db).await;
+    assert!(state.narrow && state.wide_valid, "{state:?}");
+    writer.execute("ROLLBACK").await.unwrap();
+    assert_duplicates_refused(&db, &app, "busy").await;
+
+    assert!(migrator(&db, None).status().await.unwrap().success());
+    assert!(scope(&db).await.is_done());
+}

@@ -12,7 +12,8 @@
 //! 2. `verify-index`: the index must be `indisvalid`, `indisready` and `indislive` in
 //!    `pg_index`; otherwise the step fails and nothing is dropped.
 //! 3. `drop-narrow`: only then `ALTER TABLE jobs DROP CONSTRAINT jobs_one_per_key` (a short
-//!    lock, bounded by `lock_timeout`).
+//!    lock, bounded by `lock_timeout`; on a table too busy to lock, the old constraint simply
+//!    stays until the next run, which is safe).
 //!
 //! Each step reads its state from the catalog, not from a progress table, so the sequence is
 //! resumable from wherever a migrator died: rerunning `onejob migrate` finishes it. Before
@@ -112,6 +113,34 @@ pub async fn widen_key_scope(pool: &PgPool) -> Result<KeyScope, StoreError> {
     Ok(scope)
 }
 
+/// Drops the narrow constraint under a short `lock_timeout` (so that writers queued behind
+/// the `ALTER TABLE` wait at most that long), trying a few times; false if it never got the
+/// lock.
+async fn drop_narrow(conn: &mut PoolConnection<Postgres>) -> Result<bool, StoreError> {
+    for _ in 0..3 {
+        let mut tx = conn.begin().await?;
+        sqlx::query("SET LOCAL lock_timeout = '2s'")
+            .execute(&mut *tx)
+            .await?;
+        match sqlx::query("ALTER TABLE jobs DROP CONSTRAINT IF EXISTS jobs_one_per_key")
+            .execute(&mut *tx)
+            .await
+        {
+            Ok(_) => {
+                tx.commit().await?;
+                return Ok(true);
+            }
+            // 55P03 lock_not_available: someone held the table; try again.
+            Err(sqlx::Error::Database(error)) if error.code().as_deref() == Some("55P03") => {
+                tx.rollback().await?;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(false)
+}
+
 async fn take_turn(conn: &mut PoolConnection<Postgres>) -> Result<(), StoreError> {
     loop {
         let mine: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
@@ -164,14 +193,16 @@ async fn run_steps(conn: &mut PoolConnection<Postgres>) -> Result<KeyScope, Stor
             constraint = NARROW_CONSTRAINT,
             "the widened key index is valid; dropping the old constraint"
         );
-        let mut tx = conn.begin().await?;
-        sqlx::query("SET LOCAL lock_timeout = '5s'")
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("ALTER TABLE jobs DROP CONSTRAINT IF EXISTS jobs_one_per_key")
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
+        if !drop_narrow(conn).await? {
+            // Busy tables: the old, stricter constraint stays in force, which is safe; the
+            // next start or `onejob migrate` drops it.
+            tracing::warn!(
+                constraint = NARROW_CONSTRAINT,
+                "the old constraint could not be locked in time; it stays in force until the \
+                 next `onejob migrate` or start"
+            );
+            return key_scope(conn).await;
+        }
     }
     crate::fault::after_migration_step(STEPS[2]);
     key_scope(conn).await
