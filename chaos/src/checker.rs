@@ -20,6 +20,8 @@
 //!   starts while another is live (a non-hedge beside any live attempt, a hedge beside a
 //!   starting or unknown one); attempt numbers run 1..n and every attempt has its
 //!   `attempt_started`; timestamps of each attempt are in order;
+//! * **proof** (§2.4) — an attempt recorded as failed did not succeed at the provider (its
+//!   task's final status), so no result was dropped and re-sent;
 //! * **retries are attempts** (§2.7) — no job has more side effects at the provider than
 //!   attempts, every side effect belongs to a job, and no task was created twice.
 //!
@@ -39,7 +41,7 @@ use crate::history::Record;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Violation {
     /// The rule (`answers`, `one-job-per-key`, `intent`, `result-once`, `winner-output`,
-    /// `guard`, `side-effects`).
+    /// `proof`, `guard`, `side-effects`).
     pub rule: &'static str,
     /// What was seen.
     pub detail: String,
@@ -532,6 +534,29 @@ fn check_job(report: &mut Report, dump: &Dump<'_>, side_effects: &[SideEffect<'_
             report.violation(
                 "result-once",
                 format!("job {id} is {state} but has a winner, a won event or a result"),
+            );
+        }
+    }
+
+    // Proof agrees with the provider: an attempt recorded as failed did not in truth
+    // succeed there (that would be a result lost and a duplicate sent next).
+    for attempt in dump.attempts.iter().filter(|a| a["state"] == "failed") {
+        let Some(task_id) = attempt["task_id"].as_str() else {
+            continue;
+        };
+        let truth = side_effects
+            .iter()
+            .find(|e| e.task_id == Some(task_id))
+            .and_then(|e| e.task)
+            .map(|t| &t["status"]);
+        if truth.is_some_and(|status| status == "succeeded") {
+            report.violation(
+                "proof",
+                format!(
+                    "job {id}: attempt {} is recorded failed but its task {task_id} succeeded \
+                     at the provider",
+                    attempt["id"]
+                ),
             );
         }
     }

@@ -308,3 +308,34 @@ fn more_side_effects_than_attempts_breaks_side_effects() {
     });
     assert!(report.contains(&"side-effects"), "{report:?}");
 }
+
+#[test]
+fn a_failed_attempt_whose_task_succeeded_breaks_proof() {
+    let report = broken(|h| {
+        let (_, attempts, events) = job_dump(h);
+        attempts.insert(0, attempt(SECOND, 1, "failed", "task_0"));
+        attempts[1]["number"] = json!(2);
+        *events = vec![
+            event(1, "created", None, json!({})),
+            event(2, "attempt_started", Some(SECOND), json!({})),
+            event(3, "attempt_unknown", Some(SECOND), json!({})),
+            event(
+                4,
+                "attempt_resolved",
+                Some(SECOND),
+                json!({"outcome": "failed"}),
+            ),
+            event(5, "attempt_started", Some(ATTEMPT), json!({})),
+            event(6, "won", Some(ATTEMPT), json!({"sha256": sha(&result())})),
+        ];
+        h.push(Record::SideEffect {
+            provider: "fake".into(),
+            input_hash: "h".into(),
+            input: body(),
+            idempotency_key: Some(format!("onejob:{JOB}")),
+            task_id: Some("task_0".into()),
+            task: Some(json!({"task_id": "task_0", "status": "succeeded", "result": result()})),
+        });
+    });
+    assert_eq!(report, vec!["proof"], "only the proof rule is broken");
+}
