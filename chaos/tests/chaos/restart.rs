@@ -14,6 +14,7 @@ use std::{
 
 use onejob_chaos::{
     client::RecordingClient,
+    history::Record,
     node::{Node, NodeConfig, Role, create_key},
     postgres::{Cluster, Database, StopMode},
     readback::{Reader, record_side_effects},
@@ -72,6 +73,10 @@ async fn a_database_restart_under_load_answers_503_and_loses_nothing() {
         .map(|i| format!("restart:{i}"))
         .collect();
     let queue = Arc::new(Mutex::new(keys.clone()));
+    // Spread the submissions over the whole restart window, so that clients are submitting
+    // while the database is down, not only before.
+    let window_ms = (1500 + 9500 * scale.restarts) as u64;
+    let pace = Duration::from_millis(window_ms * CLIENTS as u64 / keys.len() as u64);
     let done = Arc::new(AtomicBool::new(false));
     let mut clients = Vec::new();
     for c in 0..CLIENTS {
@@ -97,7 +102,7 @@ async fn a_database_restart_under_load_answers_503_and_loses_nothing() {
                 if key.ends_with('7') {
                     client.submit(&urls, c + 1, &key, &body, 200).await;
                 }
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                tokio::time::sleep(pace).await;
             }
         }));
     }
@@ -187,5 +192,26 @@ async fn a_database_restart_under_load_answers_503_and_loses_nothing() {
         keys.len() as u64,
         "no input reached the provider twice"
     );
+    // Recovered without a restart: jobs were created after the database came back.
+    let records = onejob_chaos::history::read_history(history.path()).unwrap();
+    let back_at = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Fault { t_ms, what } if what.starts_with("start") => Some(*t_ms),
+            _ => None,
+        })
+        .max()
+        .expect("the database was restarted");
+    let created_after = records
+        .iter()
+        .filter(
+            |r| matches!(r, Record::Response { t_ms, status: Some(201), .. } if *t_ms > back_at),
+        )
+        .count();
+    assert!(
+        created_after > 0,
+        "no job was created after the last restart"
+    );
+    println!("jobs created after the last restart: {created_after}");
     drop(db);
 }
