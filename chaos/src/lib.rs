@@ -14,6 +14,8 @@
 //!   `onejob-chaos-check` binary);
 //! * [`scale`]: quick (CI) or full (`RELIABILITY.md`) sizes.
 
+#![warn(missing_docs)]
+
 pub mod checker;
 pub mod client;
 pub mod history;
