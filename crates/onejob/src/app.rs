@@ -111,10 +111,13 @@ impl App {
             max_body_bytes: self.config.max_body_bytes,
             providers: self.providers.clone(),
             keys: crate::api_key::KeyRing::new(self.store.clone()),
+            request_timeout: self.config.http.request_timeout,
         });
-        axum::serve(listener, http::router(state))
-            .with_graceful_shutdown(shutdown)
-            .await
+        let limits = http::server::ServerLimits {
+            header_read_timeout: self.config.http.header_read_timeout,
+            drain: self.config.http.request_timeout,
+        };
+        http::server::serve(listener, http::router(state), limits, shutdown).await
     }
 }
 

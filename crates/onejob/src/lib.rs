@@ -11,6 +11,7 @@
 //! * [`http`]: the HTTP API, a thin adapter over [`jobs`].
 //! * [`config`] and [`kind`]: the TOML configuration and the compiled job kinds.
 //! * [`api_key`]: issuing and checking API keys.
+//! * [`fault`]: off-by-default fault injection for the fault suite (`ONEJOB_FAULT`).
 //! * [`app`]: start-up; [`cli`]: the `onejob` command.
 
 pub mod api_key;
@@ -18,6 +19,7 @@ pub mod app;
 pub mod certification;
 pub mod cli;
 pub mod config;
+pub mod fault;
 pub mod http;
 pub mod jobs;
 pub mod kind;

@@ -108,6 +108,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         _ => "info,sqlx=warn",
     };
     init_logging(cli.log_format.unwrap_or_default(), default_filter);
+    crate::fault::init_from_env()?;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
         let done = |r: anyhow::Result<()>| r.map(|()| ExitCode::SUCCESS);

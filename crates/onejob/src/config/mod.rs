@@ -7,6 +7,7 @@
 //! result is checked as a whole ([`Config::validate`]) into the [`crate::kind::Kinds`] the
 //! service runs with.
 
+mod http;
 mod kind;
 mod provider;
 mod worker;
@@ -22,6 +23,7 @@ use figment::{
 };
 use serde::{Deserialize, Serialize};
 
+pub use http::HttpConfig;
 pub use kind::{ContractCase, KindConfig, SchemaSource};
 pub use provider::{Adapter, ProviderConfig, StructuredOutput};
 pub use worker::WorkerConfig;
@@ -43,8 +45,9 @@ pub const DEFAULT_MAX_PARAMS_DEPTH: usize = 32;
 
 /// Top-level keys that `ONEJOB_*` variables may set (tables use `__`, as in
 /// `ONEJOB_WORKER__CONCURRENCY`). Other `ONEJOB_*` variables are ignored.
-const ENV_KEYS: [&str; 6] = [
+const ENV_KEYS: [&str; 7] = [
     "listen",
+    "http",
     "database",
     "max_body_bytes",
     "max_params_depth",
@@ -122,6 +125,9 @@ pub struct Config {
     /// Worker settings.
     #[serde(default)]
     pub worker: WorkerConfig,
+    /// HTTP server bounds (slow clients).
+    #[serde(default)]
+    pub http: HttpConfig,
     /// Directory relative paths (schemas, templates) are resolved against.
     #[serde(skip)]
     pub base_dir: PathBuf,

@@ -130,3 +130,32 @@ fn durations_read_as_humans_write_them() {
     assert_eq!(config.kinds[0].hedge_after.unwrap().as_millis(), 250);
     assert!(config.kinds[0].settle_unknown_after.is_none());
 }
+
+#[test]
+fn http_bounds_have_defaults_and_can_be_set_by_file_or_env() {
+    let defaults = parse("").unwrap();
+    assert_eq!(
+        defaults.http.header_read_timeout,
+        std::time::Duration::from_secs(10)
+    );
+    assert_eq!(
+        defaults.http.request_timeout,
+        std::time::Duration::from_secs(30)
+    );
+    let set = Config::from_toml(
+        "[http]\nheader_read_timeout = \"2s\"\n",
+        Path::new("onejob.toml"),
+        PathBuf::from("."),
+        env(&[("ONEJOB_HTTP__REQUEST_TIMEOUT", "5s")]),
+    )
+    .unwrap();
+    assert_eq!(
+        set.http.header_read_timeout,
+        std::time::Duration::from_secs(2)
+    );
+    assert_eq!(set.http.request_timeout, std::time::Duration::from_secs(5));
+    assert!(
+        parse("[http]\nrequest_timout = \"5s\"\n").is_err(),
+        "typos are refused"
+    );
+}

@@ -49,7 +49,7 @@ pub struct SubmitBody {
     post,
     path = "/v1/jobs",
     tag = "jobs",
-    params(("Idempotency-Key" = String, Header, description = "Your name for this business action, the same on every retry of it: 1-255 visible ASCII characters, bare or as a structured-field string (\"abc\")")),
+    params(("Idempotency-Key" = String, Header, pattern = r#"^(?:[!-~]|[!#-~][!-~]{0,253}[!-~]|"[!-~]{0,253}[!#-~]|"(?:[!#-\[\]-~]|\\[\\"]){1,255}")$"#, description = "Your name for this business action, the same on every retry of it: 1-255 visible ASCII characters, bare or as a structured-field string (\"abc\", escapes \\\" and \\\\)")),
     request_body(content = SubmitBody, content_type = "application/json"),
     responses(
         (status = 201, description = "A new job", body = view::JobView, headers(
@@ -150,11 +150,11 @@ pub const MAX_PAGE: u32 = 500;
     path = "/v1/jobs",
     tag = "jobs",
     params(
-        ("idempotency_key" = Option<String>, Query, description = "Answer the caller's job under this key (a JobView, or 404)"),
-        ("state" = Option<String>, Query, description = "List only jobs in this state"),
+        ("idempotency_key" = Option<String>, Query, pattern = "^[!-~]{1,255}$", description = "Answer the caller's job under this key (a JobView, or 404); the other parameters are then ignored"),
+        ("state" = Option<String>, Query, pattern = "^(pending|running|unknown|succeeded|failed|cancelled)$", description = "List only jobs in this state"),
         ("kind" = Option<String>, Query, description = "List only jobs of this kind"),
         ("before" = Option<uuid::Uuid>, Query, description = "List only jobs older than this one (next_before of the previous page)"),
-        ("limit" = Option<u32>, Query, description = "Page size, 1-500 (default 50)"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Page size, 1-500 (default 50)"),
     ),
     responses(
         (status = 200, description = "With idempotency_key: the job (JobView); without: a page of the caller's jobs", body = view::JobList),
@@ -254,8 +254,8 @@ async fn list(
     path = "/v1/attempts",
     tag = "operators",
     params(
-        ("state" = Option<String>, Query, description = "Only attempts in this state (`unknown` for the unknown queue)"),
-        ("limit" = Option<u32>, Query, description = "1-500 (default 50)"),
+        ("state" = Option<String>, Query, pattern = "^(starting|running|unknown|succeeded|failed|cancelled|discarded)$", description = "Only attempts in this state (`unknown` for the unknown queue)"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "1-500 (default 50)"),
     ),
     responses(
         (status = 200, description = "Attempts newest first: an operator's across its tenant, anyone else's across their own jobs", body = view::AttemptList),

@@ -5,16 +5,19 @@ mod attempts;
 mod auth;
 mod body;
 mod certificates;
+pub mod deadline;
 mod health;
 mod jobs;
 mod lifecycle;
 mod metrics;
 pub mod openapi;
+mod openapi_links;
 pub mod problem;
+pub mod server;
 mod ui;
 mod view;
 
-use std::{any::Any, sync::Arc};
+use std::{any::Any, sync::Arc, time::Duration};
 
 use axum::{
     Router,
@@ -41,6 +44,8 @@ pub struct AppState {
     pub providers: Providers,
     /// API keys, cached.
     pub keys: KeyRing,
+    /// How long one request may take, body upload included ([`deadline`]).
+    pub request_timeout: Duration,
 }
 
 /// Builds the API's router.
@@ -62,6 +67,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .nest("/ui", ui::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            deadline::limit,
+        ))
         .with_state(state)
         .layer(CatchPanicLayer::custom(panic_response))
         .layer(

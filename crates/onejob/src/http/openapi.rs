@@ -14,6 +14,7 @@ use utoipa::{
 
 use super::{
     attempts, certificates, health, jobs, lifecycle, metrics,
+    openapi_links::Links,
     problem::{PROBLEM_BASE, ProblemType},
     ui::openapi::Dashboard,
     view,
@@ -61,7 +62,7 @@ use super::{
         certificates::CertificateView,
         certificates::CertificateList,
     )),
-    modifiers(&BearerAuth, &Dashboard),
+    modifiers(&BearerAuth, &Dashboard, &Links),
     security(("bearer" = [])),
     tags(
         (name = "jobs", description = "Submitting and following jobs"),

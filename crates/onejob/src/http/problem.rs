@@ -70,6 +70,7 @@ problem_types! {
     ResultInvalid => ("result-invalid", BAD_REQUEST, "The result is not a valid output for this kind"),
     KeyReused => ("key-reused", UNPROCESSABLE_ENTITY, "Idempotency key reused for a different request"),
     InvalidState => ("invalid-state", CONFLICT, "The job is not in a state that allows this"),
+    RequestTimeout => ("request-timeout", REQUEST_TIMEOUT, "The request took too long"),
     Unavailable => ("unavailable", SERVICE_UNAVAILABLE, "Service temporarily unavailable"),
     Internal => ("internal", INTERNAL_SERVER_ERROR, "Internal error"),
 }

@@ -206,6 +206,8 @@ async fn finish(
     attempt: &AttemptRecord,
     output: Value,
 ) -> Ending {
+    // The provider has answered; nothing of it is recorded yet (see `crate::fault`).
+    crate::fault::after_answer();
     let by = Resolution::worker();
     match outcome::offer(&*ctx.store, kind, attempt, &output, &by).await {
         Ok(Offered::Won) => {

@@ -9,6 +9,7 @@ use crate::helpers::{
 
 backend_tests!(
     foreign_jobs_look_exactly_like_missing_ones,
+    attempts_writes_and_resolutions_of_foreign_jobs_look_like_missing_ones,
     attempt_listings_are_scoped_to_the_caller_or_the_operators_tenant,
 );
 
@@ -131,4 +132,100 @@ async fn attempt_listings_are_scoped_to_the_caller_or_the_operators_tenant(backe
     )
     .await;
     assert!(jobs_seen(&other).is_empty());
+}
+
+/// The probes beyond reading a job: its attempts, cancel, retry, and resolving its attempt
+/// (as a normal key of the owner's tenant, and as another tenant's operator) answer exactly
+/// what a missing id answers, and change nothing.
+async fn attempts_writes_and_resolutions_of_foreign_jobs_look_like_missing_ones(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, |_| {}).await;
+    let job = app.create("private", &chat("secret plan")).await;
+    let id = job["id"].as_str().unwrap().to_owned();
+    app.wait_job(&id, std::time::Duration::from_secs(15), |j| {
+        j["state"] == "succeeded"
+    })
+    .await;
+    let attempt = app.attempts(&id).await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let missing = uuid::Uuid::now_v7();
+
+    let same_tenant_other_user = create_key(&*app.store, "acme", "bob", false).await;
+    let other_tenant_operator = create_key(&*app.store, "globex", "root", true).await;
+    let send = |token: &str, method: reqwest::Method, path: String| {
+        let request = app
+            .client
+            .request(method, app.url(&path))
+            .bearer_auth(token);
+        async move {
+            json(
+                request
+                    .json(&serde_json::json!({"outcome": "failed"}))
+                    .send()
+                    .await
+                    .unwrap(),
+            )
+            .await
+        }
+    };
+    for token in [&same_tenant_other_user, &other_tenant_operator] {
+        for (method, foreign, absent) in [
+            (
+                reqwest::Method::GET,
+                format!("/v1/jobs/{id}/attempts"),
+                format!("/v1/jobs/{missing}/attempts"),
+            ),
+            (
+                reqwest::Method::POST,
+                format!("/v1/jobs/{id}/cancel"),
+                format!("/v1/jobs/{missing}/cancel"),
+            ),
+            (
+                reqwest::Method::POST,
+                format!("/v1/jobs/{id}/retry"),
+                format!("/v1/jobs/{missing}/retry"),
+            ),
+            (
+                reqwest::Method::POST,
+                format!("/v1/attempts/{attempt}/resolve"),
+                format!("/v1/attempts/{missing}/resolve"),
+            ),
+        ] {
+            let (status_f, body_f) = send(token, method.clone(), foreign.clone()).await;
+            let (status_m, body_m) = send(token, method, absent).await;
+            assert!(
+                matches!(status_f, 403 | 404),
+                "{foreign}: {status_f} {body_f}"
+            );
+            assert_eq!(
+                (status_f, &body_f),
+                (status_m, &body_m),
+                "{foreign} is indistinguishable from a missing id"
+            );
+            assert!(!body_f.to_string().contains(&id), "{body_f}");
+        }
+    }
+    // Nothing changed: still succeeded, one attempt, no cancel or resolution logged.
+    assert_eq!(app.job(&id).await["state"], "succeeded");
+    let events = app.events(&id).await;
+    assert!(
+        events.iter().all(|e| e["kind"] != "cancelled"
+            && e["kind"] != "recovered"
+            && e["kind"] != "attempt_resolved"),
+        "{events:?}"
+    );
+    // A normal key is refused the operator endpoint whatever the attempt (403, not 404).
+    let (status, problem) = send(
+        &same_tenant_other_user,
+        reqwest::Method::POST,
+        format!("/v1/attempts/{attempt}/resolve"),
+    )
+    .await;
+    assert_eq!(
+        (status, problem["type"].as_str()),
+        (403, Some("https://onejob.dev/problems/forbidden"))
+    );
 }

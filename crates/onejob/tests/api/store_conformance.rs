@@ -20,6 +20,7 @@ use crate::helpers::{Backend, TestDatabase, backend_tests};
 
 backend_tests!(
     racing_submissions_on_many_connections_create_one_job_per_key,
+    overlapping_batches_in_opposite_orders_never_deadlock,
     a_different_fingerprint_conflicts_and_writes_nothing,
     the_unique_constraint_refuses_a_second_row_for_a_key,
     a_jobs_intent_cannot_be_changed_in_the_database,
@@ -86,6 +87,45 @@ async fn racing_submissions_on_many_connections_create_one_job_per_key(backend: 
             .await,
         keys as i64
     );
+}
+
+/// Found by the fault suite's storm (`chaos/`): intake batches of two nodes that share keys
+/// in opposite orders deadlocked, and the losing batch's submissions were all answered 503.
+/// Every call must succeed.
+async fn overlapping_batches_in_opposite_orders_never_deadlock(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let stores: [Arc<dyn Store>; 3] = [
+        db.open_store().await,
+        db.open_store().await,
+        db.open_store().await,
+    ];
+    let keys = 150;
+    let calls = (0..6).flat_map(|round| {
+        let stores = stores.clone();
+        (0..keys).map(move |i| {
+            // Even rounds walk the keys up, odd rounds down: batches overlap in both orders.
+            let k = if round % 2 == 0 { i } else { keys - 1 - i };
+            let store = stores[round % 3].clone();
+            let job = new_job(&format!("key-{k}"), &format!("prompt {k}"));
+            tokio::spawn(async move { store.create_or_replay(job).await })
+        })
+    });
+    let outcomes = join_all(calls.collect::<Vec<_>>()).await;
+    let failed: Vec<String> = outcomes
+        .into_iter()
+        .filter_map(|o| {
+            o.unwrap()
+                .err()
+                .map(|e| onejob::store::Chain(&e).to_string())
+        })
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} submissions failed, first: {:?}",
+        failed.len(),
+        failed.first()
+    );
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM jobs").await, keys as i64);
 }
 
 async fn a_different_fingerprint_conflicts_and_writes_nothing(backend: Backend) {

@@ -9,6 +9,7 @@ use serde_json::Value;
 use crate::helpers::{Backend, Fakes, TestApp, TestDatabase, backend_tests, chat};
 
 backend_tests!(
+    a_worker_aborted_after_the_answer_is_resolved_by_proof_and_nothing_resent,
     a_worker_killed_after_acknowledgement_leaves_unknown_and_nothing_resent,
     a_worker_killed_before_acknowledgement_leaves_unknown_and_nothing_resent,
     graceful_shutdown_stops_claiming_and_records_in_flight_as_unknown,
@@ -19,11 +20,13 @@ backend_tests!(
 
 const WITHIN: Duration = Duration::from_secs(15);
 
-/// A `onejob worker` process on `db`, sending `chat.completion` to `fakes.primary`.
+/// A `onejob worker` process on `db`, sending `chat.completion` to `fakes.primary`, with
+/// `fault` as its `ONEJOB_FAULT` (see `onejob::fault`).
 fn worker_process(
     db: &TestDatabase,
     fakes: &Fakes,
     dir: &std::path::Path,
+    fault: Option<&str>,
 ) -> tokio::process::Child {
     let config = format!(
         r#"database = "{database}"
@@ -53,6 +56,7 @@ attempt_timeout = "60s"
         .arg("--config")
         .arg(&path)
         .env("RUST_LOG", "warn")
+        .env("ONEJOB_FAULT", fault.unwrap_or_default())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .kill_on_drop(true)
@@ -70,7 +74,7 @@ async fn killed_mid_attempt(backend: Backend, hang: Behaviour, acknowledged: boo
     });
     let api = TestApp::spawn(&db).await; // API only: the worker is the child process
     let dir = tempfile::tempdir().unwrap();
-    let mut child = worker_process(&db, &fakes, dir.path());
+    let mut child = worker_process(&db, &fakes, dir.path(), None);
 
     let job = api.create("doomed", &chat("doomed")).await;
     let id = job["id"].as_str().unwrap().to_owned();
@@ -95,11 +99,62 @@ async fn killed_mid_attempt(backend: Backend, hang: Behaviour, acknowledged: boo
     );
     assert_eq!(rescuer.job(&id).await["state"], "unknown");
     // Restarted workers do not re-send it.
-    let mut again = worker_process(&db, &fakes, dir.path());
+    let mut again = worker_process(&db, &fakes, dir.path(), None);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let _ = again.kill().await;
     assert_eq!(rescuer.attempts(&id).await.len(), 1);
     assert_eq!(fakes.total(), 1, "the killed attempt was never sent again");
+}
+
+/// The third crash point, which no signal can aim at: the provider answered and the worker
+/// died before writing the answer (`ONEJOB_FAULT=abort-after-answer` aborts exactly there).
+/// The attempt stays `running` with its task id; a rescuer makes it `unknown` when the
+/// lease expires and the reconciler resolves it by asking the provider: one attempt, one
+/// side effect, the provider's own output as the result.
+async fn a_worker_aborted_after_the_answer_is_resolved_by_proof_and_nothing_resent(
+    backend: Backend,
+) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let api = TestApp::spawn(&db).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = worker_process(&db, &fakes, dir.path(), Some("abort-after-answer"));
+    let job = api.create("answered", &chat("answered")).await;
+    let id = job["id"].as_str().unwrap().to_owned();
+    let status = tokio::time::timeout(WITHIN, child.wait())
+        .await
+        .expect("the armed worker aborts")
+        .unwrap();
+    assert!(!status.success(), "aborted, not exited: {status}");
+    let attempts = api.attempts(&id).await;
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(
+        attempts[0]["state"], "running",
+        "the answer was never written"
+    );
+    assert!(attempts[0]["task_id"].is_string(), "{attempts:?}");
+    assert_eq!(fakes.total(), 1);
+
+    let rescuer = TestApp::running(&db, &fakes, |_| {}).await;
+    let done = rescuer
+        .wait_job(&id, WITHIN, |j| j["state"] == "succeeded")
+        .await;
+    assert_eq!(
+        done["result"],
+        serde_json::json!({"text": "fake answer: answered"})
+    );
+    let attempts = rescuer.attempts(&id).await;
+    assert_eq!(
+        attempts.len(),
+        1,
+        "resolved by proof, not by a second attempt"
+    );
+    assert_eq!(done["completed_by"], attempts[0]["id"]);
+    let events = rescuer.events(&id).await;
+    assert!(events.iter().any(|e| e["kind"] == "attempt_unknown"));
+    let won = events.iter().find(|e| e["kind"] == "won").unwrap();
+    assert_eq!(won["actor"], "reconciler");
+    assert_eq!(fakes.total(), 1, "nothing was sent twice");
 }
 
 async fn a_worker_killed_after_acknowledgement_leaves_unknown_and_nothing_resent(backend: Backend) {

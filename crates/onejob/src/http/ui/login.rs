@@ -65,6 +65,7 @@ fn again(status: StatusCode, error: String) -> Response {
     security(()),
     responses(
         (status = 303, description = "Signed in: the sign-in cookie is set (HttpOnly, SameSite=Strict, Path=/ui; Secure unless plain http to a loopback host), to /ui/jobs"),
+        (status = 400, description = "No key in the form (or not a form): the form again, with an error", content_type = "text/html", body = String),
         (status = 401, description = "Not a valid key: the form again, with an error", content_type = "text/html", body = String),
         (status = 403, description = "Submitted from another origin", content_type = "text/html", body = String),
     )

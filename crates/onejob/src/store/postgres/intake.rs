@@ -1,11 +1,12 @@
 //! Intake on PostgreSQL: create-or-replay with group commit.
 //!
 //! A submission first reads its key (a replay then needs no job write at all); a miss goes
-//! to the intake [`Batcher`]: one `INSERT … SELECT FROM unnest(…) ON CONFLICT (tenant,
-//! user_id, key_hash) DO NOTHING` for the whole batch, a read-back of the rows that were
-//! not inserted (another batch or node won them), the `created`/`replayed` events, one
-//! commit. The unique constraint stays the arbiter; a conflict in one row never fails the
-//! others. If a batch fails for another reason, its submissions are retried one by one, so
+//! to the intake [`Batcher`]: one `INSERT … SELECT FROM unnest(…) ON CONFLICT DO NOTHING`
+//! for the whole batch, a read-back of the rows that were not inserted (another batch or
+//! node won them), the `created`/`replayed` events, one commit. The key's unique index
+//! stays the arbiter (no conflict target is named, so the insert works under the old narrow
+//! constraint, the widened index, or both while `online` widens the scope); a conflict in
+//! one row never fails the others. If a batch fails for another reason, its submissions are retried one by one, so
 //! a bad row fails alone.
 //!
 //! Replays append their `replayed` event in small transactions with
@@ -129,13 +130,19 @@ async fn write_intake(pool: &PgPool, jobs: Vec<NewJob>) -> Vec<Result<Intake, St
 }
 
 /// Inserts, reads back and logs one batch in one transaction.
+///
+/// Rows are inserted in one global order (by key hash): two batches, on one node or on
+/// several, that share keys then wait for each other's unique-index entries in the same
+/// order and cannot deadlock. (Unordered, a storm of copies of the same keys across nodes
+/// deadlocked, and every submission of the losing batch was answered 503.)
 async fn write_batch(pool: &PgPool, jobs: &[NewJob]) -> Result<Vec<Intake>, StoreError> {
     let mut tx = pool.begin().await?;
     let rows: Vec<PgJobRow> = sqlx::query_as(concat!(
         "INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params) \
          SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::text[], \
-         $6::bytea[], $7::jsonb[]) \
-         ON CONFLICT (tenant, user_id, key_hash) DO NOTHING RETURNING ",
+         $6::bytea[], $7::jsonb[]) AS batch (id, tenant, user_id, key_hash, kind, fingerprint, params) \
+         ORDER BY key_hash, tenant, user_id \
+         ON CONFLICT DO NOTHING RETURNING ",
         job_columns!()
     ))
     .bind(jobs.iter().map(|j| j.id).collect::<Vec<_>>())

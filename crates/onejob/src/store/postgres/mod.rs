@@ -1,7 +1,7 @@
 //! The PostgreSQL store: production, and several onejob nodes sharing one database.
 //!
 //! Every statement is a static string with bound parameters. Intake relies on
-//! `INSERT … ON CONFLICT (tenant, user_id, key_hash) DO NOTHING`: under READ COMMITTED a
+//! `INSERT … ON CONFLICT DO NOTHING` on the key's unique index: under READ COMMITTED a
 //! conflicting insert waits for the other transaction, and the read-back that follows (a new
 //! statement, so a new snapshot) sees the winner's committed row.
 
@@ -46,6 +46,7 @@ mod certificates;
 mod intake;
 mod lifecycle;
 mod listing;
+pub mod online;
 mod wake;
 
 /// The channel workers LISTEN on; a trigger notifies it when a job becomes due.
@@ -254,6 +255,7 @@ impl Store for PgStore {
         sqlx::migrate!("./migrations/postgres")
             .run(&self.pool)
             .await?;
+        online::widen_key_scope(&self.pool).await?;
         Ok(())
     }
 

@@ -130,7 +130,7 @@ async fn write_one(
     let inserted: Option<SqliteJobRow> = sqlx::query_as(concat!(
         "INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
-         ON CONFLICT (tenant, user_id, key_hash) DO NOTHING RETURNING ",
+         ON CONFLICT DO NOTHING RETURNING ",
         job_columns!()
     ))
     .bind(job.id.to_string())

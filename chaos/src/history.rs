@@ -1,0 +1,221 @@
+//! The history of one fault run, as JSON lines: every client request and response, every
+//! side effect the fake provider saw (with the task's final status), the faults injected,
+//! and a final read-back of every job (view, attempts, event log) and of the job listing.
+//!
+//! A [`History`] is written while the run goes (one line per [`Record`], flushed as it
+//! goes, so a history survives a test that panics half-way) and read back by
+//! [`read_history`] for the offline [`crate::checker`].
+
+use std::{
+    fs::File,
+    io::{BufRead, BufReader, BufWriter, Write},
+    path::{Path, PathBuf},
+    sync::{
+        Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Instant,
+};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// One line of a history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Record {
+    /// A client sent a request.
+    Request {
+        /// Milliseconds since the run started.
+        t_ms: u64,
+        /// Which request this is (unique in the history); its response has the same `seq`.
+        seq: u64,
+        /// Which client (task) sent it.
+        client: String,
+        /// Which onejob node it went to.
+        node: usize,
+        /// `GET`, `POST`, …
+        method: String,
+        /// The path and query.
+        path: String,
+        /// The `Idempotency-Key` header, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
+        /// The JSON body, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        body: Option<Value>,
+    },
+    /// The answer to the request with the same `seq` (or why there was none).
+    Response {
+        /// Milliseconds since the run started.
+        t_ms: u64,
+        /// The request's `seq`.
+        seq: u64,
+        /// The HTTP status; `None` when no answer came (connection refused, reset, timeout).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        status: Option<u16>,
+        /// `Content-Type`, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        content_type: Option<String>,
+        /// `Retry-After`, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_after: Option<String>,
+        /// `Idempotent-Replayed`, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        replayed: Option<String>,
+        /// The body: JSON when it parses, else the text as a JSON string.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        body: Option<Value>,
+        /// The transport error, when no answer came.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// One side effect at the fake provider: a submit it received and ran.
+    SideEffect {
+        /// Which fake provider (its configured name).
+        provider: String,
+        /// The fake's input hash.
+        input_hash: String,
+        /// The input it received.
+        input: Value,
+        /// The upstream idempotency key onejob forwarded.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        idempotency_key: Option<String>,
+        /// The task it created.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        task_id: Option<String>,
+        /// The task's status document at the end of the run (`result` once succeeded).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        task: Option<Value>,
+    },
+    /// A fault the run injected (for the reader; the checker does not need them).
+    Fault {
+        /// Milliseconds since the run started.
+        t_ms: u64,
+        /// What was done.
+        what: String,
+    },
+    /// Every job id the principal's listing (`GET /v1/jobs`, all pages) shows after the run:
+    /// with the [`Record::Job`] read-backs by key, it shows that no job exists without a key
+    /// and none twice.
+    Listing {
+        /// The ids, newest first.
+        job_ids: Vec<String>,
+    },
+    /// The final read-back of one job, through the API, after the run.
+    Job {
+        /// The idempotency key it was submitted under.
+        key: String,
+        /// The job view (`GET /v1/jobs/{id}`).
+        job: Value,
+        /// Its attempts (`GET /v1/jobs/{id}/attempts`).
+        attempts: Vec<Value>,
+        /// Its event log (`GET /v1/jobs/{id}/events`), oldest first.
+        events: Vec<Value>,
+    },
+}
+
+/// Why a history could not be written or read.
+#[derive(Debug, thiserror::Error)]
+pub enum HistoryError {
+    /// The file could not be opened, written or read.
+    #[error("history file {path}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A line is not a [`Record`].
+    #[error("history file {path}, line {line}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The 1-based line number.
+        line: usize,
+        /// Why.
+        source: serde_json::Error,
+    },
+}
+
+/// A history being written.
+pub struct History {
+    path: PathBuf,
+    started: Instant,
+    next_seq: AtomicU64,
+    out: Mutex<BufWriter<File>>,
+}
+
+impl History {
+    /// Creates (truncates) the history file at `path`.
+    pub fn create(path: impl Into<PathBuf>) -> Result<History, HistoryError> {
+        let path = path.into();
+        let file = File::create(&path).map_err(|source| HistoryError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(History {
+            path,
+            started: Instant::now(),
+            next_seq: AtomicU64::new(1),
+            out: Mutex::new(BufWriter::new(file)),
+        })
+    }
+
+    /// Where the history is written.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Milliseconds since the history was created.
+    pub fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// A fresh request sequence number.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Appends one record (a line) and flushes it.
+    pub fn write(&self, record: &Record) {
+        let line = serde_json::to_string(record).expect("a record serialises");
+        let mut out = self.out.lock().expect("history lock");
+        // A history that cannot be written makes the run worthless: fail loudly.
+        writeln!(out, "{line}")
+            .and_then(|()| out.flush())
+            .unwrap_or_else(|e| panic!("writing {}: {e}", self.path.display()));
+    }
+
+    /// Records an injected fault.
+    pub fn fault(&self, what: impl Into<String>) {
+        self.write(&Record::Fault {
+            t_ms: self.now_ms(),
+            what: what.into(),
+        });
+    }
+}
+
+/// Reads every record of a history file.
+pub fn read_history(path: &Path) -> Result<Vec<Record>, HistoryError> {
+    let io = |source| HistoryError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let reader = BufReader::new(File::open(path).map_err(io)?);
+    let mut records = Vec::new();
+    for (index, line) in reader.lines().enumerate() {
+        let line = line.map_err(io)?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        records.push(
+            serde_json::from_str(&line).map_err(|source| HistoryError::Parse {
+                path: path.to_owned(),
+                line: index + 1,
+                source,
+            })?,
+        );
+    }
+    Ok(records)
+}

@@ -1,0 +1,264 @@
+//! PostgreSQL for the fault runs: a fresh database on the shared server (dropped
+//! afterwards), or a whole throwaway cluster of our own that a run may stop and start.
+//!
+//! The shared server on 127.0.0.1:5432 serves other tests at the same time; it is never
+//! restarted. [`Cluster`] is `initdb` into a temporary directory, run as the `postgres` user
+//! (PostgreSQL refuses to run as root) on a free port with its socket in that directory, and
+//! removed with everything in it when dropped.
+
+use std::{path::PathBuf, process::Command, time::Duration};
+
+use sqlx::{Connection, Executor, PgConnection};
+
+/// The shared server's admin URL (`ONEJOB_TEST_POSTGRES`, as for onejob's own tests).
+pub fn shared_admin_url() -> String {
+    std::env::var("ONEJOB_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+/// A fresh database, dropped (with its connections) when this is dropped.
+pub struct Database {
+    /// Its URL.
+    pub url: String,
+    admin: String,
+    name: String,
+}
+
+impl Database {
+    /// Creates `onejob_chaos_<random>` on the server at `admin`.
+    pub async fn create(admin: &str) -> Database {
+        let name = format!("onejob_chaos_{}", uuid::Uuid::now_v7().simple());
+        let mut conn = PgConnection::connect(admin)
+            .await
+            .unwrap_or_else(|e| panic!("PostgreSQL is required ({admin}): {e}"));
+        conn.execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .await
+            .expect("create the chaos database");
+        let mut url = url::Url::parse(admin).expect("admin url");
+        url.set_path(&name);
+        Database {
+            url: url.to_string(),
+            admin: admin.to_owned(),
+            name,
+        }
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        let (admin, name) = (self.admin.clone(), self.name.clone());
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async move {
+                if let Ok(mut conn) = PgConnection::connect(&admin).await {
+                    let _ = conn
+                        .execute(sqlx::AssertSqlSafe(format!(
+                            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                        )))
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// A PostgreSQL cluster of our own.
+pub struct Cluster {
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    dir: tempfile::TempDir,
+    bin: PathBuf,
+}
+
+/// How to stop a cluster.
+#[derive(Debug, Clone, Copy)]
+pub enum StopMode {
+    /// `pg_ctl stop -m fast`: sessions are terminated, a clean shutdown.
+    Fast,
+    /// `pg_ctl stop -m immediate`: like a crash; recovery runs at the next start.
+    Immediate,
+}
+
+impl Cluster {
+    /// The PostgreSQL server binaries: `$ONEJOB_PG_BIN`, else the newest under
+    /// `/usr/lib/postgresql`.
+    pub fn bin_dir() -> PathBuf {
+        if let Ok(dir) = std::env::var("ONEJOB_PG_BIN") {
+            return PathBuf::from(dir);
+        }
+        let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+            .expect("PostgreSQL's server binaries under /usr/lib/postgresql")
+            .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+            .filter(|p| p.join("initdb").exists())
+            .collect();
+        versions.sort();
+        versions.pop().expect("an initdb under /usr/lib/postgresql")
+    }
+
+    /// `initdb` and start a cluster on a free port.
+    pub fn start_new() -> Cluster {
+        let dir = tempfile::Builder::new()
+            .prefix("onejob-chaos-pg-")
+            .tempdir()
+            .expect("cluster directory");
+        let bin = Self::bin_dir();
+        let cluster = Cluster {
+            port: crate::node::free_port(),
+            dir,
+            bin,
+        };
+        cluster.hand_to_postgres();
+        run_as_postgres(
+            &[
+                &cluster.tool("initdb"),
+                "-D",
+                &cluster.data(),
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "--no-sync",
+            ],
+            true,
+        );
+        // Enough connections for three nodes' pools and their listeners.
+        std::fs::write(
+            format!("{}/postgresql.auto.conf", cluster.data()),
+            "max_connections = 200\nfsync = off\nlisten_addresses = '127.0.0.1'\n",
+        )
+        .expect("cluster settings");
+        cluster.hand_to_postgres();
+        cluster.start();
+        cluster
+    }
+
+    /// As root, gives the directory to the `postgres` user (the server refuses to run as
+    /// root); otherwise we already are the user the server runs as.
+    fn hand_to_postgres(&self) {
+        if is_root() {
+            run_as_postgres(&["chown", "-R", "postgres", &self.root()], false);
+        }
+    }
+
+    fn root(&self) -> String {
+        self.dir.path().display().to_string()
+    }
+
+    fn data(&self) -> String {
+        format!("{}/data", self.root())
+    }
+
+    fn tool(&self, name: &str) -> String {
+        self.bin.join(name).display().to_string()
+    }
+
+    /// The admin URL of this cluster.
+    pub fn admin_url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Starts the server and waits until it accepts connections.
+    pub fn start(&self) {
+        let options = format!("-p {} -k {}", self.port, self.root());
+        let log = format!("{}/server.log", self.root());
+        run_as_postgres(
+            &[
+                &self.tool("pg_ctl"),
+                "-D",
+                &self.data(),
+                "-o",
+                &options,
+                "-l",
+                &log,
+                "-w",
+                "start",
+            ],
+            true,
+        );
+    }
+
+    /// Stops the server.
+    pub fn stop(&self, mode: StopMode) {
+        let mode = match mode {
+            StopMode::Fast => "fast",
+            StopMode::Immediate => "immediate",
+        };
+        run_as_postgres(
+            &[
+                &self.tool("pg_ctl"),
+                "-D",
+                &self.data(),
+                "-m",
+                mode,
+                "-w",
+                "stop",
+            ],
+            true,
+        );
+    }
+
+    /// Waits until a connection succeeds.
+    pub async fn wait_accepting(&self) {
+        for _ in 0..300 {
+            if PgConnection::connect(&self.admin_url()).await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("the chaos cluster on port {} did not come up", self.port);
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let stop = [
+            self.tool("pg_ctl"),
+            "-D".into(),
+            self.data(),
+            "-m".into(),
+            "immediate".into(),
+            "stop".into(),
+        ];
+        let _ = if is_root() {
+            Command::new("runuser")
+                .args(["-u", "postgres", "--"])
+                .args(&stop)
+                .output()
+        } else {
+            Command::new(&stop[0]).args(&stop[1..]).output()
+        };
+        // The TempDir removes the directory (we are root, so its owner does not matter).
+    }
+}
+
+/// Runs a command as the `postgres` user when we are root (PostgreSQL refuses root), else
+/// as ourselves; `as_postgres = false` runs it as we are.
+fn run_as_postgres(args: &[&str], as_postgres: bool) {
+    let mut command = if as_postgres && is_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).args(args);
+        c
+    } else {
+        let mut c = Command::new(args[0]);
+        c.args(&args[1..]);
+        c
+    };
+    let output = command.output().expect("run a PostgreSQL tool");
+    assert!(
+        output.status.success(),
+        "{args:?} failed: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout == b"0\n")
+}

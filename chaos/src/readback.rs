@@ -1,0 +1,153 @@
+//! The end of a run: waiting for jobs to settle, then reading every job back through the
+//! API (view, attempts, events, and the whole listing) and every side effect from the fake
+//! providers, into the history.
+
+use std::time::Duration;
+
+use onejob_fake::FakeServer;
+use serde_json::Value;
+
+use crate::history::{History, Record};
+
+/// An unrecorded API client for the read-back.
+pub struct Reader {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+impl Reader {
+    /// Reads from the node at `base` with API key `token`.
+    pub fn new(base: &str, token: &str) -> Reader {
+        Reader {
+            http: crate::client::http_client(Duration::from_secs(30)),
+            base: base.to_owned(),
+            token: token.to_owned(),
+        }
+    }
+
+    /// `GET path` as JSON, retrying transient failures for a while; `None` on a 404.
+    pub async fn get(&self, path: &str) -> Option<Value> {
+        for _ in 0..100 {
+            let sent = self
+                .http
+                .get(format!("{}{path}", self.base))
+                .bearer_auth(&self.token)
+                .send()
+                .await;
+            if let Ok(response) = sent {
+                match response.status().as_u16() {
+                    200 => return Some(response.json().await.expect("JSON")),
+                    404 => return None,
+                    503 => {}
+                    status => panic!(
+                        "GET {path}: {status} {}",
+                        response.text().await.unwrap_or_default()
+                    ),
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        panic!("GET {path} kept failing");
+    }
+
+    /// The job under `key`, if any.
+    pub async fn job_by_key(&self, key: &str) -> Option<Value> {
+        let path = format!("/v1/jobs?idempotency_key={}", urlencode(key));
+        self.get(&path).await
+    }
+
+    /// Waits until every job under `keys` is in a terminal state (succeeded, failed,
+    /// cancelled) or `within` passes; returns the keys still open.
+    pub async fn wait_settled(&self, keys: &[String], within: Duration) -> Vec<String> {
+        let deadline = tokio::time::Instant::now() + within;
+        let mut open: Vec<String> = keys.to_vec();
+        loop {
+            let mut still = Vec::new();
+            for key in &open {
+                let settled = self.job_by_key(key).await.is_some_and(|job| {
+                    matches!(
+                        job["state"].as_str(),
+                        Some("succeeded" | "failed" | "cancelled")
+                    )
+                });
+                if !settled {
+                    still.push(key.clone());
+                }
+            }
+            open = still;
+            if open.is_empty() || tokio::time::Instant::now() >= deadline {
+                return open;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Writes a [`Record::Job`] for each key that names a job, then the [`Record::Listing`].
+    pub async fn record_jobs(&self, history: &History, keys: &[String]) {
+        for key in keys {
+            let Some(job) = self.job_by_key(key).await else {
+                continue;
+            };
+            let id = job["id"].as_str().expect("job id").to_owned();
+            let attempts = self
+                .get(&format!("/v1/jobs/{id}/attempts"))
+                .await
+                .expect("attempts");
+            let events = self
+                .get(&format!("/v1/jobs/{id}/events"))
+                .await
+                .expect("events");
+            history.write(&Record::Job {
+                key: key.clone(),
+                job,
+                attempts: attempts["attempts"].as_array().cloned().unwrap_or_default(),
+                events: events["events"].as_array().cloned().unwrap_or_default(),
+            });
+        }
+        let mut job_ids = Vec::new();
+        let mut path = "/v1/jobs?limit=500".to_owned();
+        loop {
+            let page = self.get(&path).await.expect("job listing");
+            for job in page["jobs"].as_array().into_iter().flatten() {
+                job_ids.push(job["id"].as_str().unwrap_or_default().to_owned());
+            }
+            match page["next_before"].as_str() {
+                Some(before) => path = format!("/v1/jobs?limit=500&before={before}"),
+                None => break,
+            }
+        }
+        history.write(&Record::Listing { job_ids });
+    }
+}
+
+/// Writes a [`Record::SideEffect`] for every submit `fake` received, with its task's final
+/// status document.
+pub async fn record_side_effects(history: &History, provider: &str, fake: &FakeServer) {
+    let http = crate::client::http_client(Duration::from_secs(30));
+    for request in fake.submissions().requests {
+        let task = match &request.task_id {
+            Some(task_id) => {
+                let url = format!("{}/v1/tasks/{task_id}", fake.base_url());
+                match http.get(url).send().await {
+                    Ok(response) => response.json().await.ok(),
+                    Err(_) => None,
+                }
+            }
+            None => None,
+        };
+        history.write(&Record::SideEffect {
+            provider: provider.to_owned(),
+            input_hash: request.input_hash,
+            input: request.input,
+            idempotency_key: request.idempotency_key,
+            task_id: request.task_id,
+            task,
+        });
+    }
+}
+
+/// Percent-encodes a key for a query string (keys are visible ASCII).
+fn urlencode(key: &str) -> String {
+    url::form_urlencoded::byte_serialize(key.as_bytes()).collect()
+}

@@ -1,0 +1,115 @@
+//! Fault injection for the fault suite (`chaos/`, `RELIABILITY.md`): a process-wide,
+//! off-by-default switch read once from `ONEJOB_FAULT` when the `onejob` command starts.
+//!
+//! It exists to make one crash that no signal can aim at reproducible: a worker that dies
+//! *after* a provider answered but *before* the answer is written. With
+//! `ONEJOB_FAULT=abort-after-answer` the worker calls [`std::process::abort`] at exactly that
+//! point, as a power cut or SIGKILL would, leaving the attempt `running` with its task id
+//! stored and the provider's work done. The suite then proves the attempt is resolved by
+//! proof (the reconciler asks the provider) and that nothing is sent twice.
+//!
+//! `ONEJOB_FAULT=abort-after-migration-step:STEP` does the same to `onejob migrate` after one
+//! step of an online migration ([`crate::store::postgres::online`]), so a test can kill the
+//! migrator at each step.
+//!
+//! Unset (the default, and everywhere outside the suite) nothing is armed and every check
+//! is one load of an already-initialised cell. An unknown value is refused at start, so a
+//! typo cannot silently disarm a fault test.
+
+use std::sync::OnceLock;
+
+/// The environment variable that arms a fault.
+pub const FAULT_ENV: &str = "ONEJOB_FAULT";
+
+/// The faults that can be armed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// `abort-after-answer`: a worker aborts the process after a provider's answer (an
+    /// output) arrived and before it is recorded.
+    AbortAfterAnswer,
+    /// `abort-after-migration-step:STEP`: `onejob migrate` aborts right after the online
+    /// migration step named `STEP` has completed.
+    AbortAfterMigrationStep(String),
+}
+
+/// An `ONEJOB_FAULT` value that names no fault.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{FAULT_ENV}={0:?} names no fault (known: abort-after-answer, abort-after-migration-step:STEP)"
+)]
+pub struct UnknownFault(pub String);
+
+impl Fault {
+    /// Parses an `ONEJOB_FAULT` value.
+    pub fn parse(value: &str) -> Result<Fault, UnknownFault> {
+        match value.split_once(':') {
+            None if value == "abort-after-answer" => Ok(Fault::AbortAfterAnswer),
+            Some(("abort-after-migration-step", step)) if !step.is_empty() => {
+                Ok(Fault::AbortAfterMigrationStep(step.to_owned()))
+            }
+            _ => Err(UnknownFault(value.to_owned())),
+        }
+    }
+}
+
+static ARMED: OnceLock<Option<Fault>> = OnceLock::new();
+
+/// Reads `ONEJOB_FAULT` once; later calls keep the first reading. Call it at start.
+pub fn init_from_env() -> Result<(), UnknownFault> {
+    let fault = match std::env::var(FAULT_ENV) {
+        Ok(value) if !value.is_empty() => Some(Fault::parse(&value)?),
+        _ => None,
+    };
+    if let Some(fault) = &fault {
+        tracing::warn!(?fault, "fault injection armed ({FAULT_ENV})");
+    }
+    let _ = ARMED.set(fault);
+    Ok(())
+}
+
+fn armed() -> Option<&'static Fault> {
+    ARMED.get_or_init(|| None).as_ref()
+}
+
+/// Aborts the process if `abort-after-answer` is armed. Called by the worker between a
+/// provider's answer and its recording.
+pub fn after_answer() {
+    if armed() == Some(&Fault::AbortAfterAnswer) {
+        eprintln!("onejob: {FAULT_ENV}=abort-after-answer: aborting before recording the answer");
+        std::process::abort();
+    }
+}
+
+/// Aborts the process if `abort-after-migration-step:STEP` is armed for this `step`.
+pub fn after_migration_step(step: &str) {
+    if let Some(Fault::AbortAfterMigrationStep(armed)) = armed()
+        && armed == step
+    {
+        eprintln!("onejob: {FAULT_ENV}=abort-after-migration-step:{step}: aborting");
+        std::process::abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_faults_parse_and_typos_are_refused() {
+        assert_eq!(
+            Fault::parse("abort-after-answer").unwrap(),
+            Fault::AbortAfterAnswer
+        );
+        assert_eq!(
+            Fault::parse("abort-after-migration-step:build-index").unwrap(),
+            Fault::AbortAfterMigrationStep("build-index".into())
+        );
+        for typo in [
+            "abort-after-anwser",
+            "abort-after-migration-step:",
+            "abort-after-answer:x",
+        ] {
+            assert!(Fault::parse(typo).is_err(), "{typo}");
+        }
+    }
+}

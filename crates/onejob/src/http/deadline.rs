@@ -1,0 +1,43 @@
+//! The request deadline: a request whose answer is not ready within the configured
+//! `request_timeout` (a body trickled byte by byte, say) is answered `408 request-timeout`
+//! and its connection closed, so a slow client cannot hold a handler for ever.
+//!
+//! Dropping the handler's future is safe: a transaction it held rolls back, and a submission
+//! that committed before the deadline is found again by its idempotency key on retry.
+
+use std::sync::Arc;
+
+use axum::{
+    extract::{Request, State},
+    http::{HeaderValue, header},
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+
+use super::{
+    AppState,
+    problem::{Problem, ProblemType},
+};
+
+/// Runs the rest of the stack under the request deadline.
+pub async fn limit(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    match tokio::time::timeout(state.request_timeout, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => {
+            tracing::info!(timeout = ?state.request_timeout, "request cut off at its deadline");
+            let mut response = Problem::new(
+                ProblemType::RequestTimeout,
+                format!(
+                    "the request took longer than {} s (request_timeout); send it again, with the \
+                     same Idempotency-Key",
+                    state.request_timeout.as_secs_f64()
+                ),
+            )
+            .into_response();
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            response
+        }
+    }
+}
