@@ -1,18 +1,19 @@
 //! Intake on PostgreSQL: create-or-replay with group commit.
 //!
-//! A submission first reads its key (a replay then needs no job write at all); a miss goes
-//! to the intake [`Batcher`]: one `INSERT … SELECT FROM unnest(…) ON CONFLICT DO NOTHING`
-//! for the whole batch, a read-back of the rows that were not inserted (another batch or
-//! node won them), the `created`/`replayed` events, one commit. The key's unique index
-//! stays the arbiter (no conflict target is named, so the insert works under the old narrow
-//! constraint, the widened index, or both while `online` widens the scope); a conflict in
-//! one row never fails the others. If a batch fails for another reason, its submissions are retried one by one, so
-//! a bad row fails alone.
+//! Every submission goes to the intake [`Batcher`]. One transaction serves a whole batch:
+//! one `SELECT` of the keys already taken (replays and conflicts need no insert), one
+//! `INSERT … SELECT FROM unnest(…) ON CONFLICT DO NOTHING` of the rest, a read-back of those
+//! another transaction won meanwhile (a batch or a node racing on the same key), the
+//! `created`/`replayed` events, one commit. The key's unique index stays the arbiter (no
+//! conflict target is named, so the insert works under the old narrow constraint, the widened
+//! index, or both while `online` widens the scope); a conflict in one row never fails the
+//! others. If a batch fails for another reason, its submissions are retried one by one, so a
+//! bad row fails alone.
 //!
-//! Replays append their `replayed` event in small transactions with
-//! `synchronous_commit = off`: the event is committed and ordered like any other, but the
-//! client's replay answer does not wait for the WAL flush (a crash may lose the last few
-//! replayed events; it can lose no job and no result).
+//! A batch that creates nothing (only replays and conflicts) commits with
+//! `synchronous_commit = off`: its `replayed` events are committed and ordered like any
+//! other, but the answers, which point at jobs already durable, do not wait for the WAL
+//! flush (a crash may lose the last few replayed events; it can lose no job and no result).
 
 use std::{collections::HashMap, sync::Arc};
 
@@ -33,21 +34,6 @@ pub(super) const MAX_BATCH: usize = 256;
 /// Intake writer tasks: two transactions may be in flight, so commits overlap.
 pub(super) const WRITERS: usize = 2;
 
-/// The job with this owner and key, if any.
-pub(super) async fn existing(pool: &PgPool, job: &NewJob) -> Result<Option<JobRecord>, StoreError> {
-    let row: Option<PgJobRow> = sqlx::query_as(concat!(
-        "SELECT ",
-        job_columns!(),
-        " FROM jobs WHERE tenant = $1 AND user_id = $2 AND key_hash = $3"
-    ))
-    .bind(&job.owner.tenant)
-    .bind(&job.owner.user)
-    .bind(&job.key_hash.0[..])
-    .fetch_optional(pool)
-    .await?;
-    row.map(JobRecord::try_from).transpose()
-}
-
 /// The intake batcher.
 pub(super) fn intake_batcher(pool: PgPool) -> Batcher<NewJob, Intake> {
     let write: WriteBatch<NewJob, Intake> = Arc::new(move |jobs| {
@@ -55,44 +41,6 @@ pub(super) fn intake_batcher(pool: PgPool) -> Batcher<NewJob, Intake> {
         async move { write_intake(&pool, jobs).await }.boxed()
     });
     Batcher::spawn(WRITERS, MAX_BATCH, write)
-}
-
-/// The batcher of `replayed` events.
-pub(super) fn replay_batcher(pool: PgPool) -> Batcher<NewEvent, ()> {
-    let write: WriteBatch<NewEvent, ()> = Arc::new(move |events| {
-        let pool = pool.clone();
-        async move {
-            let count = events.len();
-            let written = async {
-                let mut tx = pool.begin().await?;
-                sqlx::query("SET LOCAL synchronous_commit = off")
-                    .execute(&mut *tx)
-                    .await?;
-                insert_events(&mut tx, &events).await?;
-                tx.commit().await?;
-                Ok::<_, StoreError>(())
-            }
-            .await;
-            match written {
-                Ok(()) => (0..count).map(|_| Ok(())).collect(),
-                Err(error) => {
-                    let retryable = error.is_retryable();
-                    let message = error.to_string();
-                    (0..count)
-                        .map(|_| {
-                            Err(if retryable {
-                                StoreError::Unavailable(sqlx::Error::Protocol(message.clone()))
-                            } else {
-                                StoreError::Corrupt(message.clone())
-                            })
-                        })
-                        .collect()
-                }
-            }
-        }
-        .boxed()
-    });
-    Batcher::spawn(1, MAX_BATCH, write)
 }
 
 async fn write_intake(pool: &PgPool, jobs: Vec<NewJob>) -> Vec<Result<Intake, StoreError>> {
@@ -129,23 +77,28 @@ async fn write_intake(pool: &PgPool, jobs: Vec<NewJob>) -> Vec<Result<Intake, St
     }
 }
 
-/// Inserts, reads back and logs one batch in one transaction.
-///
-/// Rows are inserted in one global order (by key hash): two batches, on one node or on
-/// several, that share keys then wait for each other's unique-index entries in the same
-/// order and cannot deadlock. (Unordered, a storm of copies of the same keys across nodes
-/// deadlocked, and every submission of the losing batch was answered 503.)
-async fn write_batch(pool: &PgPool, jobs: &[NewJob]) -> Result<Vec<Intake>, StoreError> {
-    let mut tx = pool.begin().await?;
+/// The key a job is found by: owner and key hash.
+type Key = (String, String, Vec<u8>);
+
+fn key_of(job: &NewJob) -> Key {
+    (
+        job.owner.tenant.clone(),
+        job.owner.user.clone(),
+        job.key_hash.0.to_vec(),
+    )
+}
+
+/// The jobs already under these submissions' keys.
+async fn taken(
+    tx: &mut Transaction<'static, Postgres>,
+    jobs: &[&NewJob],
+) -> Result<HashMap<Key, JobRecord>, StoreError> {
     let rows: Vec<PgJobRow> = sqlx::query_as(concat!(
-        "INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params) \
-         SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::text[], \
-         $6::bytea[], $7::jsonb[]) AS batch (id, tenant, user_id, key_hash, kind, fingerprint, params) \
-         ORDER BY key_hash, tenant, user_id \
-         ON CONFLICT DO NOTHING RETURNING ",
-        job_columns!()
+        "SELECT ",
+        job_columns!(),
+        " FROM jobs WHERE (tenant, user_id, key_hash) IN \
+         (SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[]))"
     ))
-    .bind(jobs.iter().map(|j| j.id).collect::<Vec<_>>())
     .bind(
         jobs.iter()
             .map(|j| j.owner.tenant.as_str())
@@ -161,60 +114,66 @@ async fn write_batch(pool: &PgPool, jobs: &[NewJob]) -> Result<Vec<Intake>, Stor
             .map(|j| j.key_hash.0.to_vec())
             .collect::<Vec<_>>(),
     )
-    .bind(jobs.iter().map(|j| j.kind.as_str()).collect::<Vec<_>>())
-    .bind(
-        jobs.iter()
-            .map(|j| j.fingerprint.0.to_vec())
-            .collect::<Vec<_>>(),
-    )
-    .bind(jobs.iter().map(|j| Json(&j.params)).collect::<Vec<_>>())
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut **tx)
     .await?;
-    let mut created: HashMap<Uuid, JobRecord> = HashMap::with_capacity(rows.len());
-    for row in rows {
-        let record = JobRecord::try_from(row)?;
-        created.insert(record.id, record);
-    }
-    let missing: Vec<&NewJob> = jobs
-        .iter()
-        .filter(|j| !created.contains_key(&j.id))
-        .collect();
-    let mut existing: HashMap<(String, String, Vec<u8>), JobRecord> = HashMap::new();
-    if !missing.is_empty() {
-        let rows: Vec<PgJobRow> = sqlx::query_as(concat!(
-            "SELECT ",
-            job_columns!(),
-            " FROM jobs WHERE (tenant, user_id, key_hash) IN \
-             (SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[]))"
-        ))
-        .bind(
-            missing
-                .iter()
-                .map(|j| j.owner.tenant.as_str())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            missing
-                .iter()
-                .map(|j| j.owner.user.as_str())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            missing
-                .iter()
-                .map(|j| j.key_hash.0.to_vec())
-                .collect::<Vec<_>>(),
-        )
-        .fetch_all(&mut *tx)
-        .await?;
-        for row in rows {
+    rows.into_iter()
+        .map(|row| {
             let record = JobRecord::try_from(row)?;
             let key = (
                 record.owner.tenant.clone(),
                 record.owner.user.clone(),
                 record.key_hash.0.to_vec(),
             );
-            existing.insert(key, record);
+            Ok((key, record))
+        })
+        .collect()
+}
+
+/// Reads, inserts, reads back and logs one batch in one transaction.
+///
+/// Rows are inserted in one global order (by key hash): two batches, on one node or on
+/// several, that share keys then wait for each other's unique-index entries in the same
+/// order and cannot deadlock. (Unordered, a storm of copies of the same keys across nodes
+/// deadlocked, and every submission of the losing batch was answered 503.)
+async fn write_batch(pool: &PgPool, jobs: &[NewJob]) -> Result<Vec<Intake>, StoreError> {
+    let mut tx = pool.begin().await?;
+    let all: Vec<&NewJob> = jobs.iter().collect();
+    let mut existing = taken(&mut tx, &all).await?;
+    let fresh: Vec<&NewJob> = jobs
+        .iter()
+        .filter(|j| !existing.contains_key(&key_of(j)))
+        .collect();
+    let mut created: HashMap<Uuid, JobRecord> = HashMap::new();
+    if !fresh.is_empty() {
+        let rows: Vec<PgJobRow> = sqlx::query_as(concat!(
+            "INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params) \
+             SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::text[], \
+             $6::bytea[], $7::jsonb[]) AS batch (id, tenant, user_id, key_hash, kind, fingerprint, params) \
+             ORDER BY key_hash, tenant, user_id \
+             ON CONFLICT DO NOTHING RETURNING ",
+            job_columns!()
+        ))
+        .bind(fresh.iter().map(|j| j.id).collect::<Vec<_>>())
+        .bind(fresh.iter().map(|j| j.owner.tenant.as_str()).collect::<Vec<_>>())
+        .bind(fresh.iter().map(|j| j.owner.user.as_str()).collect::<Vec<_>>())
+        .bind(fresh.iter().map(|j| j.key_hash.0.to_vec()).collect::<Vec<_>>())
+        .bind(fresh.iter().map(|j| j.kind.as_str()).collect::<Vec<_>>())
+        .bind(fresh.iter().map(|j| j.fingerprint.0.to_vec()).collect::<Vec<_>>())
+        .bind(fresh.iter().map(|j| Json(&j.params)).collect::<Vec<_>>())
+        .fetch_all(&mut *tx)
+        .await?;
+        for row in rows {
+            let record = JobRecord::try_from(row)?;
+            created.insert(record.id, record);
+        }
+        // Keys another transaction took since the first read, and copies of one key within
+        // this batch (the first copy's row is visible to this transaction).
+        let raced: Vec<&NewJob> = fresh
+            .into_iter()
+            .filter(|j| !created.contains_key(&j.id))
+            .collect();
+        if !raced.is_empty() {
+            existing.extend(taken(&mut tx, &raced).await?);
         }
     }
     let mut results = Vec::with_capacity(jobs.len());
@@ -225,12 +184,7 @@ async fn write_batch(pool: &PgPool, jobs: &[NewJob]) -> Result<Vec<Intake>, Stor
             results.push(Intake::Created(record.clone()));
             continue;
         }
-        let key = (
-            job.owner.tenant.clone(),
-            job.owner.user.clone(),
-            job.key_hash.0.to_vec(),
-        );
-        let Some(record) = existing.get(&key) else {
+        let Some(record) = existing.get(&key_of(job)) else {
             return Err(StoreError::Corrupt(
                 "a conflicting job vanished before it could be read back".into(),
             ));
@@ -241,6 +195,12 @@ async fn write_batch(pool: &PgPool, jobs: &[NewJob]) -> Result<Vec<Intake>, Stor
         } else {
             results.push(Intake::Conflict(record.clone()));
         }
+    }
+    if created.is_empty() {
+        // Nothing new: every answer points at a job already durable.
+        sqlx::query("SET LOCAL synchronous_commit = off")
+            .execute(&mut *tx)
+            .await?;
     }
     insert_events(&mut tx, &events).await?;
     tx.commit().await?;

@@ -58,7 +58,6 @@ pub struct PgStore {
     pool: PgPool,
     wake: wake::Wake,
     intake: Arc<Batcher<NewJob, Intake>>,
-    replays: Arc<Batcher<NewEvent, ()>>,
 }
 
 impl PgStore {
@@ -87,7 +86,6 @@ impl PgStore {
         Self {
             wake: wake::Wake::new(pool.clone()),
             intake: Arc::new(intake::intake_batcher(pool.clone())),
-            replays: Arc::new(intake::replay_batcher(pool.clone())),
             pool,
         }
     }
@@ -265,15 +263,6 @@ impl Store for PgStore {
     }
 
     async fn create_or_replay(&self, job: NewJob) -> Result<Intake, StoreError> {
-        // A replay needs no job write: read first. The unique constraint still decides every
-        // creation (in the batch), so this read is only an optimisation.
-        if let Some(existing) = intake::existing(&self.pool, &job).await? {
-            if !job.matches(&existing) {
-                return Ok(Intake::Conflict(existing));
-            }
-            self.replays.submit(job.replayed_event(&existing)).await?;
-            return Ok(Intake::Replayed(existing));
-        }
         self.intake.submit(job).await
     }
 
