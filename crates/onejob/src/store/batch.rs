@@ -68,6 +68,13 @@ impl<I: Send + 'static, O: Send + 'static> Batcher<I, O> {
         Self { sender }
     }
 
+    /// Queues `input` without waiting for it: for writes nobody answers on (a crash or a
+    /// failed batch loses them, and the writer logs why). `false` if the writers are gone.
+    pub(crate) fn enqueue(&self, input: I) -> bool {
+        let (reply, _) = oneshot::channel();
+        self.sender.send((input, reply)).is_ok()
+    }
+
     /// Queues `input` and waits until the transaction carrying it committed.
     pub(crate) async fn submit(&self, input: I) -> Result<O, StoreError> {
         let (reply, answer) = oneshot::channel();

@@ -35,13 +35,16 @@ impl NewJob {
     }
 
     /// The `created` event for the job this submission created.
-    pub fn created_event(&self, record: &JobRecord) -> NewEvent {
+    ///
+    /// A created job is this submission's own row, so the event is built from the
+    /// submission alone (the PostgreSQL batch writes it in the statement that inserts the job).
+    pub fn created_event(&self) -> NewEvent {
         NewEvent {
-            job_id: record.id,
+            job_id: self.id,
             attempt_id: None,
             kind: EventKind::Created,
             actor: Some(self.actor.clone()),
-            detail: json!({ "kind": record.kind, "fingerprint": record.fingerprint.to_string() }),
+            detail: json!({ "kind": self.kind, "fingerprint": self.fingerprint.to_string() }),
         }
     }
 

@@ -191,9 +191,15 @@ async fn claim(
         return None;
     };
     let attempts = ctx.store.job_attempts(job_id).await.ok()?;
-    let certified = Certified::load(&*ctx.store, &ctx.kinds, ctx.providers.hashes())
-        .await
-        .ok()?;
+    // A first attempt goes to the kind's primary provider, certified or not: only failover
+    // and hedging read the certificates.
+    let certified = if attempts.is_empty() {
+        Certified::default()
+    } else {
+        Certified::load(&*ctx.store, &ctx.kinds, ctx.providers.hashes())
+            .await
+            .ok()?
+    };
     let decision = plan::next_attempt(&kind, &attempts, &certified);
     let Some(next) = decision.plan.clone() else {
         log_refusals(ctx, job_id, "hedge", &decision).await;

@@ -1,28 +1,40 @@
 //! Intake on PostgreSQL: create-or-replay with group commit.
 //!
-//! Every submission goes to the intake [`Batcher`]. One transaction serves a whole batch:
-//! one `SELECT` of the keys already taken (replays and conflicts need no insert), one
-//! `INSERT … SELECT FROM unnest(…) ON CONFLICT DO NOTHING` of the rest, a read-back of those
-//! another transaction won meanwhile (a batch or a node racing on the same key), the
-//! `created`/`replayed` events, one commit. The key's unique index stays the arbiter (no
-//! conflict target is named, so the insert works under the old narrow constraint, the widened
-//! index, or both while `online` widens the scope); a conflict in one row never fails the
-//! others. If a batch fails for another reason, its submissions are retried one by one, so a
-//! bad row fails alone.
+//! Every submission goes to the intake [`Batcher`]. A batch is written with at most two
+//! statements, each its own (autocommit) transaction:
 //!
-//! A batch that creates nothing (only replays and conflicts) commits with
-//! `synchronous_commit = off`: its `replayed` events are committed and ordered like any
-//! other, but the answers, which point at jobs already durable, do not wait for the WAL
-//! flush (a crash may lose the last few replayed events; it can lose no job and no result).
+//! 1. one statement inserts every submission's job (`INSERT … SELECT FROM unnest(…) ON
+//!    CONFLICT DO NOTHING RETURNING …`) and, in a data-modifying CTE, the `created` events of
+//!    the rows it inserted: one round trip and one durable commit for the whole batch, the
+//!    shape of the single `INSERT` the benchmark's ceiling measures. The key's unique index
+//!    stays the arbiter (no conflict target is named, so the insert works under the old
+//!    narrow constraint, the widened index, or both while `online` widens the scope); a
+//!    conflict in one row never fails the others, and a replay inserts nothing, so a batch of
+//!    replays commits no write and waits for no flush;
+//! 2. only if some submissions were not inserted: one `SELECT` reads back the jobs under
+//!    their keys. The insert waited for any transaction holding such a key, and has
+//!    committed, so this read sees every winner: replays, conflicts, copies of a key within
+//!    the batch, and keys another node took meanwhile.
+//!
+//! Rows are inserted in one global order (by key hash): two batches, on one node or on
+//! several, that share keys then wait for each other's unique-index entries in the same
+//! order and cannot deadlock. (Unordered, a storm of copies of the same keys across nodes
+//! deadlocked, and every submission of the losing batch was answered 503.)
+//!
+//! What waits for nobody goes to [`Relaxed`]: the `replayed` events (a replay's answer
+//! points at a job already durable, so it does not wait for its event) and the dispatch
+//! wake-up, sent after the batch committed. If a batch fails for another reason than the
+//! database being unavailable, its submissions are retried one by one, so a bad row fails
+//! alone.
 
 use std::{collections::HashMap, sync::Arc};
 
 use futures::FutureExt;
 use serde_json::Value;
-use sqlx::{PgPool, Postgres, Transaction, types::Json};
+use sqlx::{PgExecutor, PgPool, types::Json};
 use uuid::Uuid;
 
-use super::PgJobRow;
+use super::{PgJobRow, relaxed::Relaxed};
 use crate::store::{
     Intake, JobRecord, NewEvent, NewJob, StoreError,
     batch::{Batcher, WriteBatch},
@@ -35,16 +47,21 @@ pub(super) const MAX_BATCH: usize = 256;
 pub(super) const WRITERS: usize = 2;
 
 /// The intake batcher.
-pub(super) fn intake_batcher(pool: PgPool) -> Batcher<NewJob, Intake> {
+pub(super) fn intake_batcher(pool: PgPool, relaxed: Relaxed) -> Batcher<NewJob, Intake> {
     let write: WriteBatch<NewJob, Intake> = Arc::new(move |jobs| {
         let pool = pool.clone();
-        async move { write_intake(&pool, jobs).await }.boxed()
+        let relaxed = relaxed.clone();
+        async move { write_intake(&pool, &relaxed, jobs).await }.boxed()
     });
     Batcher::spawn(WRITERS, MAX_BATCH, write)
 }
 
-async fn write_intake(pool: &PgPool, jobs: Vec<NewJob>) -> Vec<Result<Intake, StoreError>> {
-    match write_batch(pool, &jobs).await {
+async fn write_intake(
+    pool: &PgPool,
+    relaxed: &Relaxed,
+    jobs: Vec<NewJob>,
+) -> Vec<Result<Intake, StoreError>> {
+    match write_batch(pool, relaxed, &jobs).await {
         Ok(results) => results.into_iter().map(Ok).collect(),
         Err(error) if jobs.len() == 1 || error.is_retryable() => {
             let message = error.to_string();
@@ -67,7 +84,7 @@ async fn write_intake(pool: &PgPool, jobs: Vec<NewJob>) -> Vec<Result<Intake, St
             let mut results = Vec::with_capacity(jobs.len());
             for job in jobs {
                 results.push(
-                    write_batch(pool, std::slice::from_ref(&job))
+                    write_batch(pool, relaxed, std::slice::from_ref(&job))
                         .await
                         .map(|mut r| r.pop().expect("one result per job")),
                 );
@@ -89,10 +106,7 @@ fn key_of(job: &NewJob) -> Key {
 }
 
 /// The jobs already under these submissions' keys.
-async fn taken(
-    tx: &mut Transaction<'static, Postgres>,
-    jobs: &[&NewJob],
-) -> Result<HashMap<Key, JobRecord>, StoreError> {
+async fn taken(pool: &PgPool, jobs: &[&NewJob]) -> Result<HashMap<Key, JobRecord>, StoreError> {
     let rows: Vec<PgJobRow> = sqlx::query_as(concat!(
         "SELECT ",
         job_columns!(),
@@ -114,7 +128,7 @@ async fn taken(
             .map(|j| j.key_hash.0.to_vec())
             .collect::<Vec<_>>(),
     )
-    .fetch_all(&mut **tx)
+    .fetch_all(pool)
     .await?;
     rows.into_iter()
         .map(|row| {
@@ -129,58 +143,30 @@ async fn taken(
         .collect()
 }
 
-/// Reads, inserts, reads back and logs one batch in one transaction.
-///
-/// Rows are inserted in one global order (by key hash): two batches, on one node or on
-/// several, that share keys then wait for each other's unique-index entries in the same
-/// order and cannot deadlock. (Unordered, a storm of copies of the same keys across nodes
-/// deadlocked, and every submission of the losing batch was answered 503.)
-async fn write_batch(pool: &PgPool, jobs: &[NewJob]) -> Result<Vec<Intake>, StoreError> {
-    let mut tx = pool.begin().await?;
-    let all: Vec<&NewJob> = jobs.iter().collect();
-    let mut existing = taken(&mut tx, &all).await?;
-    let fresh: Vec<&NewJob> = jobs
-        .iter()
-        .filter(|j| !existing.contains_key(&key_of(j)))
-        .collect();
-    let mut created: HashMap<Uuid, JobRecord> = HashMap::new();
-    if !fresh.is_empty() {
-        let rows: Vec<PgJobRow> = sqlx::query_as(concat!(
-            "INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params) \
-             SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::text[], \
-             $6::bytea[], $7::jsonb[]) AS batch (id, tenant, user_id, key_hash, kind, fingerprint, params) \
-             ORDER BY key_hash, tenant, user_id \
-             ON CONFLICT DO NOTHING RETURNING ",
-            job_columns!()
-        ))
-        .bind(fresh.iter().map(|j| j.id).collect::<Vec<_>>())
-        .bind(fresh.iter().map(|j| j.owner.tenant.as_str()).collect::<Vec<_>>())
-        .bind(fresh.iter().map(|j| j.owner.user.as_str()).collect::<Vec<_>>())
-        .bind(fresh.iter().map(|j| j.key_hash.0.to_vec()).collect::<Vec<_>>())
-        .bind(fresh.iter().map(|j| j.kind.as_str()).collect::<Vec<_>>())
-        .bind(fresh.iter().map(|j| j.fingerprint.0.to_vec()).collect::<Vec<_>>())
-        .bind(fresh.iter().map(|j| Json(&j.params)).collect::<Vec<_>>())
-        .fetch_all(&mut *tx)
-        .await?;
-        for row in rows {
-            let record = JobRecord::try_from(row)?;
-            created.insert(record.id, record);
-        }
-        // Keys another transaction took since the first read, and copies of one key within
-        // this batch (the first copy's row is visible to this transaction).
-        let raced: Vec<&NewJob> = fresh
-            .into_iter()
-            .filter(|j| !created.contains_key(&j.id))
-            .collect();
-        if !raced.is_empty() {
-            existing.extend(taken(&mut tx, &raced).await?);
-        }
+/// Inserts one batch with its `created` events, reads back what it did not insert, and
+/// hands the rest to [`Relaxed`].
+async fn write_batch(
+    pool: &PgPool,
+    relaxed: &Relaxed,
+    jobs: &[NewJob],
+) -> Result<Vec<Intake>, StoreError> {
+    let created = insert_new(pool, jobs).await?;
+    if !created.is_empty() {
+        relaxed.wake_workers();
     }
+    let rest: Vec<&NewJob> = jobs
+        .iter()
+        .filter(|j| !created.contains_key(&j.id))
+        .collect();
+    let existing = if rest.is_empty() {
+        HashMap::new()
+    } else {
+        taken(pool, &rest).await?
+    };
     let mut results = Vec::with_capacity(jobs.len());
-    let mut events = Vec::with_capacity(jobs.len());
+    let mut replayed = Vec::new();
     for job in jobs {
         if let Some(record) = created.get(&job.id) {
-            events.push(job.created_event(record));
             results.push(Intake::Created(record.clone()));
             continue;
         }
@@ -190,26 +176,62 @@ async fn write_batch(pool: &PgPool, jobs: &[NewJob]) -> Result<Vec<Intake>, Stor
             ));
         };
         if job.matches(record) {
-            events.push(job.replayed_event(record));
+            replayed.push(job.replayed_event(record));
             results.push(Intake::Replayed(record.clone()));
         } else {
             results.push(Intake::Conflict(record.clone()));
         }
     }
-    if created.is_empty() {
-        // Nothing new: every answer points at a job already durable.
-        sqlx::query("SET LOCAL synchronous_commit = off")
-            .execute(&mut *tx)
-            .await?;
-    }
-    insert_events(&mut tx, &events).await?;
-    tx.commit().await?;
+    relaxed.log(replayed);
     Ok(results)
 }
 
+/// One statement, one commit: inserts the jobs whose keys are free and the `created` events
+/// of exactly those rows; answers the inserted jobs by id.
+async fn insert_new(
+    pool: &PgPool,
+    jobs: &[NewJob],
+) -> Result<HashMap<Uuid, JobRecord>, StoreError> {
+    let events: Vec<NewEvent> = jobs.iter().map(NewJob::created_event).collect();
+    let rows: Vec<PgJobRow> = sqlx::query_as(concat!(
+        "WITH inserted AS (\
+           INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params) \
+           SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::text[], \
+           $6::bytea[], $7::jsonb[]) AS batch (id, tenant, user_id, key_hash, kind, fingerprint, params) \
+           ORDER BY key_hash, tenant, user_id \
+           ON CONFLICT DO NOTHING RETURNING ",
+        job_columns!(),
+        "), logged AS (\
+           INSERT INTO job_events (job_id, attempt_id, kind, actor, detail) \
+           SELECT event.* FROM unnest($1::uuid[], $8::uuid[], $9::text[], $10::text[], $11::jsonb[]) \
+           AS event (job_id, attempt_id, kind, actor, detail) \
+           WHERE event.job_id IN (SELECT id FROM inserted)) \
+         SELECT * FROM inserted"
+    ))
+    .bind(jobs.iter().map(|j| j.id).collect::<Vec<_>>())
+    .bind(jobs.iter().map(|j| j.owner.tenant.as_str()).collect::<Vec<_>>())
+    .bind(jobs.iter().map(|j| j.owner.user.as_str()).collect::<Vec<_>>())
+    .bind(jobs.iter().map(|j| j.key_hash.0.to_vec()).collect::<Vec<_>>())
+    .bind(jobs.iter().map(|j| j.kind.as_str()).collect::<Vec<_>>())
+    .bind(jobs.iter().map(|j| j.fingerprint.0.to_vec()).collect::<Vec<_>>())
+    .bind(jobs.iter().map(|j| Json(&j.params)).collect::<Vec<_>>())
+    .bind(events.iter().map(|e| e.attempt_id).collect::<Vec<_>>())
+    .bind(events.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>())
+    .bind(events.iter().map(|e| e.actor.as_deref()).collect::<Vec<_>>())
+    .bind(events.iter().map(|e| Json(&e.detail)).collect::<Vec<Json<&Value>>>())
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter()
+        .map(|row| {
+            let record = JobRecord::try_from(row)?;
+            Ok((record.id, record))
+        })
+        .collect()
+}
+
 /// Appends events with one statement.
-pub(super) async fn insert_events(
-    tx: &mut Transaction<'static, Postgres>,
+pub(super) async fn insert_events<'c>(
+    executor: impl PgExecutor<'c>,
     events: &[NewEvent],
 ) -> Result<(), StoreError> {
     if events.is_empty() {
@@ -234,7 +256,7 @@ pub(super) async fn insert_events(
             .map(|e| Json(&e.detail))
             .collect::<Vec<Json<&Value>>>(),
     )
-    .execute(&mut **tx)
+    .execute(executor)
     .await?;
     Ok(())
 }

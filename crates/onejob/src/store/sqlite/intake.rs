@@ -144,7 +144,7 @@ async fn write_one(
     .await?;
     if let Some(row) = inserted {
         let record = JobRecord::try_from(row)?;
-        insert_event(tx, &job.created_event(&record)).await?;
+        insert_event(tx, &job.created_event()).await?;
         return Ok(Intake::Created(record));
     }
     let existing: SqliteJobRow = sqlx::query_as(concat!(

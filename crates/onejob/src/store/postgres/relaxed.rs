@@ -1,0 +1,105 @@
+//! Writes on PostgreSQL that nobody waits for: `replayed` events and the dispatch wake-up.
+//!
+//! Both go through a small pool of their own whose sessions run with
+//! `synchronous_commit = off`, so their commits never wait for a WAL flush and never hold
+//! up the durable commits of intake:
+//!
+//! * **`replayed` events.** A replay's answer points at a job already durable; its event is
+//!   queued here and written in batches after the answer went out. A crash (or a failed
+//!   write, which is logged) can lose the last few; it can lose no job and no result.
+//! * **The dispatch wake-up.** `NOTIFY` inside a transaction takes a cluster-wide lock from
+//!   its pre-commit until its commit record is flushed, so notifying transactions cannot share
+//!   a flush: with the notification in the intake transaction, every intake batch paid a
+//!   flush of its own (measured in BENCHMARKS.md). So the intake batch commits without it and
+//!   then calls [`Relaxed::wake_workers`]; one task sends `pg_notify` after it, coalescing
+//!   requests that arrive while a notification is in flight. A wake-up lost in a crash
+//!   between the commit and the notification is found by the workers' poll fallback.
+
+use std::sync::Arc;
+
+use futures::FutureExt;
+use sqlx::{PgPool, postgres::PgPoolOptions};
+use tokio::sync::mpsc;
+
+use super::{DISPATCH_CHANNEL, intake::insert_events};
+use crate::store::{
+    NewEvent,
+    batch::{Batcher, WriteBatch},
+};
+
+/// Connections of the relaxed pool: one for events, one for notifications.
+const CONNECTIONS: u32 = 2;
+
+/// Most events written per statement.
+const MAX_EVENTS: usize = 1024;
+
+/// The unawaited writers of one [`super::PgStore`].
+#[derive(Debug, Clone)]
+pub(super) struct Relaxed {
+    events: Arc<Batcher<NewEvent, ()>>,
+    /// Room for one pending wake-up: a full channel means one is already on its way.
+    wake: mpsc::Sender<()>,
+}
+
+impl Relaxed {
+    /// Starts the writers on a relaxed copy of `pool`'s connection settings (connections
+    /// open on first use).
+    pub(super) fn spawn(pool: &PgPool) -> Self {
+        let options = (*pool.connect_options())
+            .clone()
+            .options([("synchronous_commit", "off")]);
+        let relaxed = PgPoolOptions::new()
+            .max_connections(CONNECTIONS)
+            .acquire_timeout(pool.options().get_acquire_timeout())
+            .connect_lazy_with(options);
+        let write_pool = relaxed.clone();
+        let write: WriteBatch<NewEvent, ()> = Arc::new(move |events| {
+            let pool = write_pool.clone();
+            async move {
+                let count = events.len();
+                match insert_events(&pool, &events).await {
+                    Ok(()) => (0..count).map(|_| Ok(())).collect(),
+                    Err(error) => {
+                        tracing::warn!(%error, count, "replayed events could not be written");
+                        Vec::new()
+                    }
+                }
+            }
+            .boxed()
+        });
+        let (wake, requests) = mpsc::channel(1);
+        tokio::spawn(notify_loop(relaxed, requests));
+        Self {
+            events: Arc::new(Batcher::spawn(1, MAX_EVENTS, write)),
+            wake,
+        }
+    }
+
+    /// Queues events to be written after the caller answered.
+    pub(super) fn log(&self, events: Vec<NewEvent>) {
+        for event in events {
+            if !self.events.enqueue(event) {
+                tracing::warn!("the event writer has stopped; an event was dropped");
+            }
+        }
+    }
+
+    /// Asks for one `NOTIFY onejob_dispatch` after this call.
+    pub(super) fn wake_workers(&self) {
+        let _ = self.wake.try_send(());
+    }
+}
+
+/// Sends one notification per wake-up request, folding the requests made while one is
+/// sent; ends when the store is dropped.
+async fn notify_loop(pool: PgPool, mut requests: mpsc::Receiver<()>) {
+    while requests.recv().await.is_some() {
+        if let Err(error) = sqlx::query("SELECT pg_notify($1, '')")
+            .bind(DISPATCH_CHANNEL)
+            .execute(&pool)
+            .await
+        {
+            tracing::warn!(%error, "dispatch notification failed; workers will poll");
+        }
+    }
+}
