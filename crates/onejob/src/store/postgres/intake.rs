@@ -106,12 +106,20 @@ fn key_of(job: &NewJob) -> Key {
 }
 
 /// The jobs already under these submissions' keys.
+///
+/// One index lookup per key, by construction: the `LIMIT 1` (the key is unique) keeps the
+/// planner from turning the lateral subquery into a join, which it planned as a hash join
+/// over a sequential scan of `jobs` once the cached generic plan was made on a small table.
+/// Like every lookup by key, it names the environment (every job is in `'default'` until
+/// environments are exposed, DESIGN §2.10), so the whole unique index `(tenant, user_id,
+/// environment, key_hash)` applies, not only its owner prefix.
 async fn taken(pool: &PgPool, jobs: &[&NewJob]) -> Result<HashMap<Key, JobRecord>, StoreError> {
     let rows: Vec<PgJobRow> = sqlx::query_as(concat!(
-        "SELECT ",
+        "SELECT job.* FROM unnest($1::text[], $2::text[], $3::bytea[]) AS batch (tenant, user_id, key_hash) \
+         CROSS JOIN LATERAL (SELECT ",
         job_columns!(),
-        " FROM jobs WHERE (tenant, user_id, key_hash) IN \
-         (SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[]))"
+        " FROM jobs WHERE jobs.tenant = batch.tenant AND jobs.user_id = batch.user_id \
+           AND jobs.environment = 'default' AND jobs.key_hash = batch.key_hash LIMIT 1) AS job"
     ))
     .bind(
         jobs.iter()

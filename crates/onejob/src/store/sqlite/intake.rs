@@ -26,7 +26,7 @@ pub(super) async fn existing(
     let row: Option<SqliteJobRow> = sqlx::query_as(concat!(
         "SELECT ",
         job_columns!(),
-        " FROM jobs WHERE tenant = ?1 AND user_id = ?2 AND key_hash = ?3"
+        " FROM jobs WHERE tenant = ?1 AND user_id = ?2 AND key_hash = ?3 AND environment = 'default'"
     ))
     .bind(&job.owner.tenant)
     .bind(&job.owner.user)
@@ -150,7 +150,7 @@ async fn write_one(
     let existing: SqliteJobRow = sqlx::query_as(concat!(
         "SELECT ",
         job_columns!(),
-        " FROM jobs WHERE tenant = ?1 AND user_id = ?2 AND key_hash = ?3"
+        " FROM jobs WHERE tenant = ?1 AND user_id = ?2 AND key_hash = ?3 AND environment = 'default'"
     ))
     .bind(&job.owner.tenant)
     .bind(&job.owner.user)

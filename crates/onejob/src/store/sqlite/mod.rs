@@ -353,7 +353,7 @@ impl Store for SqliteStore {
         let row: Option<SqliteJobRow> = sqlx::query_as(concat!(
             "SELECT ",
             job_columns!(),
-            " FROM jobs WHERE tenant = ?1 AND user_id = ?2 AND key_hash = ?3"
+            " FROM jobs WHERE tenant = ?1 AND user_id = ?2 AND key_hash = ?3 AND environment = 'default'"
         ))
         .bind(&owner.tenant)
         .bind(&owner.user)
