@@ -1,0 +1,800 @@
+#!/usr/bin/env python3
+"""onejob's benchmark harness (run it through bench/run.sh, which builds and installs first).
+
+Runs each contender in turn on this machine's PostgreSQL, on a fresh database per run,
+records every run in bench/results/<part>.json, then writes BENCHMARKS.md and
+bench/plot.svg through bench/report.py.
+
+Parts (--parts, comma separated; default all):
+  machine   CPU, memory, kernel, PostgreSQL version and settings, pg_test_fsync
+  ceiling   pgbench: onejob's single INSERT … ON CONFLICT DO NOTHING (the physical ceiling),
+            and onejob's own SQL for one intake (auth SELECT + BEGIN/INSERT/INSERT/COMMIT)
+  intake    onejob over HTTP, --no-worker: new keys then replays, PostgreSQL and SQLite
+  dispatch  201 -> provider call latency (load generator's sink), PostgreSQL and SQLite
+  e2e       jobs/s end to end through onejob-fake at zero latency, PostgreSQL and SQLite
+  peers     graphile-worker, pg-boss, Procrastinate: enqueue with their dedupe feature,
+            then the duplicate submissions, rows counted after
+  growth    intake at 0, 1 M, 10 M existing jobs (bulk loaded into onejob's jobs table)
+  rss       onejob's VmRSS holding 1,000 keep-alive connections (one POST on each)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import pathlib
+import platform
+import re
+import shlex
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+SQL = BENCH / "sql"
+RESULTS = pathlib.Path(os.environ.get("BENCH_RESULTS", BENCH / "results"))
+CACHE = pathlib.Path(os.environ.get("BENCH_CACHE", "/var/cache/onejob"))
+ONEJOB_TARGET = pathlib.Path(os.environ.get("ONEJOB_TARGET_DIR", CACHE / "target-bench"))
+ONEJOB = ONEJOB_TARGET / "release" / "onejob"
+FAKE = ONEJOB_TARGET / "release" / "onejob-fake"
+LOADGEN = pathlib.Path(os.environ.get("LOADGEN_TARGET_DIR", CACHE / "target-loadgen")) / "release" / "onejob-loadgen"
+PEERS = pathlib.Path(os.environ.get("BENCH_PEERS", CACHE / "bench-peers"))
+WORK = pathlib.Path(os.environ.get("BENCH_WORK", CACHE / "bench-run"))
+
+PGHOST = os.environ.get("BENCH_PGHOST", "127.0.0.1")
+PGPORT = os.environ.get("BENCH_PGPORT", "5432")
+PGUSER = os.environ.get("BENCH_PGUSER", "postgres")
+PG_URL = f"postgres://{PGUSER}@{PGHOST}:{PGPORT}"
+DB = "onejob_bench"  # every database this harness creates starts with this
+# PostgreSQL's default max_connections is 100 and other programs share the server: no
+# contender opens more than this many database connections (pgbench clients, peer pools).
+DB_CONN_CAP = int(os.environ.get("BENCH_DB_CONN_CAP", "64"))
+
+PORT_ONEJOB = int(os.environ.get("BENCH_PORT", "18080"))
+PORT_SINK = PORT_ONEJOB + 320
+PORT_FAKE = PORT_ONEJOB + 321
+ONEJOB_ADDR = f"127.0.0.1:{PORT_ONEJOB}"
+
+ENV = dict(os.environ, PGHOST=PGHOST, PGPORT=PGPORT, PGUSER=PGUSER)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def log(message: str) -> None:
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"[{dt.datetime.now():%H:%M:%S} load {load}] {message}", file=sys.stderr, flush=True)
+
+
+def loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def cmdline(cmd: list[str]) -> str:
+    return " ".join(shlex.quote(str(c)) for c in cmd)
+
+
+def run(cmd: list, *, check=True, timeout=3600, env=None, cwd=None) -> subprocess.CompletedProcess:
+    cmd = [str(c) for c in cmd]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env or ENV, cwd=cwd)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"{cmdline(cmd)} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+    return done
+
+
+def run_json(cmd: list, **kw) -> dict:
+    out = run(cmd, **kw).stdout
+    return json.loads(out[out.index("{"):])
+
+
+def psql(db: str, sql: str, timeout=7200) -> str:
+    return run(["psql", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-d", db, "-c", sql], timeout=timeout).stdout.strip()
+
+
+def psql_file(db: str, path: pathlib.Path, variables: dict | None = None, timeout=7200) -> str:
+    cmd = ["psql", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-d", db, "-f", str(path)]
+    for k, v in (variables or {}).items():
+        cmd += ["-v", f"{k}={v}"]
+    return run(cmd, timeout=timeout).stdout.strip()
+
+
+def create_db(name: str, template: str | None = None) -> None:
+    drop_db(name)
+    if template:
+        psql("postgres", f'CREATE DATABASE "{name}" TEMPLATE "{template}" STRATEGY FILE_COPY')
+    else:
+        psql("postgres", f'CREATE DATABASE "{name}"')
+
+
+def drop_db(name: str) -> None:
+    psql("postgres", f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def sqlite_path(name: str) -> pathlib.Path:
+    return WORK / f"{name}.db"
+
+
+def drop_sqlite(name: str) -> None:
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        p = pathlib.Path(str(sqlite_path(name)) + suffix)
+        if p.exists():
+            p.unlink()
+
+
+def db_url(backend: str, name: str) -> str:
+    return f"{PG_URL}/{name}" if backend == "postgres" else f"sqlite://{sqlite_path(name)}"
+
+
+def fresh(backend: str, name: str) -> str:
+    """A fresh, migrated onejob database; its URL."""
+    if backend == "postgres":
+        create_db(name)
+    else:
+        drop_sqlite(name)
+    url = db_url(backend, name)
+    run([ONEJOB, "migrate", "--database", url])
+    return url
+
+
+def discard(backend: str, name: str) -> None:
+    if backend == "postgres":
+        drop_db(name)
+    else:
+        drop_sqlite(name)
+
+
+def api_key(url: str) -> str:
+    return run([ONEJOB, "keys", "create", "--database", url, "--tenant", "bench", "--user", "bench"]).stdout.strip()
+
+
+def pg_snapshot(db: str) -> dict:
+    """Cluster-wide WAL counters (pg_stat_wal) and transaction ids assigned (the next xid: one
+    per writing transaction), other databases' traffic included, and this database's commit
+    count (read-only statements count as commits too), read from the `postgres` database so
+    that the read itself is not counted."""
+    row = psql("postgres", "SELECT json_build_object('wal_records', w.wal_records, 'wal_bytes', w.wal_bytes, "
+               "'wal_write', w.wal_write, 'wal_sync', w.wal_sync, 'xact_commit', d.xact_commit, "
+               "'xact_rollback', d.xact_rollback, 'next_xid', pg_snapshot_xmax(pg_current_snapshot())::text::bigint) "
+               f"FROM pg_stat_wal w, pg_stat_database d WHERE d.datname = '{db}'")
+    return json.loads(row) if row else {}
+
+
+def pg_delta(before: dict, after: dict, jobs: int) -> dict:
+    """What one measured phase cost the database, per job."""
+    if not before or not after or not jobs:
+        return {}
+    d = {k: after[k] - before[k] for k in before}
+    return {
+        "commits": d["xact_commit"], "wal_syncs": d["wal_sync"], "wal_bytes": int(d["wal_bytes"]),
+        "write_xacts": d["next_xid"],
+        "jobs_per_write_xact": jobs / d["next_xid"] if d["next_xid"] else None,
+        "commits_per_job": d["xact_commit"] / jobs,
+        "jobs_per_commit": jobs / d["xact_commit"] if d["xact_commit"] else None,
+        "jobs_per_wal_sync": jobs / d["wal_sync"] if d["wal_sync"] else None,
+        "wal_bytes_per_job": int(d["wal_bytes"]) / jobs,
+    }
+
+
+def settle() -> None:
+    """Idle backends flush their pending statistics within about a second (PostgreSQL 15)."""
+    time.sleep(1.2)
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+CONFIG = """\
+# Written by bench/harness.py for one benchmark run.
+listen = "{listen}"
+database = "{database}"
+
+[worker]
+concurrency = {concurrency}
+poll_interval = "{poll_interval}"
+
+[[provider]]
+name = "upstream"
+adapter = "openai-chat"
+base_url = "{provider_url}"
+model = "bench"
+
+[[kind]]
+name = "bench.chat"
+providers = ["upstream"]
+attempt_timeout = "30s"
+max_attempts = 3
+
+[kind.params_schema]
+type = "object"
+required = ["prompt"]
+additionalProperties = false
+[kind.params_schema.properties.prompt]
+type = "string"
+minLength = 1
+maxLength = 20000
+
+[kind.output_schema]
+type = "object"
+required = ["text"]
+[kind.output_schema.properties.text]
+type = "string"
+minLength = 1
+"""
+
+
+class Server:
+    """A background process (onejob, onejob-fake, a load generator with its sink)."""
+
+    def __init__(self, name: str, cmd: list, log_name: str):
+        self.cmd = [str(c) for c in cmd]
+        self.log_path = WORK / f"{log_name}.log"
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE if name == "loadgen" else self.log,
+                                     stderr=self.log, env=ENV, text=True)
+        self.name = name
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def start_onejob(url: str, *, worker: bool, provider_url: str, tag: str, concurrency=16,
+                 poll_interval="2s") -> Server:
+    config = WORK / f"{tag}.toml"
+    config.write_text(CONFIG.format(listen=ONEJOB_ADDR, database=url, concurrency=concurrency,
+                                    poll_interval=poll_interval, provider_url=provider_url))
+    cmd = [ONEJOB, "serve", "--config", config] + ([] if worker else ["--no-worker"])
+    server = Server("onejob", cmd, tag)
+    deadline = time.time() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://{ONEJOB_ADDR}/readyz", timeout=2) as r:
+                if r.status == 200:
+                    return server
+        except Exception:  # noqa: BLE001 - not up yet
+            pass
+        if server.proc.poll() is not None or time.time() > deadline:
+            server.stop()
+            raise RuntimeError(f"onejob did not start: see {server.log_path}\n{server.log_path.read_text()[-3000:]}")
+        time.sleep(0.1)
+
+
+def save(part: str, data: dict) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{part}.json"
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    log(f"wrote {path}")
+
+
+def part_record(opts, part: str) -> dict:
+    return {
+        "part": part,
+        "mode": "quick" if opts.quick else "full",
+        "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "loadavg_start": loadavg(),
+        "settings": {k: getattr(opts, k) for k in ("runs", "jobs", "warmup", "clients", "duration")},
+        "runs": [],
+        "commands": {},
+    }
+
+
+def finish(rec: dict) -> dict:
+    rec["loadavg_end"] = loadavg()
+    rec["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    return rec
+
+
+def note_command(rec: dict, label: str, cmd) -> None:
+    text = cmdline([str(c) for c in cmd]) if isinstance(cmd, list) else cmd
+    for var in ("$KEY", "$ONEJOB_PID"):
+        text = text.replace(f"'{var}'", var)
+    rec["commands"].setdefault(label, text)
+
+
+# ----------------------------------------------------------------------------- parts
+
+def part_machine(opts) -> None:
+    cpuinfo = pathlib.Path("/proc/cpuinfo").read_text()
+    models = sorted(set(re.findall(r"^model name\s*:\s*(.+)$", cpuinfo, re.M)))
+    flags = re.search(r"^flags\s*:\s*(.+)$", cpuinfo, re.M)
+    meminfo = pathlib.Path("/proc/meminfo").read_text()
+    mem_kib = int(re.search(r"MemTotal:\s+(\d+)", meminfo).group(1))
+    settings = psql("postgres", "SELECT name || '=' || current_setting(name) || ' (' || source || ')' FROM pg_settings "
+                    "WHERE name IN ('max_connections','shared_buffers','fsync','synchronous_commit','wal_sync_method',"
+                    "'commit_delay','commit_siblings','full_page_writes','wal_level','max_wal_size','checkpoint_timeout',"
+                    "'wal_buffers','work_mem','autovacuum','effective_io_concurrency','huge_pages','wal_compression') ORDER BY name")
+    fsync = run(["/usr/lib/postgresql/15/bin/pg_test_fsync", "-s", "2", "-f", str(WORK / "pg_test_fsync.tmp")],
+                check=False, timeout=300).stdout if pathlib.Path("/usr/lib/postgresql/15/bin/pg_test_fsync").exists() else ""
+    fdatasync = re.search(r"fdatasync\s+([\d,.]+) ops/sec", fsync)
+    df = run(["df", "-h", str(WORK)], check=False).stdout
+    data_dir = psql("postgres", "SHOW data_directory")
+    versions = {
+        "onejob": run([ONEJOB, "--version"], check=False).stdout.strip(),
+        "rustc": run(["rustc", "--version"], check=False).stdout.strip(),
+        "node": run(["node", "--version"], check=False).stdout.strip(),
+        "python": platform.python_version(),
+        "pgbench": run(["pgbench", "--version"], check=False).stdout.strip(),
+    }
+    save("machine", {
+        "part": "machine",
+        "taken": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "cpu_models": models,
+        "nproc": os.cpu_count(),
+        "cpu_flags_has_avx2": bool(flags and "avx2" in flags.group(1).split()),
+        "mem_gib": round(mem_kib / 1024 / 1024, 1),
+        "kernel": platform.release(),
+        "postgres_version": psql("postgres", "SELECT version()"),
+        "postgres_settings": settings.splitlines(),
+        "postgres_data_directory": data_dir,
+        "pg_test_fsync_fdatasync_ops_per_s": float(fdatasync.group(1).replace(",", "")) if fdatasync else None,
+        "pg_test_fsync": fsync,
+        "df": df,
+        "loadavg": loadavg(),
+        "versions": versions,
+        "onejob_binary": {
+            "path": str(ONEJOB),
+            "built": dt.datetime.fromtimestamp(ONEJOB.stat().st_mtime, dt.timezone.utc).isoformat(timespec="seconds"),
+            "sha256": run(["sha256sum", ONEJOB]).stdout.split()[0],
+            "build_note": os.environ.get("BENCH_BUILD_NOTE", ""),
+        },
+        "git_head": run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], check=False).stdout.strip(),
+        "git_dirty_files": len(run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "crates"], check=False).stdout.splitlines()),
+    })
+
+
+def conn_cap() -> int:
+    """How many connections a contender may open now: at most DB_CONN_CAP, and no more than
+    the server has free (max_connections - reserved - in use) minus a margin of 20 for
+    onejob's own pool and other programs."""
+    free = int(psql("postgres", "SELECT current_setting('max_connections')::int "
+                    "- current_setting('superuser_reserved_connections')::int - count(*) FROM pg_stat_activity"))
+    return max(4, min(DB_CONN_CAP, free - 20))
+
+
+def pgbench(db: str, script: pathlib.Path, clients: int, duration: int, extra=()) -> tuple[list, dict]:
+    for attempt in range(4):
+        try:
+            return pgbench_once(db, script, clients, duration, extra)
+        except RuntimeError as error:
+            if "too many clients" not in str(error) or attempt == 3:
+                raise
+            log("pgbench: too many clients on the server (other programs); retrying in 15 s")
+            time.sleep(15)
+    raise AssertionError("unreachable")
+
+
+def pgbench_once(db: str, script: pathlib.Path, clients: int, duration: int, extra=()) -> tuple[list, dict]:
+    conns = min(clients, conn_cap())
+    logdir = WORK / "pgbench-log"
+    shutil.rmtree(logdir, ignore_errors=True)
+    logdir.mkdir(parents=True)
+    cmd = ["pgbench", "-n", "-M", "prepared", "-f", script, "-c", conns, "-j", min(conns, os.cpu_count() or 2),
+           "-T", duration, "-l", "--log-prefix", logdir / "tx", *extra, db]
+    before = pg_snapshot(db)
+    done = run(cmd, timeout=duration * 4 + 120)
+    settle()
+    after = pg_snapshot(db)
+    out = done.stdout
+    tps = float(re.search(r"tps = ([\d.]+) \(without initial connection time\)", out).group(1))
+    failed = int((re.search(r"number of failed transactions: (\d+)", out) or [0, 0])[1])
+    lat = []
+    for f in logdir.iterdir():
+        for line in f.read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 3 and parts[2].isdigit():
+                lat.append(int(parts[2]) / 1000.0)
+    lat.sort()
+
+    def pick(q):
+        return lat[min(len(lat), max(1, math.ceil(q * len(lat)))) - 1] if lat else None
+
+    shutil.rmtree(logdir, ignore_errors=True)
+    return cmd, {"clients": clients, "connections": conns, "rps": tps, "failed": failed, "transactions": len(lat),
+                 "pg": pg_delta(before, after, len(lat)),
+                 "p50_ms": pick(0.5), "p90_ms": pick(0.9), "p99_ms": pick(0.99), "max_ms": lat[-1] if lat else None}
+
+
+def ceiling_one(opts, rec: dict, run_index: int, clients: int) -> None:
+    """pgbench at this client count: the ceiling, then (unless --no-decompose) the ceiling
+    with a NOTIFY, onejob's own SQL, and onejob's SQL without its NOTIFY trigger."""
+    name = f"{DB}_ceiling"
+    variants = [("pgbench-ceiling", "ceiling.pgbench", False)]
+    if opts.decompose:
+        variants += [("pgbench-ceiling-notify", "ceiling_notify.pgbench", False),
+                     ("pgbench-ceiling-notify-after", "ceiling_notify_after.pgbench", False),
+                     ("pgbench-onejob-sql", "onejob_tx.pgbench", True),
+                     ("pgbench-onejob-sql-no-notify", "onejob_tx.pgbench", True)]
+    for contender, script, onejob_schema in variants:
+        extra = []
+        if onejob_schema:
+            url = fresh("postgres", name)
+            extra = ["-D", f"keyid={api_key(url).split('_')[1]}"]
+            if contender.endswith("no-notify"):
+                psql(name, "ALTER TABLE jobs DISABLE TRIGGER jobs_notify_dispatch")
+        else:
+            create_db(name)
+            psql_file(name, SQL / "ceiling_schema.sql")
+        cmd, r = pgbench(name, SQL / script, clients, opts.duration, extra=extra)
+        note_command(rec, contender, cmd)
+        r["rows"] = int(psql(name, "SELECT count(*) FROM jobs"))
+        drop_db(name)
+        rec["runs"].append({"contender": contender, "backend": "postgres", "run": run_index, "loadavg": loadavg(), **r})
+        log(f"{contender} c={clients} run {run_index}: {r['rps']:.0f} tps p50 {r['p50_ms']:.2f} ms, "
+            f"jobs per WAL sync {r['pg'].get('jobs_per_wal_sync') or 0:.1f}")
+
+
+def loadgen_intake(rec: dict, backend: str, name: str, url: str, key: str, tag: str, clients: int, jobs: int,
+                   prefix: str, replay: bool = False, label: str | None = None) -> dict:
+    """One `onejob-loadgen intake` call (no internal warm-up) against a server started for it
+    and stopped after it, so that the database's counters read before and after hold exactly
+    this phase (PostgreSQL flushes an idle backend's statistics only every 10 s, but always
+    when it exits). Returns the phase, with its database cost under "pg"."""
+    before = pg_snapshot(name) if backend == "postgres" else {}
+    server = start_onejob(url, worker=False, provider_url=f"http://127.0.0.1:{PORT_SINK}/v1", tag=tag)
+    try:
+        cmd = [LOADGEN, "intake", "--addr", ONEJOB_ADDR, "--key", key, "--clients", clients, "--jobs", jobs,
+               "--warmup", 0, "--prefix", prefix, *(["--replay-only"] if replay else []), "--pid", server.pid]
+        r = run_json(cmd, timeout=3600)
+        note_command(rec, "serve", server.cmd)
+        note_command(rec, label or ("loadgen replay" if replay else "loadgen new"), [*cmd[:5], "$KEY", *cmd[6:-1], "$ONEJOB_PID"])
+        rec.setdefault("configs", {}).setdefault(f"{backend}", (WORK / f"{tag}.toml").read_text())
+    finally:
+        server.stop()
+    phase = r["replay" if replay else "intake"]
+    phase["rss_peak_kib"] = r.get("rss_peak_kib")
+    if backend == "postgres":
+        time.sleep(0.2)
+        phase["pg"] = pg_delta(before, pg_snapshot(name), phase["ok"])
+    return phase
+
+
+def analyze(backend: str, name: str) -> None:
+    """What autovacuum would have done by now: PostgreSQL's default is autovacuum on, which
+    analyzes a new table after its first 50 rows; this server runs with autovacuum = off.
+    Without statistics the planner serves onejob's key lookup from `jobs_owner_recent`
+    and scans every job of the owner (see BENCHMARKS.md). Run for every contender alike,
+    once, after its warm-up."""
+    if backend == "postgres":
+        psql(name, "ANALYZE")
+
+
+def intake_one(opts, rec: dict, run_index: int, clients: int) -> None:
+    for backend in opts.backends:
+        name = f"{DB}_intake"
+        url = fresh(backend, name)
+        key = api_key(url)
+        prefix = f"r{run_index}"
+        tag = f"intake-{backend}-{clients}"
+        # warm-up: the database's caches and files (each phase has its own server process)
+        loadgen_intake(rec, backend, name, url, key, tag, clients, opts.warmup, f"{prefix}w", label="loadgen warm-up")
+        analyze(backend, name)
+        r = {"clients": clients, "jobs": opts.jobs,
+             "intake": loadgen_intake(rec, backend, name, url, key, tag, clients, opts.jobs, prefix),
+             "replay": loadgen_intake(rec, backend, name, url, key, tag, clients, opts.jobs, prefix, replay=True)}
+        r["rss_peak_kib"] = max(r["intake"]["rss_peak_kib"] or 0, r["replay"]["rss_peak_kib"] or 0) or None
+        if backend == "postgres":
+            r["rows_jobs"] = int(psql(name, "SELECT count(*) FROM jobs"))
+            r["rows_events"] = int(psql(name, "SELECT count(*) FROM job_events"))
+        discard(backend, name)
+        rec["runs"].append({"contender": f"onejob-{backend}", "backend": backend, "run": run_index,
+                            "clients": clients, "loadavg": loadavg(), **r})
+        pg = r["intake"].get("pg", {})
+        log(f"intake {backend} c={clients} run {run_index}: new {r['intake']['rps']:.0f}/s "
+            f"(p50 {r['intake']['p50_ms']:.1f} p99 {r['intake']['p99_ms']:.1f} ms, "
+            f"{r['intake']['server_cpu_us_per_ok'] or 0:.0f} us CPU/req, jobs/write xact {pg.get('jobs_per_write_xact') or 0:.2f}, "
+            f"jobs/WAL sync {pg.get('jobs_per_wal_sync') or 0:.1f}), "
+            f"replay {r['replay']['rps']:.0f}/s, unexpected {r['intake']['unexpected']} {r['replay']['unexpected']}")
+
+
+def dispatch_one(opts, rec: dict, run_index: int) -> None:
+    for backend in opts.backends:
+        name = f"{DB}_dispatch"
+        url = fresh(backend, name)
+        key = api_key(url)
+        cmd = [LOADGEN, "dispatch", "--addr", ONEJOB_ADDR, "--key", key, "--sink", f"127.0.0.1:{PORT_SINK}",
+               "--jobs", opts.dispatch_jobs, "--warmup", 20, "--rate", opts.dispatch_rate, "--prefix", f"d{run_index}"]
+        gen = Server("loadgen", cmd, f"dispatch-loadgen-{backend}")
+        server = None
+        try:
+            server = start_onejob(url, worker=True, provider_url=f"http://127.0.0.1:{PORT_SINK}/v1",
+                                  tag=f"dispatch-{backend}")
+            out, _ = gen.proc.communicate(timeout=3600)
+            if gen.proc.returncode != 0:
+                raise RuntimeError(f"loadgen dispatch failed: see {gen.log_path}")
+            r = json.loads(out)
+            note_command(rec, "serve", server.cmd)
+            rec.setdefault("configs", {}).setdefault(backend, (WORK / f"dispatch-{backend}.toml").read_text())
+            note_command(rec, "loadgen", [*cmd[:5], "$KEY", *cmd[6:]])
+        finally:
+            if server:
+                server.stop()
+            gen.stop()
+        if backend == "postgres":
+            r["states"] = psql(name, "SELECT string_agg(state || '=' || n, ' ') FROM (SELECT state, count(*) n FROM jobs GROUP BY 1) s")
+        discard(backend, name)
+        rec["runs"].append({"contender": f"onejob-{backend}", "backend": backend, "run": run_index,
+                            "loadavg": loadavg(), **r})
+        log(f"dispatch {backend} run {run_index}: p50 {r['from_201_ms']['p50']:.2f} ms p99 {r['from_201_ms']['p99']:.2f} ms "
+            f"missing {r['missing']}")
+
+
+def e2e_one(opts, rec: dict, run_index: int) -> None:
+    for backend in opts.backends:
+        name = f"{DB}_e2e"
+        url = fresh(backend, name)
+        key = api_key(url)
+        fake = Server("fake", [FAKE, "--listen", f"127.0.0.1:{PORT_FAKE}"], f"e2e-fake-{backend}")
+        server = None
+        try:
+            time.sleep(0.3)
+            server = start_onejob(url, worker=True, provider_url=f"http://127.0.0.1:{PORT_FAKE}/v1",
+                                  tag=f"e2e-{backend}", concurrency=opts.e2e_concurrency)
+            # warm-up: jobs run to completion (the measurement counts from the won counter's
+            # value at its start), then statistics, as autovacuum would have them
+            run_json([LOADGEN, "e2e", "--addr", ONEJOB_ADDR, "--key", key, "--clients", opts.e2e_clients,
+                      "--jobs", opts.warmup, "--prefix", f"e{run_index}w"], timeout=3600)
+            analyze(backend, name)
+            before = pg_snapshot(name) if backend == "postgres" else {}
+            cmd = [LOADGEN, "e2e", "--addr", ONEJOB_ADDR, "--key", key, "--clients", opts.e2e_clients,
+                   "--jobs", opts.e2e_jobs, "--prefix", f"e{run_index}", "--pid", server.pid]
+            r = run_json(cmd, timeout=3600)
+            note_command(rec, "fake", fake.cmd)
+            note_command(rec, "serve", server.cmd)
+            rec.setdefault("configs", {}).setdefault(backend, (WORK / f"e2e-{backend}.toml").read_text())
+            note_command(rec, "loadgen", [*cmd[:5], "$KEY", *cmd[6:-1], "$ONEJOB_PID"])
+        finally:
+            if server:
+                server.stop()
+            fake.stop()
+        if backend == "postgres":
+            time.sleep(0.2)
+            r["pg"] = pg_delta(before, pg_snapshot(name), int(r["succeeded"]))
+            r["states"] = psql(name, "SELECT string_agg(state || '=' || n, ' ') FROM (SELECT state, count(*) n FROM jobs GROUP BY 1) s")
+        discard(backend, name)
+        rec["runs"].append({"contender": f"onejob-{backend}", "backend": backend, "run": run_index,
+                            "worker_concurrency": opts.e2e_concurrency, "loadavg": loadavg(), **r})
+        log(f"e2e {backend} run {run_index}: {r['jobs_per_s']:.0f} jobs/s ({r['succeeded']:.0f}/{r['jobs']} succeeded)")
+
+
+PEER_COUNT_SQL = {
+    "graphile": "SELECT count(*) FROM graphile_worker._private_jobs WHERE key LIKE '{p}-%'",
+    "pgboss": "SELECT count(*) FROM pgboss.job WHERE name = 'bench' AND singleton_key LIKE '{p}-%'",
+    "procrastinate": "SELECT count(*) FROM procrastinate_jobs WHERE queueing_lock LIKE '{p}-%'",
+}
+
+
+def peers_one(opts, rec: dict, run_index: int, clients: int) -> None:
+    node_env = dict(ENV, NODE_PATH=str(PEERS / "node" / "node_modules"))
+    for peer in opts.peers:
+        name = f"{DB}_peer"
+        create_db(name)
+        url = f"{PG_URL}/{name}"
+        prefix = f"p{run_index}"
+        common = ["--db", url, "--clients", clients, "--jobs", opts.jobs, "--warmup", opts.warmup,
+                  "--prefix", prefix, "--pool-max", conn_cap()]
+        if peer == "procrastinate":
+            cmd = [PEERS / "venv" / "bin" / "python", BENCH / "peers" / "procrastinate_peer.py", *common]
+            r = run_json(cmd, timeout=3600)
+        else:
+            cmd = ["node", BENCH / "peers" / "node_peer.js", peer, *common]
+            r = run_json(cmd, timeout=3600, env=node_env)
+        note_command(rec, peer, cmd)
+        r["rows_counted_by_harness"] = int(psql(name, PEER_COUNT_SQL[peer].format(p=prefix)))
+        drop_db(name)
+        rec["runs"].append({"contender": peer, "backend": "postgres", "run": run_index, "loadavg": loadavg(), **r})
+        log(f"peer {peer} c={clients} run {run_index}: {r['intake']['rps']:.0f}/s new, {r['dup']['rps']:.0f}/s dup, "
+            f"rows {r['rows_counted_by_harness']} of {opts.jobs} (dedupes: {r['dedupes']})")
+
+
+# Parts measured in rounds: for each run, for each client count, every contender in turn, so
+# that the contenders compared at one client count are measured minutes apart, not an hour.
+PER_CLIENTS = {"ceiling": ceiling_one, "intake": intake_one, "peers": peers_one}
+PER_RUN = {"dispatch": dispatch_one, "e2e": e2e_one}
+
+
+def guarded(rec: dict, one, *args) -> None:
+    """Runs one measurement; a failure is logged and recorded, and the rounds go on."""
+    try:
+        one(*args)
+    except Exception as error:  # noqa: BLE001 - recorded in the results and the report
+        log(f"FAILED {one.__name__}{args[2:]}: {str(error)[:2000]}")
+        rec.setdefault("errors", []).append({"what": f"{one.__name__}{args[2:]}", "error": str(error)[:4000],
+                                             "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
+
+
+def rounds(opts, parts: list[str]) -> None:
+    recs = {p: part_record(opts, p) for p in parts if p in PER_CLIENTS or p in PER_RUN}
+    if not recs:
+        return
+    for run_index in range(opts.runs):
+        log(f"== round {run_index + 1} of {opts.runs}: {', '.join(recs)}")
+        for clients in opts.clients:
+            for part, one in PER_CLIENTS.items():
+                if part in recs:
+                    guarded(recs[part], one, opts, recs[part], run_index, clients)
+        for part, one in PER_RUN.items():
+            if part in recs:
+                guarded(recs[part], one, opts, recs[part], run_index)
+        for part, rec in recs.items():  # keep what is done if a later round fails
+            save(part, dict(rec, loadavg_end=loadavg(), finished=None))
+    for part, rec in recs.items():
+        save(part, finish(rec))
+
+
+def growth_template(size: int, rec: dict) -> str | None:
+    """A migrated onejob database holding `size` finished jobs, kept as a template."""
+    if size == 0:
+        return None
+    name = f"{DB}_tpl_{size}"
+    exists = psql("postgres", f"SELECT count(*) FROM pg_database WHERE datname = '{name}'") == "1"
+    if exists and psql(name, "SELECT count(*) FROM jobs") == str(size):
+        log(f"reusing template {name}")
+        return name
+    url = fresh("postgres", name)
+    t0_ms = int(time.time() * 1000) - 3 * size - 60_000
+    started = time.time()
+    batch = 1_000_000
+    for lo in range(1, size + 1, batch):
+        hi = min(size, lo + batch - 1)
+        psql_file(name, SQL / "bulk_load.sql", {"t0": t0_ms, "lo": lo, "hi": hi})
+        log(f"template {name}: {hi:,} rows")
+    psql(name, "VACUUM (ANALYZE) jobs")
+    psql(name, "CHECKPOINT")
+    rec.setdefault("templates", {})[str(size)] = {
+        "name": name, "load_seconds": round(time.time() - started, 1),
+        "jobs_table_size": psql(name, "SELECT pg_size_pretty(pg_total_relation_size('jobs'))"),
+        "key_index_size": psql(name, "SELECT pg_size_pretty(pg_relation_size('jobs_one_per_key'))"),
+        "database_size": psql(name, f"SELECT pg_size_pretty(pg_database_size('{name}'))"),
+    }
+    note_command(rec, "bulk_load", f"psql -d {name} -f bench/sql/bulk_load.sql -v t0={t0_ms} -v lo=1 -v hi=1000000  # per 1M batch")
+    del url
+    return name
+
+
+def explain_intake(name: str) -> str:
+    """EXPLAIN (ANALYZE, BUFFERS) of the intake INSERT on this database (rolled back)."""
+    sql = ("BEGIN; EXPLAIN (ANALYZE, BUFFERS, TIMING) INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params) "
+           "VALUES (gen_random_uuid(), 'bench', 'bench', sha256('explain-probe'::bytea), 'bench.chat', "
+           "sha256('fp'::bytea), '{\"prompt\": \"x\"}') ON CONFLICT (tenant, user_id, key_hash) DO NOTHING; ROLLBACK;")
+    return psql(name, sql)
+
+
+def part_growth(opts) -> None:
+    rec = part_record(opts, "growth")
+    rec["sizes"] = opts.growth_sizes
+    rec["clients"] = opts.growth_clients
+    templates = {size: growth_template(size, rec) for size in opts.growth_sizes}
+    for run_index in range(opts.runs):
+        # rotate the order each run, so that no size always follows a large DROP DATABASE
+        sizes = opts.growth_sizes[run_index % len(opts.growth_sizes):] + opts.growth_sizes[:run_index % len(opts.growth_sizes)]
+        for size in sizes:
+            name = f"{DB}_growth"
+            if templates[size]:
+                create_db(name, template=templates[size])
+                url = f"{PG_URL}/{name}"
+            else:
+                url = fresh("postgres", name)
+            if run_index == 0:
+                rec.setdefault("explain", {})[str(size)] = explain_intake(name)
+            key = api_key(url)
+            tag = f"growth-{size}"
+            loadgen_intake(rec, "postgres", name, url, key, tag, opts.growth_clients, opts.warmup, f"g{run_index}w",
+                           label="loadgen warm-up")
+            analyze("postgres", name)
+            r = {"intake": loadgen_intake(rec, "postgres", name, url, key, tag, opts.growth_clients, opts.jobs,
+                                          f"g{run_index}")}
+            drop_db(name)
+            rec["runs"].append({"contender": "onejob-postgres", "existing_jobs": size, "run": run_index,
+                                "clients": opts.growth_clients, "loadavg": loadavg(), **r})
+            log(f"growth {size:,} run {run_index}: {r['intake']['rps']:.0f}/s p50 {r['intake']['p50_ms']:.1f} ms")
+    if not opts.keep_templates:
+        for name in filter(None, templates.values()):
+            drop_db(name)
+    save("growth", finish(rec))
+
+
+def part_rss(opts) -> None:
+    rec = part_record(opts, "rss")
+    for backend in opts.backends:
+        name = f"{DB}_rss"
+        url = fresh(backend, name)
+        key = api_key(url)
+        server = start_onejob(url, worker=False, provider_url=f"http://127.0.0.1:{PORT_SINK}/v1", tag=f"rss-{backend}")
+        try:
+            time.sleep(1)
+            cmd = [LOADGEN, "hold", "--addr", ONEJOB_ADDR, "--key", key, "--conns", opts.rss_conns, "--post",
+                   "--seconds", 3, "--prefix", "h", "--pid", server.pid]
+            r = run_json(cmd, timeout=600)
+            note_command(rec, "loadgen", [*cmd[:5], "$KEY", *cmd[6:-1], "$ONEJOB_PID"])
+        finally:
+            server.stop()
+        discard(backend, name)
+        rec["runs"].append({"contender": f"onejob-{backend}", "backend": backend, "loadavg": loadavg(), **r})
+        log(f"rss {backend}: before {r['rss_before_kib']} KiB, {r['open']} conns {r['rss_open_kib']} KiB, "
+            f"after posts {r['rss_after_post_kib']} KiB, peak {r['rss_peak_kib']} KiB")
+    save("rss", finish(rec))
+
+
+PARTS = ["machine", "ceiling", "intake", "peers", "dispatch", "e2e", "growth", "rss"]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="smoke run: 1 run, small counts, 8 clients, growth to 100k")
+    p.add_argument("--parts", default=",".join(PARTS), help="comma-separated parts (default: all)")
+    p.add_argument("--runs", type=int, help="runs per configuration (default 3; quick 1)")
+    p.add_argument("--jobs", type=int, help="measured jobs per intake run (default 5000; quick 500)")
+    p.add_argument("--warmup", type=int, help="unmeasured jobs first (default 500; quick 100)")
+    p.add_argument("--clients", help="client counts (default 8,32,128; quick 8)")
+    p.add_argument("--duration", type=int, help="pgbench seconds (default 10; quick 4)")
+    p.add_argument("--no-decompose", dest="decompose", action="store_false",
+                   help="pgbench: only the ceiling (not the NOTIFY and onejob-SQL variants)")
+    p.add_argument("--backends", default="postgres,sqlite")
+    p.add_argument("--peers", default="graphile,pgboss,procrastinate")
+    p.add_argument("--growth-sizes", help="existing jobs (default 0,1000000,10000000; quick 0,100000)")
+    p.add_argument("--growth-clients", type=int, default=8)
+    p.add_argument("--keep-templates", action="store_true", help="keep the bulk-loaded template databases")
+    p.add_argument("--dispatch-jobs", type=int, help="default 1000; quick 100")
+    p.add_argument("--dispatch-rate", type=float, default=50.0)
+    p.add_argument("--e2e-jobs", type=int, help="default 5000; quick 500")
+    p.add_argument("--e2e-clients", type=int, default=32)
+    p.add_argument("--e2e-concurrency", type=int, default=16, help="[worker] concurrency for e2e")
+    p.add_argument("--rss-conns", type=int, default=1000)
+    p.add_argument("--no-report", action="store_true")
+    opts = p.parse_args()
+    q = opts.quick
+    opts.runs = opts.runs or (1 if q else 3)
+    opts.jobs = opts.jobs or (500 if q else 5000)
+    opts.warmup = opts.warmup if opts.warmup is not None else (100 if q else 500)
+    opts.clients = [int(c) for c in (opts.clients or ("8" if q else "8,32,128")).split(",")]
+    opts.duration = opts.duration or (4 if q else 10)
+    opts.backends = opts.backends.split(",")
+    opts.peers = opts.peers.split(",")
+    opts.growth_sizes = [int(s) for s in (opts.growth_sizes or ("0,100000" if q else "0,1000000,10000000")).split(",")]
+    opts.dispatch_jobs = opts.dispatch_jobs or (100 if q else 1000)
+    opts.e2e_jobs = opts.e2e_jobs or (500 if q else 5000)
+    parts = [x for x in opts.parts.split(",") if x]
+    unknown = [x for x in parts if x not in PARTS]
+    if unknown:
+        p.error(f"unknown parts {unknown}; known: {', '.join(PARTS)}")
+    WORK.mkdir(parents=True, exist_ok=True)
+    for binary in (ONEJOB, FAKE, LOADGEN):
+        if not binary.exists():
+            sys.exit(f"missing {binary}: run bench/run.sh (it builds them)")
+    if "machine" not in parts and not (RESULTS / "machine.json").exists():
+        parts.insert(0, "machine")
+    if "machine" in parts:
+        part_machine(opts)
+    rounds(opts, parts)
+    if "growth" in parts:
+        log("== growth")
+        part_growth(opts)
+    if "rss" in parts:
+        log("== rss")
+        part_rss(opts)
+    if not opts.no_report:
+        run([sys.executable, BENCH / "report.py"], timeout=120)
+        log("wrote BENCHMARKS.md and bench/plot.svg")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Where an onejob intake spends its time: runs `onejob serve --no-worker` on a fresh
+# PostgreSQL database, drives it with onejob-loadgen, and meanwhile
+#   - samples pg_stat_activity every 10 ms (what the database backends wait on),
+#   - records onejob's CPU profile with `perf record -e cpu-clock` (if perf works here),
+#   - reads onejob's CPU time per request and the database's WAL / transaction counters.
+# Writes bench/results/profile-<clients>.txt. Run bench/run.sh once first (it builds).
+#
+#   bench/profile.sh [CLIENTS=8] [JOBS=6000] [new|replay]   (replay: the jobs are created
+#   first, unprofiled, then the same keys are replayed under the profilers)
+#   NOANALYZE=1 bench/profile.sh ...   skips the ANALYZE after the warm-up (this server runs
+#   with autovacuum = off; without statistics the key lookup uses the wrong index)
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+clients=${1:-8}
+jobs=${2:-6000}
+mode=${3:-new}
+cache=${BENCH_CACHE:-/var/cache/onejob}
+onejob=${ONEJOB_TARGET_DIR:-$cache/target-bench}/release/onejob
+loadgen=${LOADGEN_TARGET_DIR:-$cache/target-loadgen}/release/onejob-loadgen
+work=$cache/bench-run
+mkdir -p "$work" "$here/results"
+export PGHOST=${BENCH_PGHOST:-127.0.0.1} PGPORT=${BENCH_PGPORT:-5432} PGUSER=${BENCH_PGUSER:-postgres}
+db=onejob_bench_profile
+url=postgres://$PGUSER@$PGHOST:$PGPORT/$db
+port=${BENCH_PORT:-18080}
+out=$here/results/profile-$mode-$clients${NOANALYZE:+-noanalyze}.txt
+
+psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db"
+"$onejob" migrate --database "$url" >/dev/null
+key=$("$onejob" keys create --database "$url" --tenant bench --user bench)
+cat > "$work/profile.toml" <<EOF
+listen = "127.0.0.1:$port"
+database = "$url"
+[[provider]]
+name = "upstream"
+adapter = "openai-chat"
+base_url = "http://127.0.0.1:1/v1"
+model = "bench"
+[[kind]]
+name = "bench.chat"
+providers = ["upstream"]
+[kind.params_schema]
+type = "object"
+required = ["prompt"]
+[kind.params_schema.properties.prompt]
+type = "string"
+EOF
+"$onejob" serve --config "$work/profile.toml" --no-worker > "$work/profile-serve.log" 2>&1 &
+server=$!
+trap 'kill $server 2>/dev/null || true; psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null' EXIT
+"$loadgen" intake --addr "127.0.0.1:$port" --key "$key" --clients "$clients" --jobs 500 --warmup 0 --prefix warm >/dev/null 2>&1
+replay_args=()
+if [ "$mode" = replay ]; then
+    "$loadgen" intake --addr "127.0.0.1:$port" --key "$key" --clients "$clients" --jobs "$jobs" --warmup 0 --prefix p >/dev/null 2>&1
+    replay_args=(--replay-only)
+fi
+[ -n "${NOANALYZE:-}" ] || psql -X -q -d "$db" -c "ANALYZE"
+
+snap() { psql -X -At -d postgres -c "SELECT wal_sync || ' ' || wal_bytes || ' ' || pg_snapshot_xmax(pg_current_snapshot())::text FROM pg_stat_wal"; }
+read -r sync0 bytes0 xid0 < <(snap)
+echo "SELECT coalesce(wait_event_type, 'CPU') || ':' || coalesce(wait_event, '-') || ' | ' || state || ' | ' || left(regexp_replace(query, '\s+', ' ', 'g'), 60) FROM pg_stat_activity WHERE datname = '$db' AND state <> 'idle' \\watch 0.01" \
+    | psql -X -At -d postgres > "$work/profile-waits.txt" 2>/dev/null &
+sampler=$!
+perf_ok=0
+if perf record -e cpu-clock -F 999 -o "$work/profile.perf" -p "$server" >/dev/null 2>&1 & then
+    perf_pid=$!; perf_ok=1
+fi
+result=$("$loadgen" intake --addr "127.0.0.1:$port" --key "$key" --clients "$clients" --jobs "$jobs" --warmup 0 --prefix p "${replay_args[@]}" --pid "$server" 2>/dev/null)
+[ "$perf_ok" = 1 ] && kill -INT "$perf_pid" 2>/dev/null && wait "$perf_pid" 2>/dev/null || true
+kill "$sampler" 2>/dev/null || true
+kill "$server"; wait "$server" 2>/dev/null || true
+sleep 0.3
+read -r sync1 bytes1 xid1 < <(snap)
+
+{
+    echo "# onejob intake profile: $clients clients, $jobs $mode submissions, PostgreSQL, ${NOANALYZE:+NO }ANALYZE after the warm-up, $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo
+    echo "$result" | python3 -c '
+import json, sys
+d = json.load(sys.stdin); r = d.get("intake") or d["replay"]
+print("req/s %.0f  p50 %.2f ms  p99 %.2f ms  onejob CPU %.0f us/request" % (r["rps"], r["p50_ms"], r["p99_ms"], r["server_cpu_us_per_ok"]))'
+    echo "write transactions: $((xid1 - xid0)) for $jobs submissions; WAL syncs: $((sync1 - sync0)); WAL bytes per job: $(( (bytes1 - bytes0) / jobs ))"
+    echo "(cluster-wide counters: other databases' traffic is included)"
+    echo
+    echo "## database backends not idle, by wait event and statement (10 ms samples)"
+    grep -v '^$' "$work/profile-waits.txt" | sort | uniq -c | sort -rn | head -25
+    if [ "$perf_ok" = 1 ] && [ -s "$work/profile.perf" ]; then
+        echo
+        echo "## onejob CPU by shared object (perf, cpu-clock)"
+        perf report -i "$work/profile.perf" --no-children --sort dso 2>/dev/null | grep -v '^#' | grep -v '^$' | head -8
+        echo
+        echo "## onejob CPU by symbol (top 30)"
+        perf report -i "$work/profile.perf" --no-children --sort sym 2>/dev/null | grep -v '^#' | grep -v '^$' | head -30
+    fi
+} > "$out"
+cat "$out"
