@@ -415,21 +415,19 @@ def pgbench_once(db: str, script: pathlib.Path, clients: int, duration: int, ext
 
 def ceiling_one(opts, rec: dict, run_index: int, clients: int) -> None:
     """pgbench at this client count: the ceiling, then (unless --no-decompose) the ceiling
-    with a NOTIFY, onejob's own SQL, and onejob's SQL without its NOTIFY trigger."""
+    with a NOTIFY in its transaction, with a NOTIFY after its commit, and onejob's own
+    statement for a batch of one."""
     name = f"{DB}_ceiling"
     variants = [("pgbench-ceiling", "ceiling.pgbench", False)]
     if opts.decompose:
         variants += [("pgbench-ceiling-notify", "ceiling_notify.pgbench", False),
                      ("pgbench-ceiling-notify-after", "ceiling_notify_after.pgbench", False),
-                     ("pgbench-onejob-sql", "onejob_tx.pgbench", True),
-                     ("pgbench-onejob-sql-no-notify", "onejob_tx.pgbench", True)]
+                     ("pgbench-onejob-sql", "onejob_tx.pgbench", True)]
     for contender, script, onejob_schema in variants:
         extra = []
         if onejob_schema:
             url = fresh("postgres", name)
             extra = ["-D", f"keyid={api_key(url).split('_')[1]}"]
-            if contender.endswith("no-notify"):
-                psql(name, "ALTER TABLE jobs DISABLE TRIGGER jobs_notify_dispatch")
         else:
             create_db(name)
             psql_file(name, SQL / "ceiling_schema.sql")

@@ -245,15 +245,15 @@ class Report:
                "onejob's `jobs` shape with its unique index (bench/sql/ceiling_schema.sql, bench/sql/ceiling.pgbench). "
                "This is the number the targets compare with.")
         self.w("- **ceiling + NOTIFY**: the same plus `pg_notify()` in the same transaction, which is what onejob's "
-               "`jobs_notify_dispatch` trigger adds (bench/sql/ceiling_notify.pgbench); **ceiling, then NOTIFY after "
-               "commit**: the ceiling's INSERT commits alone, then `pg_notify()` goes in a second transaction with "
-               "`SET LOCAL synchronous_commit = off` (bench/sql/ceiling_notify_after.pgbench) — the shape suggested "
-               "for onejob's wake-ups.")
-        self.w("- **onejob's SQL**: onejob's statements for one new job on onejob's real schema, one job per "
-               "transaction as before group commit: the API key SELECT (onejob now caches keys for 30 s, so this "
-               "overstates today's cost by one round trip), then BEGIN / INSERT … RETURNING / INSERT "
-               "event / COMMIT, with the NOTIFY trigger (bench/sql/onejob_tx.pgbench) — what an unbatched intake "
-               "costs the database, without HTTP or Rust; **… without NOTIFY**: the same with that trigger disabled.")
+               "`jobs_notify_dispatch` trigger added to every intake until migration 20261130000007 "
+               "(bench/sql/ceiling_notify.pgbench); **ceiling, then NOTIFY after commit**: the ceiling's INSERT "
+               "commits alone, then `pg_notify()` goes in a second transaction with "
+               "`SET LOCAL synchronous_commit = off` (bench/sql/ceiling_notify_after.pgbench) — what onejob does "
+               "now, though once per batch rather than once per job.")
+        self.w("- **onejob's SQL**: onejob's intake statement for a batch of one on onejob's real schema: one "
+               "autocommit `INSERT … ON CONFLICT DO NOTHING RETURNING …` of the job with its `created` event in a "
+               "data-modifying CTE (bench/sql/onejob_tx.pgbench) — what an unbatched intake costs the database, "
+               "without HTTP or Rust.")
         self.w()
         self.w("*jobs per WAL sync* = jobs committed / `pg_stat_wal.wal_sync` increments during the run: how many "
                "commits PostgreSQL's own group flush packs into one fdatasync (cluster-wide counter: other "
@@ -261,7 +261,7 @@ class Report:
         self.w()
         names = {"pgbench-ceiling": "ceiling", "pgbench-ceiling-notify": "ceiling + NOTIFY",
                  "pgbench-ceiling-notify-after": "ceiling, then NOTIFY after commit (sync off)",
-                 "pgbench-onejob-sql": "onejob's SQL", "pgbench-onejob-sql-no-notify": "onejob's SQL without NOTIFY"}
+                 "pgbench-onejob-sql": "onejob's SQL"}
         self.w("| clients | variant | tps | p50 ms | p99 ms | jobs per WAL sync | vs ceiling |")
         self.w("|---|---|---|---|---|---|---|")
         for c in self.clients(self.ceiling):

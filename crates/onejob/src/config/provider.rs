@@ -82,6 +82,11 @@ pub struct ProviderConfig {
     /// prompt against `context_limit` by `onejob verify`.
     #[serde(default)]
     pub max_tokens: Option<u32>,
+    /// `openai-chat`: a local Hugging Face `tokenizer.json` that `onejob verify` counts the
+    /// prompt with when the upstream has no tokenize endpoint and the model is not one
+    /// tiktoken knows.
+    #[serde(default)]
+    pub tokenizer: Option<std::path::PathBuf>,
 }
 
 impl ProviderConfig {
@@ -132,6 +137,7 @@ impl ProviderConfig {
             context_limit: None,
             structured_output: StructuredOutput::default(),
             max_tokens: None,
+            tokenizer: None,
         }
     }
 }

@@ -10,6 +10,8 @@
 //! call is synchronous: the attempt is acknowledged once the request body has been handed to
 //! the connection.
 
+use std::path::PathBuf;
+
 use async_trait::async_trait;
 use bytes::Bytes;
 use serde_json::{Value, json};
@@ -31,6 +33,7 @@ pub struct OpenAiChat {
     idempotency_header: Option<String>,
     structured_output: StructuredOutput,
     max_tokens: Option<u32>,
+    tokenizer: Option<PathBuf>,
     http: reqwest::Client,
 }
 
@@ -57,6 +60,18 @@ impl OpenAiChat {
             idempotency_header: config.idempotency_header.clone(),
             structured_output: config.structured_output,
             max_tokens: config.max_tokens,
+            tokenizer: match &config.tokenizer {
+                // Checked now, read only when counting: a model's tokenizer.json can be tens
+                // of megabytes, and only `onejob verify` counts.
+                Some(path) if !path.is_file() => {
+                    return Err(format!(
+                        "tokenizer {} is not a readable file (give the path of the model's \
+                         tokenizer.json)",
+                        path.display()
+                    ));
+                }
+                other => other.clone(),
+            },
             http,
         })
     }
@@ -154,7 +169,8 @@ impl Provider for OpenAiChat {
     }
 
     /// The upstream's own tokenizer where the server exposes one (llama-cpp-python's
-    /// `/extras/tokenize`, llama.cpp's `/tokenize`), else tiktoken for OpenAI model names.
+    /// `/extras/tokenize`, llama.cpp's `/tokenize`), else tiktoken for OpenAI model names,
+    /// else the configured local `tokenizer.json`.
     async fn count_tokens(&self, text: &str) -> Result<Option<TokenCount>, ProviderError> {
         let endpoints = [
             (
@@ -190,6 +206,11 @@ impl Provider for OpenAiChat {
                 tokens: bpe.encode_with_special_tokens(text).len(),
                 tokenizer: format!("tiktoken for {}", self.model),
             }));
+        }
+        if let Some(path) = &self.tokenizer {
+            return count_with_file(path.clone(), text.to_owned())
+                .await
+                .map(Some);
         }
         Ok(None)
     }
@@ -270,6 +291,25 @@ impl http_body::Body for SentBody {
     }
 }
 
+/// Counts `text` with a Hugging Face `tokenizer.json` (special tokens such as BOS included,
+/// as the model would see them), off the async threads: loading one takes a while.
+async fn count_with_file(path: PathBuf, text: String) -> Result<TokenCount, ProviderError> {
+    tokio::task::spawn_blocking(move || {
+        let tokenizer = tokenizers::Tokenizer::from_file(&path).map_err(|e| {
+            ProviderError::Invalid(format!("tokenizer {} cannot be read: {e}", path.display()))
+        })?;
+        let encoding = tokenizer.encode(text, true).map_err(|e| {
+            ProviderError::Invalid(format!("tokenizer {} failed: {e}", path.display()))
+        })?;
+        Ok(TokenCount {
+            tokens: encoding.len(),
+            tokenizer: format!("tokenizer.json {}", path.display()),
+        })
+    })
+    .await
+    .map_err(|e| ProviderError::Invalid(format!("counting tokens stopped: {e}")))?
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -294,6 +334,19 @@ mod tests {
         config.model = Some("gemma-3-270m".into());
         change(&mut config);
         OpenAiChat::new(&config, crate::provider::http_client()).unwrap()
+    }
+
+    #[test]
+    fn a_missing_tokenizer_file_is_a_configuration_error() {
+        let mut config = ProviderConfig::new("chat", crate::config::Adapter::OpenaiChat);
+        config.base_url = Some("http://127.0.0.1:9/v1".into());
+        config.model = Some("m".into());
+        config.tokenizer = Some("/nonexistent/tokenizer.json".into());
+        let error = OpenAiChat::new(&config, crate::provider::http_client()).unwrap_err();
+        assert!(
+            error.contains("/nonexistent/tokenizer.json is not a readable file"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
-use onejob::config::{Adapter, ProviderConfig};
+use onejob::{
+    config::{Adapter, ContractCase, ProviderConfig},
+    verify::{Limits, VerifyReport},
+};
 use onejob_fake::{Behaviour, Outcome, Rule};
 use serde_json::{Value, json};
 
@@ -15,6 +18,7 @@ backend_tests!(
     openai_chat_malformed_content_is_a_failed_attempt,
     openai_chat_hang_after_sending_is_running_then_unknown,
     async_task_adapter_follows_pointers_to_the_result,
+    verify_counts_prompt_tokens_with_tiktoken_or_a_local_tokenizer_json,
 );
 
 const WITHIN: Duration = Duration::from_secs(15);
@@ -186,5 +190,86 @@ async fn async_task_adapter_follows_pointers_to_the_result(backend: Backend) {
     assert_eq!(
         attempts[0]["task_id"].as_str(),
         seen.requests[0].task_id.as_deref()
+    );
+}
+
+/// The fake provider has no tokenize endpoint, so `onejob verify` falls back to tiktoken for
+/// an OpenAI model name and to the configured `tokenizer.json` for any other model, and
+/// refuses a prompt that does not fit the context limit by that count.
+async fn verify_counts_prompt_tokens_with_tiktoken_or_a_local_tokenizer_json(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/api/fixtures/tokenizer.json"
+    );
+    let base_url = format!("{}/v1", fakes.primary.base_url());
+    let app = TestApp::running_uncertified(&db, &fakes, |config| {
+        for (name, model, tokenizer) in [
+            ("openai-model", "gpt-4o-mini", None),
+            ("local-model", "gemma-3-270m", Some(fixture)),
+        ] {
+            let mut chat = provider(name, Adapter::OpenaiChat);
+            chat.base_url = Some(base_url.clone());
+            chat.model = Some(model.into());
+            chat.tokenizer = tokenizer.map(Into::into);
+            config.providers.push(chat);
+        }
+        // One case whose prompt the fixture's vocabulary splits into exactly 4 tokens.
+        config.kinds[0].contract = vec![ContractCase {
+            name: "fox".into(),
+            params: json!({"prompt": "a red fox."}),
+            must_contain: Vec::new(),
+        }];
+    })
+    .await;
+    let verify = |provider: &'static str, context_limit: u32| {
+        let app = &app;
+        async move {
+            let kind = app.app.jobs.kinds().get("chat.completion").unwrap().clone();
+            let adapter = app.app.providers.get(provider).unwrap().clone();
+            let limits = Limits {
+                context_limit: Some(context_limit),
+                max_tokens: None,
+            };
+            let hash = app.app.providers.hashes().get(provider).unwrap_or_default();
+            let (report, _): (VerifyReport, _) = onejob::verify::run_and_record(
+                &*app.store,
+                &kind,
+                provider,
+                &*adapter,
+                limits,
+                hash,
+            )
+            .await
+            .unwrap();
+            report
+        }
+    };
+
+    let tiktoken = verify("openai-model", 1000).await;
+    let case = &tiktoken.cases[0];
+    assert_eq!(case.tokenizer.as_deref(), Some("tiktoken for gpt-4o-mini"));
+    assert!(matches!(case.prompt_tokens, Some(1..=10)), "{case:?}");
+    assert!(tiktoken.passed, "{case:?}");
+
+    let local = verify("local-model", 1000).await;
+    let case = &local.cases[0];
+    assert_eq!(
+        case.tokenizer.as_deref(),
+        Some(format!("tokenizer.json {fixture}").as_str())
+    );
+    assert_eq!(case.prompt_tokens, Some(4), "a / red / fox / .");
+    assert!(local.passed, "{case:?}");
+
+    let too_small = verify("local-model", 3).await;
+    assert!(!too_small.passed);
+    assert!(
+        too_small.cases[0]
+            .problems
+            .iter()
+            .any(|p| p.contains("the prompt is 4 tokens") && p.contains("context limit of 3")),
+        "{:?}",
+        too_small.cases[0].problems
     );
 }
