@@ -62,35 +62,39 @@ async fn write_intake(
     jobs: Vec<NewJob>,
 ) -> Vec<Result<Intake, StoreError>> {
     match write_batch(pool, relaxed, &jobs).await {
-        Ok(results) => results.into_iter().map(Ok).collect(),
+        Ok(results) => results,
         Err(error) if jobs.len() == 1 || error.is_retryable() => {
-            let message = error.to_string();
-            let retryable = error.is_retryable();
-            let mut first = Some(error);
-            jobs.iter()
-                .map(|_| {
-                    Err(first.take().unwrap_or_else(|| {
-                        if retryable {
-                            StoreError::Unavailable(sqlx::Error::Protocol(message.clone()))
-                        } else {
-                            StoreError::Corrupt(message.clone())
-                        }
-                    }))
-                })
-                .collect()
+            let copies: Vec<_> = jobs
+                .iter()
+                .skip(1)
+                .map(|_| Err(copy_error(&error)))
+                .collect();
+            std::iter::once(Err(error)).chain(copies).collect()
         }
         Err(_) => {
-            // One bad submission must not fail the others: write them one by one.
+            // The insert failed, so nothing was written; one bad submission must not fail
+            // the others: write them one by one.
             let mut results = Vec::with_capacity(jobs.len());
             for job in jobs {
                 results.push(
-                    write_batch(pool, relaxed, std::slice::from_ref(&job))
-                        .await
-                        .map(|mut r| r.pop().expect("one result per job")),
+                    match write_batch(pool, relaxed, std::slice::from_ref(&job)).await {
+                        Ok(mut r) => r.pop().expect("one result per job"),
+                        Err(error) => Err(error),
+                    },
                 );
             }
             results
         }
+    }
+}
+
+/// The same failure for another submission of the batch (a [`StoreError`] is not `Clone`):
+/// still retryable if it was, so its caller still answers 503.
+fn copy_error(error: &StoreError) -> StoreError {
+    if error.is_retryable() {
+        StoreError::Unavailable(sqlx::Error::Protocol(error.to_string()))
+    } else {
+        StoreError::Corrupt(error.to_string())
     }
 }
 
@@ -153,11 +157,15 @@ async fn taken(pool: &PgPool, jobs: &[&NewJob]) -> Result<HashMap<Key, JobRecord
 
 /// Inserts one batch with its `created` events, reads back what it did not insert, and
 /// hands the rest to [`Relaxed`].
+///
+/// `Err` only when the insert failed, and so nothing was written. Once it committed, each
+/// created job is answered `Created` whatever happens next; a failed read-back fails only
+/// the submissions it was for (their clients retry and are answered by key).
 async fn write_batch(
     pool: &PgPool,
     relaxed: &Relaxed,
     jobs: &[NewJob],
-) -> Result<Vec<Intake>, StoreError> {
+) -> Result<Vec<Result<Intake, StoreError>>, StoreError> {
     let created = insert_new(pool, jobs).await?;
     if !created.is_empty() {
         relaxed.wake_workers();
@@ -167,27 +175,35 @@ async fn write_batch(
         .filter(|j| !created.contains_key(&j.id))
         .collect();
     let existing = if rest.is_empty() {
-        HashMap::new()
+        Ok(HashMap::new())
     } else {
-        taken(pool, &rest).await?
+        taken(pool, &rest).await
     };
     let mut results = Vec::with_capacity(jobs.len());
     let mut replayed = Vec::new();
     for job in jobs {
         if let Some(record) = created.get(&job.id) {
-            results.push(Intake::Created(record.clone()));
+            results.push(Ok(Intake::Created(record.clone())));
             continue;
         }
-        let Some(record) = existing.get(&key_of(job)) else {
-            return Err(StoreError::Corrupt(
+        let found = match &existing {
+            Ok(existing) => existing.get(&key_of(job)),
+            Err(error) => {
+                results.push(Err(copy_error(error)));
+                continue;
+            }
+        };
+        let Some(record) = found else {
+            results.push(Err(StoreError::Corrupt(
                 "a conflicting job vanished before it could be read back".into(),
-            ));
+            )));
+            continue;
         };
         if job.matches(record) {
             replayed.push(job.replayed_event(record));
-            results.push(Intake::Replayed(record.clone()));
+            results.push(Ok(Intake::Replayed(record.clone())));
         } else {
-            results.push(Intake::Conflict(record.clone()));
+            results.push(Ok(Intake::Conflict(record.clone())));
         }
     }
     relaxed.log(replayed);
