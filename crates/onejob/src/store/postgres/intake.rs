@@ -117,31 +117,38 @@ fn key_of(job: &NewJob) -> Key {
 /// Like every lookup by key, it names the environment (every job is in `'default'` until
 /// environments are exposed, DESIGN §2.10), so the whole unique index `(tenant, user_id,
 /// environment, key_hash)` applies, not only its owner prefix.
+/// The read-back of [`taken`]: `$1` tenants, `$2` users, `$3` key hashes.
+macro_rules! taken_sql {
+    () => {
+        concat!(
+            "SELECT job.* FROM unnest($1::text[], $2::text[], $3::bytea[]) AS batch (tenant, user_id, key_hash) \
+             CROSS JOIN LATERAL (SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE jobs.tenant = batch.tenant AND jobs.user_id = batch.user_id \
+               AND jobs.environment = 'default' AND jobs.key_hash = batch.key_hash LIMIT 1) AS job"
+        )
+    };
+}
+
 async fn taken(pool: &PgPool, jobs: &[&NewJob]) -> Result<HashMap<Key, JobRecord>, StoreError> {
-    let rows: Vec<PgJobRow> = sqlx::query_as(concat!(
-        "SELECT job.* FROM unnest($1::text[], $2::text[], $3::bytea[]) AS batch (tenant, user_id, key_hash) \
-         CROSS JOIN LATERAL (SELECT ",
-        job_columns!(),
-        " FROM jobs WHERE jobs.tenant = batch.tenant AND jobs.user_id = batch.user_id \
-           AND jobs.environment = 'default' AND jobs.key_hash = batch.key_hash LIMIT 1) AS job"
-    ))
-    .bind(
-        jobs.iter()
-            .map(|j| j.owner.tenant.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        jobs.iter()
-            .map(|j| j.owner.user.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        jobs.iter()
-            .map(|j| j.key_hash.0.to_vec())
-            .collect::<Vec<_>>(),
-    )
-    .fetch_all(pool)
-    .await?;
+    let rows: Vec<PgJobRow> = sqlx::query_as(taken_sql!())
+        .bind(
+            jobs.iter()
+                .map(|j| j.owner.tenant.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            jobs.iter()
+                .map(|j| j.owner.user.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            jobs.iter()
+                .map(|j| j.key_hash.0.to_vec())
+                .collect::<Vec<_>>(),
+        )
+        .fetch_all(pool)
+        .await?;
     rows.into_iter()
         .map(|row| {
             let record = JobRecord::try_from(row)?;
@@ -283,4 +290,84 @@ pub(super) async fn insert_events<'c>(
     .execute(executor)
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::{Connection, Executor, PgConnection, PgPool, postgres::PgConnectOptions};
+
+    use crate::store::{Store, postgres::PgStore};
+
+    /// A fresh database holding 20,000 jobs of one owner, analyzed, on the test PostgreSQL.
+    async fn large_owner() -> PgConnection {
+        let admin = std::env::var("ONEJOB_TEST_POSTGRES")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+        let mut conn = PgConnection::connect(&admin)
+            .await
+            .unwrap_or_else(|e| panic!("PostgreSQL is required for the tests ({admin}): {e}"));
+        conn.execute("DROP DATABASE IF EXISTS onejob_unit_key_lookup WITH (FORCE)")
+            .await
+            .unwrap();
+        conn.execute("CREATE DATABASE onejob_unit_key_lookup")
+            .await
+            .unwrap();
+        let options: PgConnectOptions = admin.parse().unwrap();
+        let options = options.database("onejob_unit_key_lookup");
+        let store = PgStore::from_pool(PgPool::connect_with(options.clone()).await.unwrap());
+        store.migrate().await.unwrap();
+        let mut db = PgConnection::connect_with(&options).await.unwrap();
+        db.execute(
+            "INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params) \
+             SELECT gen_random_uuid(), 'acme', 'alice', sha256(i::text::bytea), 'chat', \
+                    sha256(i::text::bytea), '{}'::jsonb \
+             FROM generate_series(1, 20000) AS i; \
+             ANALYZE jobs",
+        )
+        .await
+        .unwrap();
+        db
+    }
+
+    /// The read-back stays one lookup of the whole unique key per submission, with a custom
+    /// plan and with the cached generic plan sqlx's prepared statement ends up using. (Before
+    /// the lookups named the environment, the generic plan was a hash join over a sequential
+    /// scan of `jobs`, and the key hash was never part of an index condition.)
+    #[tokio::test]
+    async fn the_read_back_looks_each_key_up_in_the_unique_index() {
+        let mut db = large_owner().await;
+        db.execute(concat!(
+            "PREPARE taken(text[], text[], bytea[]) AS ",
+            taken_sql!()
+        ))
+        .await
+        .unwrap();
+        for mode in ["force_custom_plan", "force_generic_plan"] {
+            sqlx::query("SELECT set_config('plan_cache_mode', $1, false)")
+                .bind(mode)
+                .execute(&mut db)
+                .await
+                .unwrap();
+            let plan: Vec<String> = sqlx::query_scalar(
+                "EXPLAIN EXECUTE taken(ARRAY['acme', 'acme'], ARRAY['alice', 'alice'], \
+                 ARRAY[sha256('7'::bytea), sha256('no such key'::bytea)])",
+            )
+            .fetch_all(&mut db)
+            .await
+            .unwrap();
+            let plan = plan.join("\n");
+            assert!(
+                plan.contains("jobs_one_per_key_scope") && !plan.contains("Seq Scan on jobs"),
+                "{mode}:\n{plan}"
+            );
+            let condition = plan
+                .lines()
+                .find(|line| line.contains("Index Cond"))
+                .unwrap_or_default();
+            assert!(
+                condition.contains("key_hash") && condition.contains("environment"),
+                "{mode}:\n{plan}"
+            );
+        }
+        db.close().await.unwrap();
+    }
 }
