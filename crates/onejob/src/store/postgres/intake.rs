@@ -30,6 +30,7 @@
 use std::{collections::HashMap, sync::Arc};
 
 use futures::FutureExt;
+use onejob_domain::{KeyHash, Principal};
 use serde_json::Value;
 use sqlx::{PgExecutor, PgPool, types::Json};
 use uuid::Uuid;
@@ -101,22 +102,14 @@ fn copy_error(error: &StoreError) -> StoreError {
 /// The key a job is found by: owner and key hash.
 type Key = (String, String, Vec<u8>);
 
-fn key_of(job: &NewJob) -> Key {
+fn key_of(owner: &Principal, key_hash: &KeyHash) -> Key {
     (
-        job.owner.tenant.clone(),
-        job.owner.user.clone(),
-        job.key_hash.0.to_vec(),
+        owner.tenant.clone(),
+        owner.user.clone(),
+        key_hash.0.to_vec(),
     )
 }
 
-/// The jobs already under these submissions' keys.
-///
-/// One index lookup per key, by construction: the `LIMIT 1` (the key is unique) keeps the
-/// planner from turning the lateral subquery into a join, which it planned as a hash join
-/// over a sequential scan of `jobs` once the cached generic plan was made on a small table.
-/// Like every lookup by key, it names the environment (every job is in `'default'` until
-/// environments are exposed, DESIGN §2.10), so the whole unique index `(tenant, user_id,
-/// environment, key_hash)` applies, not only its owner prefix.
 /// The read-back of [`taken`]: `$1` tenants, `$2` users, `$3` key hashes.
 macro_rules! taken_sql {
     () => {
@@ -130,6 +123,14 @@ macro_rules! taken_sql {
     };
 }
 
+/// The jobs already under these submissions' keys.
+///
+/// One index lookup per key, by construction: the `LIMIT 1` (the key is unique) keeps the
+/// planner from turning the lateral subquery into a join, which it planned as a hash join
+/// over a sequential scan of `jobs` once the cached generic plan was made on a small table.
+/// Like every lookup by key, it names the environment (every job is in `'default'` until
+/// environments are exposed, DESIGN §2.10), so the whole unique index `(tenant, user_id,
+/// environment, key_hash)` applies, not only its owner prefix.
 async fn taken(pool: &PgPool, jobs: &[&NewJob]) -> Result<HashMap<Key, JobRecord>, StoreError> {
     let rows: Vec<PgJobRow> = sqlx::query_as(taken_sql!())
         .bind(
@@ -152,12 +153,7 @@ async fn taken(pool: &PgPool, jobs: &[&NewJob]) -> Result<HashMap<Key, JobRecord
     rows.into_iter()
         .map(|row| {
             let record = JobRecord::try_from(row)?;
-            let key = (
-                record.owner.tenant.clone(),
-                record.owner.user.clone(),
-                record.key_hash.0.to_vec(),
-            );
-            Ok((key, record))
+            Ok((key_of(&record.owner, &record.key_hash), record))
         })
         .collect()
 }
@@ -194,7 +190,7 @@ async fn write_batch(
             continue;
         }
         let found = match &existing {
-            Ok(existing) => existing.get(&key_of(job)),
+            Ok(existing) => existing.get(&key_of(&job.owner, &job.key_hash)),
             Err(error) => {
                 results.push(Err(copy_error(error)));
                 continue;

@@ -314,7 +314,7 @@ impl Store for SqliteStore {
     async fn create_or_replay(&self, job: NewJob) -> Result<Intake, StoreError> {
         // A replay needs no job write: read first (readers run beside the writer in WAL
         // mode). The unique constraint still decides every creation, in the batch.
-        if let Some(existing) = intake::existing(&self.pool, &job).await? {
+        if let Some(existing) = intake::by_key(&self.pool, &job.owner, &job.key_hash).await? {
             if !job.matches(&existing) {
                 return Ok(Intake::Conflict(existing));
             }
@@ -350,17 +350,7 @@ impl Store for SqliteStore {
         owner: &Principal,
         key_hash: &KeyHash,
     ) -> Result<Option<JobRecord>, StoreError> {
-        let row: Option<SqliteJobRow> = sqlx::query_as(concat!(
-            "SELECT ",
-            job_columns!(),
-            " FROM jobs WHERE tenant = ?1 AND user_id = ?2 AND key_hash = ?3 AND environment = 'default'"
-        ))
-        .bind(&owner.tenant)
-        .bind(&owner.user)
-        .bind(&key_hash.0[..])
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(JobRecord::try_from).transpose()
+        intake::by_key(&self.pool, owner, key_hash).await
     }
 
     async fn events(
