@@ -1,20 +1,23 @@
 //! Intake on PostgreSQL: create-or-replay with group commit.
 //!
-//! Every submission goes to the intake [`Batcher`]. A batch is written with at most two
-//! statements, each its own (autocommit) transaction:
+//! Every submission goes to the intake [`Batcher`]. A batch is written with one statement,
+//! and a second only when concurrent writers raced for its keys, each its own (autocommit)
+//! transaction:
 //!
 //! 1. one statement inserts every submission's job (`INSERT … SELECT FROM unnest(…) ON
-//!    CONFLICT DO NOTHING RETURNING …`) and, in a data-modifying CTE, the `created` events of
-//!    the rows it inserted: one round trip and one durable commit for the whole batch, the
-//!    shape of the single `INSERT` the benchmark's ceiling measures. The key's unique index
-//!    stays the arbiter (no conflict target is named, so the insert works under the old
-//!    narrow constraint, the widened index, or both while `online` widens the scope); a
-//!    conflict in one row never fails the others, and a replay inserts nothing, so a batch of
-//!    replays commits no write and waits for no flush;
-//! 2. only if some submissions were not inserted: one `SELECT` reads back the jobs under
-//!    their keys. The insert waited for any transaction holding such a key, and has
-//!    committed, so this read sees every winner: replays, conflicts, copies of a key within
-//!    the batch, and keys another node took meanwhile.
+//!    CONFLICT DO NOTHING RETURNING …`), in a data-modifying CTE the `created` events of the
+//!    rows it inserted, and in another CTE looks up the jobs already under the batch's keys in
+//!    its snapshot: one round trip and one durable commit for the whole batch, the shape of
+//!    the single `INSERT` the benchmark's ceiling measures, and one round trip with no write
+//!    and no flush for a batch of replays. The key's unique index stays the arbiter (no
+//!    conflict target is named, so the insert works under the old narrow constraint, the
+//!    widened index, or both while `online` widens the scope); a conflict in one row never
+//!    fails the others;
+//! 2. only if some submissions were neither inserted nor found (a key another transaction
+//!    committed after the statement's snapshot was taken, or a second copy of a key within
+//!    the batch): one `SELECT` reads back the jobs under those keys. The insert waited for
+//!    any transaction holding such a key, and has committed, so this read, a new statement
+//!    with a new snapshot, sees every winner.
 //!
 //! Rows are inserted in one global order (by key hash): two batches, on one node or on
 //! several, that share keys then wait for each other's unique-index entries in the same
@@ -27,7 +30,10 @@
 //! database being unavailable, its submissions are retried one by one, so a bad row fails
 //! alone.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
 
 use futures::FutureExt;
 use onejob_domain::{KeyHash, Principal};
@@ -35,7 +41,7 @@ use serde_json::Value;
 use sqlx::{PgExecutor, PgPool, types::Json};
 use uuid::Uuid;
 
-use super::{PgJobRow, relaxed::Relaxed};
+use super::{PgJobRow, relaxed::Relaxed, side_pool};
 use crate::store::{
     Intake, JobRecord, NewEvent, NewJob, StoreError,
     batch::{Batcher, WriteBatch},
@@ -47,8 +53,21 @@ pub(super) const MAX_BATCH: usize = 256;
 /// Intake writer tasks: two transactions may be in flight, so commits overlap.
 pub(super) const WRITERS: usize = 2;
 
-/// The intake batcher.
-pub(super) fn intake_batcher(pool: PgPool, relaxed: Relaxed) -> Batcher<NewJob, Intake> {
+/// The intake batcher, writing through a pool of its own: one connection per writer, whose
+/// sessions run with `plan_cache_mode = force_generic_plan`.
+///
+/// Intake's statements take arrays. Given the arrays' values, the planner knows a batch's
+/// size and estimates a custom plan cheaper than the generic one (which assumes ten rows
+/// per array), so under the default `auto` mode it plans every execution anew: about half a
+/// millisecond of database CPU per batch for the intake statement, more than executing it
+/// (measured in BENCHMARKS.md). Generic plans are made once per connection; the tests in
+/// this module check that they still look every key up in the unique index.
+pub(super) fn intake_batcher(pool: &PgPool, relaxed: Relaxed) -> Batcher<NewJob, Intake> {
+    let pool = side_pool(
+        pool,
+        WRITERS as u32,
+        &[("plan_cache_mode", "force_generic_plan")],
+    );
     let write: WriteBatch<NewJob, Intake> = Arc::new(move |jobs| {
         let pool = pool.clone();
         let relaxed = relaxed.clone();
@@ -110,6 +129,31 @@ fn key_of(owner: &Principal, key_hash: &KeyHash) -> Key {
     )
 }
 
+/// Submissions' keys as the arrays the statements bind.
+struct KeyColumns<'a> {
+    tenants: Vec<&'a str>,
+    users: Vec<&'a str>,
+    key_hashes: Vec<Vec<u8>>,
+}
+
+impl<'a> KeyColumns<'a> {
+    fn of(jobs: impl IntoIterator<Item = &'a NewJob> + Clone) -> Self {
+        Self {
+            tenants: jobs
+                .clone()
+                .into_iter()
+                .map(|j| j.owner.tenant.as_str())
+                .collect(),
+            users: jobs
+                .clone()
+                .into_iter()
+                .map(|j| j.owner.user.as_str())
+                .collect(),
+            key_hashes: jobs.into_iter().map(|j| j.key_hash.0.to_vec()).collect(),
+        }
+    }
+}
+
 /// The read-back of [`taken`]: `$1` tenants, `$2` users, `$3` key hashes.
 macro_rules! taken_sql {
     () => {
@@ -132,22 +176,11 @@ macro_rules! taken_sql {
 /// environments are exposed, DESIGN §2.10), so the whole unique index `(tenant, user_id,
 /// environment, key_hash)` applies, not only its owner prefix.
 async fn taken(pool: &PgPool, jobs: &[&NewJob]) -> Result<HashMap<Key, JobRecord>, StoreError> {
+    let keys = KeyColumns::of(jobs.iter().copied());
     let rows: Vec<PgJobRow> = sqlx::query_as(taken_sql!())
-        .bind(
-            jobs.iter()
-                .map(|j| j.owner.tenant.as_str())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            jobs.iter()
-                .map(|j| j.owner.user.as_str())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            jobs.iter()
-                .map(|j| j.key_hash.0.to_vec())
-                .collect::<Vec<_>>(),
-        )
+        .bind(keys.tenants)
+        .bind(keys.users)
+        .bind(keys.key_hashes)
         .fetch_all(pool)
         .await?;
     rows.into_iter()
@@ -158,8 +191,8 @@ async fn taken(pool: &PgPool, jobs: &[&NewJob]) -> Result<HashMap<Key, JobRecord
         .collect()
 }
 
-/// Inserts one batch with its `created` events, reads back what it did not insert, and
-/// hands the rest to [`Relaxed`].
+/// Inserts one batch with its `created` events, reads back what it neither inserted nor
+/// found, and hands the rest to [`Relaxed`].
 ///
 /// `Err` only when the insert failed, and so nothing was written. Once it committed, each
 /// created job is answered `Created` whatever happens next; a failed read-back fails only
@@ -169,15 +202,17 @@ async fn write_batch(
     relaxed: &Relaxed,
     jobs: &[NewJob],
 ) -> Result<Vec<Result<Intake, StoreError>>, StoreError> {
-    let created = insert_new(pool, jobs).await?;
+    let Written { created, found } = insert_new(pool, jobs).await?;
     if !created.is_empty() {
         relaxed.wake_workers();
     }
     let rest: Vec<&NewJob> = jobs
         .iter()
-        .filter(|j| !created.contains_key(&j.id))
+        .filter(|j| {
+            !created.contains_key(&j.id) && !found.contains_key(&key_of(&j.owner, &j.key_hash))
+        })
         .collect();
-    let existing = if rest.is_empty() {
+    let raced = if rest.is_empty() {
         Ok(HashMap::new())
     } else {
         taken(pool, &rest).await
@@ -189,18 +224,22 @@ async fn write_batch(
             results.push(Ok(Intake::Created(record.clone())));
             continue;
         }
-        let found = match &existing {
-            Ok(existing) => existing.get(&key_of(&job.owner, &job.key_hash)),
-            Err(error) => {
+        let key = key_of(&job.owner, &job.key_hash);
+        let record = match (found.get(&key), &raced) {
+            (Some(record), _) => record,
+            (None, Ok(raced)) => match raced.get(&key) {
+                Some(record) => record,
+                None => {
+                    results.push(Err(StoreError::Corrupt(
+                        "a conflicting job vanished before it could be read back".into(),
+                    )));
+                    continue;
+                }
+            },
+            (None, Err(error)) => {
                 results.push(Err(copy_error(error)));
                 continue;
             }
-        };
-        let Some(record) = found else {
-            results.push(Err(StoreError::Corrupt(
-                "a conflicting job vanished before it could be read back".into(),
-            )));
-            continue;
         };
         if job.matches(record) {
             replayed.push(job.replayed_event(record));
@@ -213,47 +252,103 @@ async fn write_batch(
     Ok(results)
 }
 
+/// What the intake statement did: the jobs it inserted, by id, and the jobs it found already
+/// under the batch's keys in its snapshot, by key.
+struct Written {
+    created: HashMap<Uuid, JobRecord>,
+    found: HashMap<Key, JobRecord>,
+}
+
+/// The intake statement: `$1`–`$7` the jobs' columns, `$8`–`$11` their `created` events'.
+///
+/// `found` looks each key up once in the unique index (`LIMIT 1`, as the read-back does); its
+/// rows and `inserted`'s are told apart by id, since every submission carries a new one.
+macro_rules! intake_sql {
+    () => {
+        concat!(
+            "WITH found AS (\
+               SELECT job.* FROM unnest($2::text[], $3::text[], $4::bytea[]) AS batch (tenant, user_id, key_hash) \
+               CROSS JOIN LATERAL (SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE jobs.tenant = batch.tenant AND jobs.user_id = batch.user_id \
+                 AND jobs.environment = 'default' AND jobs.key_hash = batch.key_hash LIMIT 1) AS job\
+             ), inserted AS (\
+               INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params) \
+               SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::text[], \
+               $6::bytea[], $7::jsonb[]) AS batch (id, tenant, user_id, key_hash, kind, fingerprint, params) \
+               ORDER BY key_hash, tenant, user_id \
+               ON CONFLICT DO NOTHING RETURNING ",
+            job_columns!(),
+            "), logged AS (\
+               INSERT INTO job_events (job_id, attempt_id, kind, actor, detail) \
+               SELECT event.* FROM unnest($1::uuid[], $8::uuid[], $9::text[], $10::text[], $11::jsonb[]) \
+               AS event (job_id, attempt_id, kind, actor, detail) \
+               WHERE event.job_id IN (SELECT id FROM inserted)) \
+             SELECT * FROM inserted UNION ALL SELECT * FROM found"
+        )
+    };
+}
+
 /// One statement, one commit: inserts the jobs whose keys are free and the `created` events
-/// of exactly those rows; answers the inserted jobs by id.
-async fn insert_new(
-    pool: &PgPool,
-    jobs: &[NewJob],
-) -> Result<HashMap<Uuid, JobRecord>, StoreError> {
+/// of exactly those rows, and finds the jobs already under the other keys.
+async fn insert_new(pool: &PgPool, jobs: &[NewJob]) -> Result<Written, StoreError> {
     let events: Vec<NewEvent> = jobs.iter().map(NewJob::created_event).collect();
-    let rows: Vec<PgJobRow> = sqlx::query_as(concat!(
-        "WITH inserted AS (\
-           INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params) \
-           SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::text[], \
-           $6::bytea[], $7::jsonb[]) AS batch (id, tenant, user_id, key_hash, kind, fingerprint, params) \
-           ORDER BY key_hash, tenant, user_id \
-           ON CONFLICT DO NOTHING RETURNING ",
-        job_columns!(),
-        "), logged AS (\
-           INSERT INTO job_events (job_id, attempt_id, kind, actor, detail) \
-           SELECT event.* FROM unnest($1::uuid[], $8::uuid[], $9::text[], $10::text[], $11::jsonb[]) \
-           AS event (job_id, attempt_id, kind, actor, detail) \
-           WHERE event.job_id IN (SELECT id FROM inserted)) \
-         SELECT * FROM inserted"
-    ))
-    .bind(jobs.iter().map(|j| j.id).collect::<Vec<_>>())
-    .bind(jobs.iter().map(|j| j.owner.tenant.as_str()).collect::<Vec<_>>())
-    .bind(jobs.iter().map(|j| j.owner.user.as_str()).collect::<Vec<_>>())
-    .bind(jobs.iter().map(|j| j.key_hash.0.to_vec()).collect::<Vec<_>>())
-    .bind(jobs.iter().map(|j| j.kind.as_str()).collect::<Vec<_>>())
-    .bind(jobs.iter().map(|j| j.fingerprint.0.to_vec()).collect::<Vec<_>>())
-    .bind(jobs.iter().map(|j| Json(&j.params)).collect::<Vec<_>>())
-    .bind(events.iter().map(|e| e.attempt_id).collect::<Vec<_>>())
-    .bind(events.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>())
-    .bind(events.iter().map(|e| e.actor.as_deref()).collect::<Vec<_>>())
-    .bind(events.iter().map(|e| Json(&e.detail)).collect::<Vec<Json<&Value>>>())
-    .fetch_all(pool)
-    .await?;
-    rows.into_iter()
-        .map(|row| {
-            let record = JobRecord::try_from(row)?;
-            Ok((record.id, record))
-        })
-        .collect()
+    let created = EventColumns::of(&events);
+    let keys = KeyColumns::of(jobs);
+    let rows: Vec<PgJobRow> = sqlx::query_as(intake_sql!())
+        .bind(jobs.iter().map(|j| j.id).collect::<Vec<_>>())
+        .bind(keys.tenants)
+        .bind(keys.users)
+        .bind(keys.key_hashes)
+        .bind(jobs.iter().map(|j| j.kind.as_str()).collect::<Vec<_>>())
+        .bind(
+            jobs.iter()
+                .map(|j| j.fingerprint.0.to_vec())
+                .collect::<Vec<_>>(),
+        )
+        .bind(jobs.iter().map(|j| Json(&j.params)).collect::<Vec<_>>())
+        .bind(created.attempt_ids)
+        .bind(created.kinds)
+        .bind(created.actors)
+        .bind(created.details)
+        .fetch_all(pool)
+        .await?;
+    let ids: HashSet<Uuid> = jobs.iter().map(|j| j.id).collect();
+    let mut written = Written {
+        created: HashMap::new(),
+        found: HashMap::new(),
+    };
+    for row in rows {
+        let record = JobRecord::try_from(row)?;
+        if ids.contains(&record.id) {
+            written.created.insert(record.id, record);
+        } else {
+            written
+                .found
+                .insert(key_of(&record.owner, &record.key_hash), record);
+        }
+    }
+    Ok(written)
+}
+
+/// Events as the arrays the statements bind, their job ids aside (the intake statement
+/// binds those once, as the jobs' ids).
+struct EventColumns<'a> {
+    attempt_ids: Vec<Option<Uuid>>,
+    kinds: Vec<&'a str>,
+    actors: Vec<Option<&'a str>>,
+    details: Vec<Json<&'a Value>>,
+}
+
+impl<'a> EventColumns<'a> {
+    fn of(events: &'a [NewEvent]) -> Self {
+        Self {
+            attempt_ids: events.iter().map(|e| e.attempt_id).collect(),
+            kinds: events.iter().map(|e| e.kind.as_str()).collect(),
+            actors: events.iter().map(|e| e.actor.as_deref()).collect(),
+            details: events.iter().map(|e| Json(&e.detail)).collect(),
+        }
+    }
 }
 
 /// Appends events with one statement.
@@ -264,25 +359,16 @@ pub(super) async fn insert_events<'c>(
     if events.is_empty() {
         return Ok(());
     }
+    let columns = EventColumns::of(events);
     sqlx::query(
         "INSERT INTO job_events (job_id, attempt_id, kind, actor, detail) \
          SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::jsonb[])",
     )
     .bind(events.iter().map(|e| e.job_id).collect::<Vec<_>>())
-    .bind(events.iter().map(|e| e.attempt_id).collect::<Vec<_>>())
-    .bind(events.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>())
-    .bind(
-        events
-            .iter()
-            .map(|e| e.actor.as_deref())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        events
-            .iter()
-            .map(|e| Json(&e.detail))
-            .collect::<Vec<Json<&Value>>>(),
-    )
+    .bind(columns.attempt_ids)
+    .bind(columns.kinds)
+    .bind(columns.actors)
+    .bind(columns.details)
     .execute(executor)
     .await?;
     Ok(())
@@ -294,21 +380,29 @@ mod tests {
 
     use crate::store::{Store, postgres::PgStore};
 
-    /// A fresh database holding 20,000 jobs of one owner, analyzed, on the test PostgreSQL.
-    async fn large_owner() -> PgConnection {
+    /// [`large_owner`] on a database of this name (a literal: database names cannot be bound).
+    macro_rules! large_owner {
+        ($name:literal) => {
+            large_owner(
+                $name,
+                concat!("DROP DATABASE IF EXISTS ", $name, " WITH (FORCE)"),
+                concat!("CREATE DATABASE ", $name),
+            )
+        };
+    }
+
+    /// A fresh database `name` holding 20,000 jobs of one owner, analyzed, on the test
+    /// PostgreSQL (`drop` and `create` are the statements that drop and create it).
+    async fn large_owner(name: &str, drop: &'static str, create: &'static str) -> PgConnection {
         let admin = std::env::var("ONEJOB_TEST_POSTGRES")
             .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
         let mut conn = PgConnection::connect(&admin)
             .await
             .unwrap_or_else(|e| panic!("PostgreSQL is required for the tests ({admin}): {e}"));
-        conn.execute("DROP DATABASE IF EXISTS onejob_unit_key_lookup WITH (FORCE)")
-            .await
-            .unwrap();
-        conn.execute("CREATE DATABASE onejob_unit_key_lookup")
-            .await
-            .unwrap();
+        conn.execute(drop).await.unwrap();
+        conn.execute(create).await.unwrap();
         let options: PgConnectOptions = admin.parse().unwrap();
-        let options = options.database("onejob_unit_key_lookup");
+        let options = options.database(name);
         let store = PgStore::from_pool(PgPool::connect_with(options.clone()).await.unwrap());
         store.migrate().await.unwrap();
         let mut db = PgConnection::connect_with(&options).await.unwrap();
@@ -324,32 +418,22 @@ mod tests {
         db
     }
 
-    /// The read-back stays one lookup of the whole unique key per submission, with a custom
-    /// plan and with the cached generic plan sqlx's prepared statement ends up using. (Before
-    /// the lookups named the environment, the generic plan was a hash join over a sequential
-    /// scan of `jobs`, and the key hash was never part of an index condition.)
-    #[tokio::test]
-    async fn the_read_back_looks_each_key_up_in_the_unique_index() {
-        let mut db = large_owner().await;
-        db.execute(concat!(
-            "PREPARE taken(text[], text[], bytea[]) AS ",
-            taken_sql!()
-        ))
-        .await
-        .unwrap();
+    /// `explain` (an `EXPLAIN EXECUTE` of a prepared statement), under a custom plan and under the cached generic plan sqlx's prepared
+    /// statements end up using, looks each key up in the unique index on the whole key.
+    async fn assert_looks_keys_up_in_the_unique_index(
+        db: &mut PgConnection,
+        explain: &'static str,
+    ) {
         for mode in ["force_custom_plan", "force_generic_plan"] {
             sqlx::query("SELECT set_config('plan_cache_mode', $1, false)")
                 .bind(mode)
-                .execute(&mut db)
+                .execute(&mut *db)
                 .await
                 .unwrap();
-            let plan: Vec<String> = sqlx::query_scalar(
-                "EXPLAIN EXECUTE taken(ARRAY['acme', 'acme'], ARRAY['alice', 'alice'], \
-                 ARRAY[sha256('7'::bytea), sha256('no such key'::bytea)])",
-            )
-            .fetch_all(&mut db)
-            .await
-            .unwrap();
+            let plan: Vec<String> = sqlx::query_scalar(explain)
+                .fetch_all(&mut *db)
+                .await
+                .unwrap();
             let plan = plan.join("\n");
             assert!(
                 plan.contains("jobs_one_per_key_scope") && !plan.contains("Seq Scan on jobs"),
@@ -364,6 +448,51 @@ mod tests {
                 "{mode}:\n{plan}"
             );
         }
+    }
+
+    /// The read-back stays one lookup of the whole unique key per submission. (Before the
+    /// lookups named the environment, the generic plan was a hash join over a sequential scan
+    /// of `jobs`, and the key hash was never part of an index condition.)
+    #[tokio::test]
+    async fn the_read_back_looks_each_key_up_in_the_unique_index() {
+        let mut db = large_owner!("onejob_unit_key_lookup").await;
+        db.execute(concat!(
+            "PREPARE taken(text[], text[], bytea[]) AS ",
+            taken_sql!()
+        ))
+        .await
+        .unwrap();
+        assert_looks_keys_up_in_the_unique_index(
+            &mut db,
+            "EXPLAIN EXECUTE taken(ARRAY['acme', 'acme'], ARRAY['alice', 'alice'], \
+             ARRAY[sha256('7'::bytea), sha256('no such key'::bytea)])",
+        )
+        .await;
+        db.close().await.unwrap();
+    }
+
+    /// The intake statement's lookup of the jobs already under its keys, likewise (EXPLAIN
+    /// only plans it: nothing is inserted).
+    #[tokio::test]
+    async fn the_intake_statement_looks_each_key_up_in_the_unique_index() {
+        let mut db = large_owner!("onejob_unit_intake_plan").await;
+        db.execute(concat!(
+            "PREPARE intake(uuid[], text[], text[], bytea[], text[], bytea[], jsonb[], \
+             uuid[], text[], text[], jsonb[]) AS ",
+            intake_sql!()
+        ))
+        .await
+        .unwrap();
+        assert_looks_keys_up_in_the_unique_index(
+            &mut db,
+            "EXPLAIN EXECUTE intake(ARRAY[gen_random_uuid(), gen_random_uuid()], ARRAY['acme', 'acme'], \
+             ARRAY['alice', 'alice'], ARRAY[sha256('7'::bytea), sha256('no such key'::bytea)], \
+             ARRAY['chat', 'chat'], ARRAY[sha256('7'::bytea), sha256('8'::bytea)], \
+             ARRAY['{}'::jsonb, '{}'::jsonb], ARRAY[NULL::uuid, NULL::uuid], \
+             ARRAY['created', 'created'], ARRAY[NULL::text, NULL::text], \
+             ARRAY['{}'::jsonb, '{}'::jsonb])",
+        )
+        .await;
         db.close().await.unwrap();
     }
 }

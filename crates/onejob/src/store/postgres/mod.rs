@@ -89,7 +89,7 @@ impl PgStore {
         Self {
             wake: wake::Wake::new(pool.clone()),
             intake: Arc::new(intake::intake_batcher(
-                pool.clone(),
+                &pool,
                 relaxed::Relaxed::spawn(&pool),
             )),
             pool,
@@ -100,6 +100,18 @@ impl PgStore {
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
+}
+
+/// A small pool of its own for one hot path, with `pool`'s connection settings plus the
+/// session `settings`; its connections open on first use.
+fn side_pool(pool: &PgPool, connections: u32, settings: &[(&str, &str)]) -> PgPool {
+    let options = (*pool.connect_options())
+        .clone()
+        .options(settings.iter().copied());
+    PgPoolOptions::new()
+        .max_connections(connections)
+        .acquire_timeout(pool.options().get_acquire_timeout())
+        .connect_lazy_with(options)
 }
 
 /// Warns when autovacuum is off: without the statistics it gathers, the planner guesses (in

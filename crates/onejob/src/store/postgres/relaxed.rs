@@ -2,7 +2,8 @@
 //!
 //! Both go through a small pool of their own whose sessions run with
 //! `synchronous_commit = off`, so their commits never wait for a WAL flush and never hold
-//! up the durable commits of intake:
+//! up the durable commits of intake (and with `plan_cache_mode = force_generic_plan`, as
+//! intake's pool, for the same reason: see [`super::intake`]):
 //!
 //! * **`replayed` events.** A replay's answer points at a job already durable; its event is
 //!   queued here and written in batches after the answer went out. A crash (or a failed
@@ -18,10 +19,10 @@
 use std::sync::Arc;
 
 use futures::FutureExt;
-use sqlx::{PgPool, postgres::PgPoolOptions};
+use sqlx::PgPool;
 use tokio::sync::mpsc;
 
-use super::{DISPATCH_CHANNEL, intake::insert_events};
+use super::{DISPATCH_CHANNEL, intake::insert_events, side_pool};
 use crate::store::{
     NewEvent,
     batch::{Batcher, WriteBatch},
@@ -45,13 +46,14 @@ impl Relaxed {
     /// Starts the writers on a relaxed copy of `pool`'s connection settings (connections
     /// open on first use).
     pub(super) fn spawn(pool: &PgPool) -> Self {
-        let options = (*pool.connect_options())
-            .clone()
-            .options([("synchronous_commit", "off")]);
-        let relaxed = PgPoolOptions::new()
-            .max_connections(CONNECTIONS)
-            .acquire_timeout(pool.options().get_acquire_timeout())
-            .connect_lazy_with(options);
+        let relaxed = side_pool(
+            pool,
+            CONNECTIONS,
+            &[
+                ("synchronous_commit", "off"),
+                ("plan_cache_mode", "force_generic_plan"),
+            ],
+        );
         let write_pool = relaxed.clone();
         let write: WriteBatch<NewEvent, ()> = Arc::new(move |events| {
             let pool = write_pool.clone();
