@@ -679,6 +679,22 @@ def explain_intake(name: str) -> str:
     return psql(name, sql)
 
 
+def growth_sql(opts, rec: dict, template: str | None, name: str) -> dict:
+    """onejob's own intake statement alone (bench/sql/onejob_tx.pgbench, as in the ceiling
+    part) on another copy of the same database, at the same client count: how much of the
+    growth is PostgreSQL's (the statement without HTTP or Rust) rather than onejob's."""
+    if template:
+        create_db(name, template=template)
+        url = f"{PG_URL}/{name}"
+    else:
+        url = fresh("postgres", name)
+    extra = ["-D", f"keyid={api_key(url).split('_')[1]}"]
+    cmd, r = pgbench(name, SQL / "onejob_tx.pgbench", opts.growth_clients, opts.duration, extra=extra)
+    note_command(rec, "pgbench-onejob-sql", cmd)
+    drop_db(name)
+    return r
+
+
 def part_growth(opts) -> None:
     rec = part_record(opts, "growth")
     rec["sizes"] = opts.growth_sizes
@@ -704,9 +720,12 @@ def part_growth(opts) -> None:
             r = {"intake": loadgen_intake(rec, "postgres", name, url, key, tag, opts.growth_clients, opts.jobs,
                                           f"g{run_index}")}
             drop_db(name)
+            r["sql"] = growth_sql(opts, rec, templates[size], name)
             rec["runs"].append({"contender": "onejob-postgres", "existing_jobs": size, "run": run_index,
                                 "clients": opts.growth_clients, "loadavg": loadavg(), **r})
-            log(f"growth {size:,} run {run_index}: {r['intake']['rps']:.0f}/s p50 {r['intake']['p50_ms']:.1f} ms")
+            log(f"growth {size:,} run {run_index}: {r['intake']['rps']:.0f}/s p50 {r['intake']['p50_ms']:.1f} ms, "
+                f"WAL {r['intake'].get('pg', {}).get('wal_bytes_per_job') or 0:,.0f} B/job; onejob's SQL alone "
+                f"{r['sql']['rps']:.0f} tx/s, WAL {r['sql']['pg'].get('wal_bytes_per_job') or 0:,.0f} B/job")
     if not opts.keep_templates:
         for name in filter(None, templates.values()):
             drop_db(name)

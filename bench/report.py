@@ -438,15 +438,32 @@ class Report:
                "FILE_COPY`), vacuumed and analyzed once after the load; every run (the empty one too) runs `ANALYZE` "
                "after its warm-up, and the order of the sizes rotates from run to run.")
         self.w()
-        self.w("| existing jobs | new req/s | p50 ms | p99 ms | vs empty | runs (req/s) |")
-        self.w("|---|---|---|---|---|---|")
         sizes = sorted({r["existing_jobs"] for r in g["runs"]})
         base = med([r["intake"]["rps"] for r in g["runs"] if r["existing_jobs"] == sizes[0]])
+        with_sql = all("sql" in r for r in g["runs"])
+        if with_sql:
+            self.w("After each onejob run, *onejob's SQL alone*: `pgbench` running onejob's intake statement "
+                   "for a batch of one (bench/sql/onejob_tx.pgbench, as in section 1) on another copy of the same "
+                   f"database, {g['clients']} clients, same duration as the ceiling: what the database alone does "
+                   "at that size, without HTTP or Rust. *WAL per job* is `pg_stat_wal` bytes over the measured jobs.")
+            self.w()
+            self.w("| existing jobs | new req/s | p50 ms | p99 ms | vs empty | WAL per job | onejob's SQL alone tx/s | vs empty | WAL per job | runs (req/s) |")
+            self.w("|---|---|---|---|---|---|---|---|---|---|")
+            sql_base = med([r["sql"]["rps"] for r in g["runs"] if r["existing_jobs"] == sizes[0]])
+        else:
+            self.w("| existing jobs | new req/s | p50 ms | p99 ms | vs empty | runs (req/s) |")
+            self.w("|---|---|---|---|---|---|")
         for size in sizes:
             rs = [r for r in g["runs"] if r["existing_jobs"] == size]
             v = med([r["intake"]["rps"] for r in rs])
-            self.w(f"| {size:,} | {fmt(v)} | {fmt(med([r['intake']['p50_ms'] for r in rs]), 2)} | "
-                   f"{fmt(med([r['intake']['p99_ms'] for r in rs]), 2)} | {ratio(v, base)} | {spread([r['intake']['rps'] for r in rs])} |")
+            row = (f"| {size:,} | {fmt(v)} | {fmt(med([r['intake']['p50_ms'] for r in rs]), 2)} | "
+                   f"{fmt(med([r['intake']['p99_ms'] for r in rs]), 2)} | {ratio(v, base)} |")
+            if with_sql:
+                sv = med([r["sql"]["rps"] for r in rs])
+                wal = med([r["intake"].get("pg", {}).get("wal_bytes_per_job") for r in rs])
+                swal = med([r["sql"].get("pg", {}).get("wal_bytes_per_job") for r in rs])
+                row += f" {fmt(wal)} B | {fmt(sv)} | {ratio(sv, sql_base)} | {fmt(swal)} B |"
+            self.w(f"{row} {spread([r['intake']['rps'] for r in rs])} |")
         self.w()
         for size, t in sorted(g.get("templates", {}).items(), key=lambda kv: int(kv[0])):
             self.w(f"- {int(size):,} jobs: loaded in {t['load_seconds']:,} s; `jobs` with its indexes {t['jobs_table_size']}, "
