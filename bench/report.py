@@ -298,7 +298,7 @@ class Report:
                f"201); *replay*: the same keys and params again (expects 200 `Idempotent-Replayed`). Warm-up, new and "
                f"replay each run against their own onejob process, stopped after the phase, so that the database "
                f"counters read around a phase hold that phase exactly. onejob's "
-               f"PostgreSQL pool is its fixed 16 connections; SQLite runs WAL with `synchronous = FULL`.")
+               f"PostgreSQL pools are fixed: 16 connections, plus 2 for intake's shared commits and 2 for unawaited writes; SQLite runs WAL with `synchronous = FULL`.")
         self.w()
         for backend in ("postgres", "sqlite"):
             runs = [r for r in self.intake["runs"] if r["backend"] == backend]

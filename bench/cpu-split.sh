@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Where the machine's CPU goes during steady new-job intake on PostgreSQL: runs
+# `onejob serve --no-worker` on a fresh database, drives it with onejob-loadgen, and over a
+# window in the middle of the run reads /proc/stat (busy and idle, machine-wide) and every
+# process's CPU time, grouped by program (postgres, onejob, onejob-loadgen, ...).
+# Writes bench/results/cpu-split-<clients>.txt. Run bench/run.sh once first (it builds).
+#
+#   bench/cpu-split.sh [CLIENTS=8] [JOBS=40000]
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+clients=${1:-8}
+jobs=${2:-40000}
+cache=${BENCH_CACHE:-/var/cache/onejob}
+onejob=${ONEJOB_TARGET_DIR:-$cache/target-bench}/release/onejob
+loadgen=${LOADGEN_TARGET_DIR:-$cache/target-loadgen}/release/onejob-loadgen
+work=$cache/bench-run
+mkdir -p "$work" "$here/results"
+export PGHOST=${BENCH_PGHOST:-127.0.0.1} PGPORT=${BENCH_PGPORT:-5432} PGUSER=${BENCH_PGUSER:-postgres}
+db=onejob_bench_split
+url=postgres://$PGUSER@$PGHOST:$PGPORT/$db
+port=${BENCH_PORT:-18080}
+out=$here/results/cpu-split-$clients.txt
+
+psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db"
+"$onejob" migrate --database "$url" >/dev/null 2>&1
+key=$("$onejob" keys create --database "$url" --tenant bench --user bench 2>/dev/null)
+cat > "$work/split.toml" <<TOML
+listen = "127.0.0.1:$port"
+database = "$url"
+[[provider]]
+name = "upstream"
+adapter = "openai-chat"
+base_url = "http://127.0.0.1:1/v1"
+model = "bench"
+[[kind]]
+name = "bench.chat"
+providers = ["upstream"]
+[kind.params_schema]
+type = "object"
+required = ["prompt"]
+additionalProperties = false
+[kind.params_schema.properties.prompt]
+type = "string"
+TOML
+"$onejob" serve --config "$work/split.toml" --no-worker >"$work/split-serve.log" 2>&1 &
+server=$!
+trap 'kill $server 2>/dev/null || true' EXIT
+sleep 1
+"$loadgen" intake --addr "127.0.0.1:$port" --key "$key" --clients "$clients" --jobs 500 --warmup 0 --prefix w --pid $server >/dev/null
+psql -X -q -d "$db" -c ANALYZE
+python3 - "$out" "$clients" <<'PY' &
+import collections, os, sys, time
+def snap():
+    d = collections.Counter()
+    for p in os.listdir('/proc'):
+        if not p.isdigit():
+            continue
+        try:
+            s = open(f'/proc/{p}/stat').read()
+        except OSError:
+            continue
+        f = s[s.rindex(')') + 2:].split()
+        d[s[s.index('(') + 1:s.rindex(')')].split(':')[0]] += int(f[11]) + int(f[12])
+    return d, [int(x) for x in open('/proc/stat').readline().split()[1:]]
+time.sleep(3)
+a, ca = snap(); t = time.time(); time.sleep(6); b, cb = snap(); t = time.time() - t
+hz, cores = os.sysconf('SC_CLK_TCK'), os.cpu_count()
+d = [y - x for x, y in zip(ca, cb)]
+share = lambda n: 100 * n / sum(d) * cores
+with open(sys.argv[1], 'w') as out:
+    out.write(f"# CPU during new-job intake, {sys.argv[2]} clients, PostgreSQL, {time.strftime('%FT%TZ', time.gmtime())}, "
+              f"load {open('/proc/loadavg').read().split()[:3]}; percent of one core, {cores} cores = {100 * cores}%\n\n")
+    out.write(f"machine: user {share(d[0] + d[1]):.0f}%  system {share(d[2]):.0f}%  irq+softirq {share(d[5] + d[6]):.0f}%  "
+              f"iowait {share(d[4]):.0f}%  idle {share(d[3]):.0f}%\n\n")
+    for name, ticks in sorted(((k, b[k] - a.get(k, 0)) for k in b), key=lambda kv: -kv[1])[:8]:
+        out.write(f"  {name:16s} {100 * ticks / hz / t:5.1f}%\n")
+PY
+sampler=$!
+"$loadgen" intake --addr "127.0.0.1:$port" --key "$key" --clients "$clients" --jobs "$jobs" --warmup 0 --prefix m --pid $server > "$work/split-loadgen.json"
+wait $sampler
+python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['intake']; print(f\"\nreq/s {r['rps']:.0f}  p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms\")" "$work/split-loadgen.json" >> "$out"
+kill $server; wait $server 2>/dev/null || true
+psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)"
+cat "$out"
