@@ -251,9 +251,10 @@ class Report:
                "`SET LOCAL synchronous_commit = off` (bench/sql/ceiling_notify_after.pgbench) — what onejob does "
                "now, though once per batch rather than once per job.")
         self.w("- **onejob's SQL**: onejob's intake statement for a batch of one on onejob's real schema: one "
-               "autocommit `INSERT … ON CONFLICT DO NOTHING RETURNING …` of the job with its `created` event in a "
-               "data-modifying CTE (bench/sql/onejob_tx.pgbench) — what an unbatched intake costs the database, "
-               "without HTTP or Rust.")
+               "autocommit statement that looks the key up in the unique index (what answers a replay) and "
+               "`INSERT … ON CONFLICT DO NOTHING RETURNING …` the job with its `created` event in data-modifying "
+               "CTEs (bench/sql/onejob_tx.pgbench) — what an unbatched intake costs the database, without HTTP or "
+               "Rust. (Runs before 2026-11-30 10:25 UTC measured the statement without the lookup.)")
         self.w()
         self.w("*jobs per WAL sync* = jobs committed / `pg_stat_wal.wal_sync` increments during the run: how many "
                "commits PostgreSQL's own group flush packs into one fdatasync (cluster-wide counter: other "
