@@ -14,7 +14,10 @@ Parts (--parts, comma separated; default all):
   e2e       jobs/s end to end through onejob-fake at zero latency, PostgreSQL and SQLite
   peers     graphile-worker, pg-boss, Procrastinate: enqueue with their dedupe feature,
             then the duplicate submissions, rows counted after
-  growth    intake at 0, 1 M, 10 M existing jobs (bulk loaded into onejob's jobs table)
+  growth    intake at 0, 1 M, 10 M existing jobs (bulk loaded into onejob's jobs table), short
+            runs right after a checkpoint (the worst case), each followed by onejob's SQL alone
+  steady    the same sizes, long runs (--steady-jobs, default 600,000; --steady-runs, default 2),
+            spanning checkpoints as production does (about 16 minutes)
   rss       onejob's VmRSS holding 1,000 keep-alive connections (one POST on each)
 """
 
@@ -695,12 +698,25 @@ def growth_sql(opts, rec: dict, template: str | None, name: str) -> dict:
     return r
 
 
-def part_growth(opts) -> None:
-    rec = part_record(opts, "growth")
+def checkpoints() -> int:
+    """Checkpoints the server has completed (timed and requested), cluster-wide."""
+    return int(psql("postgres", "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter"))
+
+
+def part_growth(opts, part: str = "growth") -> None:
+    """`growth`: 3 short runs per size, each followed by onejob's SQL alone. `steady`: long runs
+    (--steady-jobs, --steady-runs per size), long enough to span checkpoints, so that the full-page
+    images of the key index are paid about once per checkpoint interval as in production,
+    not once per job as in a short run that starts right after the template copy's
+    checkpoint."""
+    steady = part == "steady"
+    runs, jobs = (opts.steady_runs, opts.steady_jobs) if steady else (opts.runs, opts.jobs)
+    rec = part_record(opts, part)
     rec["sizes"] = opts.growth_sizes
     rec["clients"] = opts.growth_clients
+    rec["jobs"] = jobs
     templates = {size: growth_template(size, rec) for size in opts.growth_sizes}
-    for run_index in range(opts.runs):
+    for run_index in range(runs):
         # rotate the order each run, so that no size always follows a large DROP DATABASE
         sizes = opts.growth_sizes[run_index % len(opts.growth_sizes):] + opts.growth_sizes[:run_index % len(opts.growth_sizes)]
         for size in sizes:
@@ -710,26 +726,33 @@ def part_growth(opts) -> None:
                 url = f"{PG_URL}/{name}"
             else:
                 url = fresh("postgres", name)
-            if run_index == 0:
+            if run_index == 0 and not steady:
                 rec.setdefault("explain", {})[str(size)] = explain_intake(name)
             key = api_key(url)
-            tag = f"growth-{size}"
+            tag = f"{part}-{size}"
             loadgen_intake(rec, "postgres", name, url, key, tag, opts.growth_clients, opts.warmup, f"g{run_index}w",
                            label="loadgen warm-up")
             analyze("postgres", name)
-            r = {"intake": loadgen_intake(rec, "postgres", name, url, key, tag, opts.growth_clients, opts.jobs,
+            before = checkpoints()
+            r = {"intake": loadgen_intake(rec, "postgres", name, url, key, tag, opts.growth_clients, jobs,
                                           f"g{run_index}")}
+            r["checkpoints"] = checkpoints() - before
             drop_db(name)
-            r["sql"] = growth_sql(opts, rec, templates[size], name)
+            if not steady:
+                r["sql"] = growth_sql(opts, rec, templates[size], name)
             rec["runs"].append({"contender": "onejob-postgres", "existing_jobs": size, "run": run_index,
                                 "clients": opts.growth_clients, "loadavg": loadavg(), **r})
-            log(f"growth {size:,} run {run_index}: {r['intake']['rps']:.0f}/s p50 {r['intake']['p50_ms']:.1f} ms, "
-                f"WAL {r['intake'].get('pg', {}).get('wal_bytes_per_job') or 0:,.0f} B/job; onejob's SQL alone "
-                f"{r['sql']['rps']:.0f} tx/s, WAL {r['sql']['pg'].get('wal_bytes_per_job') or 0:,.0f} B/job")
+            line = (f"{part} {size:,} run {run_index}: {r['intake']['rps']:.0f}/s p50 {r['intake']['p50_ms']:.1f} ms, "
+                    f"WAL {r['intake'].get('pg', {}).get('wal_bytes_per_job') or 0:,.0f} B/job, "
+                    f"{r['checkpoints']} checkpoints")
+            if not steady:
+                line += (f"; onejob's SQL alone {r['sql']['rps']:.0f} tx/s, "
+                         f"WAL {r['sql']['pg'].get('wal_bytes_per_job') or 0:,.0f} B/job")
+            log(line)
     if not opts.keep_templates:
         for name in filter(None, templates.values()):
             drop_db(name)
-    save("growth", finish(rec))
+    save(part, finish(rec))
 
 
 def part_rss(opts) -> None:
@@ -754,7 +777,7 @@ def part_rss(opts) -> None:
     save("rss", finish(rec))
 
 
-PARTS = ["machine", "ceiling", "intake", "peers", "dispatch", "e2e", "growth", "rss"]
+PARTS = ["machine", "ceiling", "intake", "peers", "dispatch", "e2e", "growth", "steady", "rss"]
 
 
 def main() -> None:
@@ -772,6 +795,8 @@ def main() -> None:
     p.add_argument("--peers", default="graphile,pgboss,procrastinate")
     p.add_argument("--growth-sizes", help="existing jobs (default 0,1000000,10000000; quick 0,100000)")
     p.add_argument("--growth-clients", type=int, default=8)
+    p.add_argument("--steady-jobs", type=int, help="measured jobs per size in the steady part (default 600000; quick 20000)")
+    p.add_argument("--steady-runs", type=int, default=2, help="runs per size in the steady part (default 2; the order of the sizes rotates)")
     p.add_argument("--keep-templates", action="store_true", help="keep the bulk-loaded template databases")
     p.add_argument("--dispatch-jobs", type=int, help="default 1000; quick 100")
     p.add_argument("--dispatch-rate", type=float, default=50.0)
@@ -792,6 +817,7 @@ def main() -> None:
     opts.growth_sizes = [int(s) for s in (opts.growth_sizes or ("0,100000" if q else "0,1000000,10000000")).split(",")]
     opts.dispatch_jobs = opts.dispatch_jobs or (100 if q else 1000)
     opts.e2e_jobs = opts.e2e_jobs or (500 if q else 5000)
+    opts.steady_jobs = opts.steady_jobs or (20000 if q else 600000)
     parts = [x for x in opts.parts.split(",") if x]
     unknown = [x for x in parts if x not in PARTS]
     if unknown:
@@ -808,6 +834,9 @@ def main() -> None:
     if "growth" in parts:
         log("== growth")
         part_growth(opts)
+    if "steady" in parts:
+        log("== steady")
+        part_growth(opts, "steady")
     if "rss" in parts:
         log("== rss")
         part_rss(opts)

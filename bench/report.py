@@ -62,6 +62,7 @@ class Report:
         self.e2e = load("e2e")
         self.peers = load("peers")
         self.growth = load("growth")
+        self.steady = load("steady")
         self.rss = load("rss")
         self.lines = []
 
@@ -98,7 +99,7 @@ class Report:
     # -- sections ------------------------------------------------------------------------
 
     def header(self):
-        parts = [p for p in (self.machine, self.ceiling, self.intake, self.dispatch, self.e2e, self.peers, self.growth, self.rss) if p]
+        parts = [p for p in (self.machine, self.ceiling, self.intake, self.dispatch, self.e2e, self.peers, self.growth, self.steady, self.rss) if p]
         modes = sorted({p.get("mode", "") for p in parts if p.get("mode")})
         self.w("# Benchmarks")
         self.w()
@@ -216,6 +217,14 @@ class Report:
             rows.append((f"intake at 10 M existing jobs within 10 % of the empty table (measured at {label})",
                          f"{fmt(g10)} /s vs {fmt(g0)} /s = {ratio(g10, g0)}",
                          verdict(g10 >= 0.9 * g0 if g10 and g0 else None) + ("" if big >= 10_000_000 else " (smaller size: quick run)")))
+        if self.steady:
+            sizes = sorted({r["existing_jobs"] for r in self.steady["runs"]})
+            s0 = med([r["intake"]["rps"] for r in self.steady["runs"] if r["existing_jobs"] == sizes[0]])
+            big = sizes[-1]
+            s10 = med([r["intake"]["rps"] for r in self.steady["runs"] if r["existing_jobs"] == big])
+            rows.append((f"the same in steady state ({self.steady['jobs']:,} jobs per size, spanning checkpoints; measured at {big:,})",
+                         f"{fmt(s10)} /s vs {fmt(s0)} /s = {ratio(s10, s0)}",
+                         verdict(s10 >= 0.9 * s0 if s10 and s0 else None) + ("" if big >= 10_000_000 else " (smaller size: quick run)")))
         if self.rss:
             pg = [r for r in self.rss["runs"] if r["backend"] == "postgres"]
             if pg:
@@ -422,6 +431,32 @@ class Report:
                 self.w(f"| {c} | {fmt(new)} | {fmt(peer)} ({PEER_NAMES.get(name, name)}) | {ratio(new, peer)} | {fmt(rep)} | {fmt(dup)} |")
             self.w()
 
+    def steady_table(self):
+        st = self.steady
+        if not st:
+            return
+        self.w(f"**Steady state** (part `steady`, {st['started'][:16].replace('T', ' ')} UTC): {max(r['run'] for r in st['runs']) + 1} run(s) of "
+               f"{st['jobs']:,} measured jobs per size (the order of the sizes rotates from run to run), long enough to span checkpoints "
+               "(`checkpoint_timeout` and `max_wal_size` as configured, see *Machine*), so that a key-index leaf "
+               "pays its full-page image about once per checkpoint interval, as in production, instead of once per "
+               "job as in the short runs above, which start right after the template copy's checkpoint.")
+        if st.get("note"):
+            self.w()
+            self.w(f"({st['note']}.)")
+        self.w()
+        self.w("| existing jobs | new req/s | p50 ms | p99 ms | vs empty | WAL per job | checkpoints during each run | runs (req/s) |")
+        self.w("|---|---|---|---|---|---|---|---|")
+        sizes = sorted({r["existing_jobs"] for r in st["runs"]})
+        base = med([r["intake"]["rps"] for r in st["runs"] if r["existing_jobs"] == sizes[0]])
+        for size in sizes:
+            rs = [r for r in st["runs"] if r["existing_jobs"] == size]
+            v = med([r["intake"]["rps"] for r in rs])
+            wal = med([r["intake"].get("pg", {}).get("wal_bytes_per_job") for r in rs])
+            self.w(f"| {size:,} | {fmt(v)} | {fmt(med([r['intake']['p50_ms'] for r in rs]), 2)} | "
+                   f"{fmt(med([r['intake']['p99_ms'] for r in rs]), 2)} | {ratio(v, base)} | {fmt(wal)} B | "
+                   f"{' / '.join(str(r.get('checkpoints', '–')) for r in rs)} | {spread([r['intake']['rps'] for r in rs])} |")
+        self.w()
+
     def growth_section(self):
         g = self.growth
         if not g:
@@ -466,6 +501,7 @@ class Report:
                 row += f" {fmt(wal)} B | {fmt(sv)} | {ratio(sv, sql_base)} | {fmt(swal)} B |"
             self.w(f"{row} {spread([r['intake']['rps'] for r in rs])} |")
         self.w()
+        self.steady_table()
         for size, t in sorted(g.get("templates", {}).items(), key=lambda kv: int(kv[0])):
             self.w(f"- {int(size):,} jobs: loaded in {t['load_seconds']:,} s; `jobs` with its indexes {t['jobs_table_size']}, "
                    f"unique key index {t['key_index_size']}, database {t['database_size']}.")
@@ -543,6 +579,9 @@ class Report:
         if self.growth:
             for (s,), rs in sorted(group(self.growth["runs"], "existing_jobs").items()):
                 self.w(f"| growth | onejob-postgres | {s:,} | {spread([r['intake']['rps'] for r in rs])} | {spread([r['loadavg'][0] for r in rs], 2)} |")
+        if self.steady:
+            for (s,), rs in sorted(group(self.steady["runs"], "existing_jobs").items()):
+                self.w(f"| steady | onejob-postgres | {s:,} | {spread([r['intake']['rps'] for r in rs])} | {spread([r['loadavg'][0] for r in rs], 2)} |")
         self.w()
 
     def commands_section(self):
@@ -553,7 +592,7 @@ class Report:
                "server's pid; the onejob config of each run is written next to its log in /var/cache/onejob/bench-run/; "
                "its template is `CONFIG` in bench/harness.py). Loopback TCP everywhere.")
         self.w()
-        for part in (self.ceiling, self.intake, self.dispatch, self.e2e, self.peers, self.growth, self.rss):
+        for part in (self.ceiling, self.intake, self.dispatch, self.e2e, self.peers, self.growth, self.steady, self.rss):
             if not part or not part.get("commands"):
                 continue
             self.w(f"**{part['part']}**")

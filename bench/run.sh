@@ -4,7 +4,7 @@
 #
 #   bench/run.sh                       everything, 3 runs per configuration
 #   bench/run.sh --quick               smoke run (1 run, small counts)
-#   bench/run.sh --parts intake,peers  some parts (machine ceiling intake peers dispatch e2e growth rss)
+#   bench/run.sh --parts intake,peers  some parts (machine ceiling intake peers dispatch e2e growth steady rss)
 #   bench/run.sh --skip-build ...      use the binaries already built
 #   bench/run.sh --report-only         rewrite BENCHMARKS.md and bench/plot.svg from bench/results/
 #   bench/run.sh --help                all options of bench/harness.py
