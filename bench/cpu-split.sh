@@ -11,42 +11,10 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 clients=${1:-8}
 jobs=${2:-40000}
-cache=${BENCH_CACHE:-/var/cache/onejob}
-onejob=${ONEJOB_TARGET_DIR:-$cache/target-bench}/release/onejob
-loadgen=${LOADGEN_TARGET_DIR:-$cache/target-loadgen}/release/onejob-loadgen
-work=$cache/bench-run
-mkdir -p "$work" "$here/results"
-export PGHOST=${BENCH_PGHOST:-127.0.0.1} PGPORT=${BENCH_PGPORT:-5432} PGUSER=${BENCH_PGUSER:-postgres}
-db=onejob_bench_split
-url=postgres://$PGUSER@$PGHOST:$PGPORT/$db
-port=${BENCH_PORT:-18080}
 out=$here/results/cpu-split-$clients.txt
-
-psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db"
-"$onejob" migrate --database "$url" >/dev/null 2>&1
-key=$("$onejob" keys create --database "$url" --tenant bench --user bench 2>/dev/null)
-cat > "$work/split.toml" <<TOML
-listen = "127.0.0.1:$port"
-database = "$url"
-[[provider]]
-name = "upstream"
-adapter = "openai-chat"
-base_url = "http://127.0.0.1:1/v1"
-model = "bench"
-[[kind]]
-name = "bench.chat"
-providers = ["upstream"]
-[kind.params_schema]
-type = "object"
-required = ["prompt"]
-additionalProperties = false
-[kind.params_schema.properties.prompt]
-type = "string"
-TOML
-"$onejob" serve --config "$work/split.toml" --no-worker >"$work/split-serve.log" 2>&1 &
-server=$!
-trap 'kill $server 2>/dev/null || true' EXIT
-sleep 1
+# shellcheck source=bench/serve-fresh.sh
+. "$here/serve-fresh.sh"
+serve_fresh split
 "$loadgen" intake --addr "127.0.0.1:$port" --key "$key" --clients "$clients" --jobs 500 --warmup 0 --prefix w --pid $server >/dev/null
 psql -X -q -d "$db" -c ANALYZE
 python3 - "$out" "$clients" <<'PY' &
@@ -80,6 +48,4 @@ sampler=$!
 "$loadgen" intake --addr "127.0.0.1:$port" --key "$key" --clients "$clients" --jobs "$jobs" --warmup 0 --prefix m --pid $server > "$work/split-loadgen.json"
 wait $sampler
 python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['intake']; print(f\"\nreq/s {r['rps']:.0f}  p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms\")" "$work/split-loadgen.json" >> "$out"
-kill $server; wait $server 2>/dev/null || true
-psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)"
 cat "$out"

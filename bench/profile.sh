@@ -16,40 +16,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 clients=${1:-8}
 jobs=${2:-6000}
 mode=${3:-new}
-cache=${BENCH_CACHE:-/var/cache/onejob}
-onejob=${ONEJOB_TARGET_DIR:-$cache/target-bench}/release/onejob
-loadgen=${LOADGEN_TARGET_DIR:-$cache/target-loadgen}/release/onejob-loadgen
-work=$cache/bench-run
-mkdir -p "$work" "$here/results"
-export PGHOST=${BENCH_PGHOST:-127.0.0.1} PGPORT=${BENCH_PGPORT:-5432} PGUSER=${BENCH_PGUSER:-postgres}
-db=onejob_bench_profile
-url=postgres://$PGUSER@$PGHOST:$PGPORT/$db
-port=${BENCH_PORT:-18080}
 out=$here/results/profile-$mode-$clients${NOANALYZE:+-noanalyze}.txt
-
-psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db"
-"$onejob" migrate --database "$url" >/dev/null
-key=$("$onejob" keys create --database "$url" --tenant bench --user bench)
-cat > "$work/profile.toml" <<EOF
-listen = "127.0.0.1:$port"
-database = "$url"
-[[provider]]
-name = "upstream"
-adapter = "openai-chat"
-base_url = "http://127.0.0.1:1/v1"
-model = "bench"
-[[kind]]
-name = "bench.chat"
-providers = ["upstream"]
-[kind.params_schema]
-type = "object"
-required = ["prompt"]
-[kind.params_schema.properties.prompt]
-type = "string"
-EOF
-"$onejob" serve --config "$work/profile.toml" --no-worker > "$work/profile-serve.log" 2>&1 &
-server=$!
-trap 'kill $server 2>/dev/null || true; psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null' EXIT
+# shellcheck source=bench/serve-fresh.sh
+. "$here/serve-fresh.sh"
+serve_fresh profile
 "$loadgen" intake --addr "127.0.0.1:$port" --key "$key" --clients "$clients" --jobs 500 --warmup 0 --prefix warm >/dev/null 2>&1
 replay_args=()
 if [ "$mode" = replay ]; then
@@ -85,14 +55,14 @@ print("req/s %.0f  p50 %.2f ms  p99 %.2f ms  onejob CPU %.0f us/request" % (r["r
     echo "(cluster-wide counters: other databases' traffic is included)"
     echo
     echo "## database backends not idle, by wait event and statement (10 ms samples)"
-    grep -v '^$' "$work/profile-waits.txt" | sort | uniq -c | sort -rn | head -25
+    grep -v '^$' "$work/profile-waits.txt" | sort | uniq -c | sort -rn | sed -n '1,25p'
     if [ "$perf_ok" = 1 ] && [ -s "$work/profile.perf" ]; then
         echo
         echo "## onejob CPU by shared object (perf, cpu-clock)"
-        perf report -i "$work/profile.perf" --no-children --sort dso 2>/dev/null | grep -v '^#' | grep -v '^$' | head -8
+        perf report -i "$work/profile.perf" --no-children --sort dso 2>/dev/null | grep -v '^#' | grep -v '^$' | sed -n '1,8p'
         echo
         echo "## onejob CPU by symbol (top 30)"
-        perf report -i "$work/profile.perf" --no-children --sort sym 2>/dev/null | grep -v '^#' | grep -v '^$' | head -30
+        perf report -i "$work/profile.perf" --no-children --sort sym 2>/dev/null | grep -v '^#' | grep -v '^$' | sed -n '1,30p'
     fi
 } > "$out"
 cat "$out"
