@@ -50,11 +50,19 @@ use crate::store::{
 /// Most submissions one intake transaction carries.
 pub(super) const MAX_BATCH: usize = 256;
 
-/// Intake writer tasks: two transactions may be in flight, so commits overlap.
-pub(super) const WRITERS: usize = 2;
+/// Intake writer tasks: one, so that every submission that arrives while a batch commits
+/// joins the next batch.
+///
+/// A second writer overlaps one batch's flush with the next batch's statement, but halves
+/// the batches. Measured with the benchmark harness (BENCHMARKS.md), one writer answered
+/// 10–15 % more new jobs per second than two at 8 clients and 17 % more at 128 (4 jobs per
+/// batch instead of 2.4 at 8 clients, 60 instead of 30 at 128); four or eight writers fewer
+/// still, and so did two writers whose batches overlap only from `COMMIT` on (`BEGIN`, the
+/// statement, then `COMMIT`: two more round trips per batch).
+pub(super) const WRITERS: usize = 1;
 
 /// The intake batcher, writing through a pool of its own: one connection per writer, whose
-/// sessions run with `plan_cache_mode = force_generic_plan`.
+/// session runs with `plan_cache_mode = force_generic_plan`.
 ///
 /// Intake's statements take arrays. Given the arrays' values, the planner knows a batch's
 /// size and estimates a custom plan cheaper than the generic one (which assumes ten rows
