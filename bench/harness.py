@@ -434,6 +434,15 @@ def ceiling_one(opts, rec: dict, run_index: int, clients: int) -> None:
         if onejob_schema:
             url = fresh("postgres", name)
             extra = ["-D", f"keyid={api_key(url).split('_')[1]}"]
+            # The same warm-up and ANALYZE as onejob over HTTP gets (section 2): on a jobs
+            # table that holds rows but was never analyzed, the generic plans that pgbench's
+            # prepared statements switch to after five executions look the key up through the
+            # owner's index (jobs_owner_recent ties with the unique index on cost there) and
+            # read every job of the owner per lookup: 1,600-2,000 tps at 32 clients instead of
+            # 8,600-9,500 (2026-11-30).
+            run(["pgbench", "-n", "-M", "prepared", "-f", SQL / script, "-c", 1, "-t", opts.warmup, *extra, name],
+                timeout=600)
+            psql(name, "ANALYZE")
         else:
             create_db(name)
             psql_file(name, SQL / "ceiling_schema.sql")

@@ -263,7 +263,10 @@ class Report:
                "autocommit statement that looks the key up in the unique index (what answers a replay) and "
                "`INSERT … ON CONFLICT DO NOTHING RETURNING …` the job with its `created` event in data-modifying "
                "CTEs (bench/sql/onejob_tx.pgbench) — what an unbatched intake costs the database, without HTTP or "
-               "Rust. (Runs before 2026-11-30 10:25 UTC measured the statement without the lookup.)")
+               "Rust. It runs after the same warm-up and `ANALYZE` as onejob over HTTP (section 2). (Runs before "
+               "2026-11-30 10:25 UTC measured the statement without the lookup; runs before 13:00 UTC had no warm-up "
+               "and `ANALYZE`, and their prepared statements could look keys up through the owner's index on the "
+               "never-analyzed table: see the analysis.)")
         self.w()
         self.w("*jobs per WAL sync* = jobs committed / `pg_stat_wal.wal_sync` increments during the run: how many "
                "commits PostgreSQL's own group flush packs into one fdatasync (cluster-wide counter: other "
@@ -308,7 +311,7 @@ class Report:
                f"201); *replay*: the same keys and params again (expects 200 `Idempotent-Replayed`). Warm-up, new and "
                f"replay each run against their own onejob process, stopped after the phase, so that the database "
                f"counters read around a phase hold that phase exactly. onejob's "
-               f"PostgreSQL pools are fixed: 16 connections, plus 2 for intake's shared commits and 2 for unawaited writes; SQLite runs WAL with `synchronous = FULL`.")
+               f"PostgreSQL pools are fixed: 16 connections, plus 1 for intake's shared commits (its one writer) and 2 for unawaited writes; SQLite runs WAL with `synchronous = FULL`.")
         self.w()
         for backend in ("postgres", "sqlite"):
             runs = [r for r in self.intake["runs"] if r["backend"] == backend]
@@ -339,7 +342,9 @@ class Report:
         self.w("*onejob CPU*: user + system time of the onejob process during the phase (/proc/<pid>/stat) per "
                "answered request. *jobs per write transaction*: new jobs / transaction ids assigned during the "
                "phase (`pg_snapshot_xmax(pg_current_snapshot())` before and after; one per transaction that "
-               "writes, cluster-wide): the mean group-commit batch size, 1 without batching. *jobs per WAL sync*: as in section 1.")
+               "writes, cluster-wide). On PostgreSQL each intake batch that created jobs takes two: its own and the "
+               "`NOTIFY` sent after it (a transaction of its own), so the mean group-commit batch is twice this "
+               "figure (about *jobs per WAL sync*, since the `NOTIFY` commits without a flush). *jobs per WAL sync*: as in section 1.")
         self.w()
 
     def dispatch_section(self):
