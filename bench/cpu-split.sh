@@ -5,12 +5,12 @@
 # process's CPU time, grouped by program (postgres, onejob, onejob-loadgen, ...).
 # Writes bench/results/cpu-split-<clients>.txt. Run bench/run.sh once first (it builds).
 #
-#   bench/cpu-split.sh [CLIENTS=8] [JOBS=40000]
+#   bench/cpu-split.sh [CLIENTS=8] [JOBS=120000]
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 clients=${1:-8}
-jobs=${2:-40000}
+jobs=${2:-120000}  # the run must outlast the sampler (3 s, then 6 s measured): 20 s at 6,000/s
 out=$here/results/cpu-split-$clients.txt
 # shellcheck source=bench/serve-fresh.sh
 . "$here/serve-fresh.sh"
