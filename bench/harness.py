@@ -419,6 +419,27 @@ def pgbench_once(db: str, script: pathlib.Path, clients: int, duration: int, ext
                  "p50_ms": pick(0.5), "p90_ms": pick(0.9), "p99_ms": pick(0.99), "max_ms": lat[-1] if lat else None}
 
 
+def onejob_sql_database(opts, name: str, template: str | None = None) -> list:
+    """A database for pgbench running onejob's own statement (bench/sql/onejob_tx.pgbench):
+    a copy of `template`, or a fresh migrated one; then the same warm-up and `ANALYZE` as
+    onejob over HTTP gets. Returns pgbench's extra arguments (the API key id the script
+    needs). Without the ANALYZE, on a jobs table that holds rows but was never analyzed, the
+    generic plans pgbench's prepared statements switch to after five executions look the key
+    up through the owner's index (jobs_owner_recent ties with the unique index on cost there)
+    and read every job of the owner per lookup: 1,600-2,000 tps at 32 clients instead of
+    8,600-9,500 (2026-11-30)."""
+    if template:
+        create_db(name, template=template)
+        url = f"{PG_URL}/{name}"
+    else:
+        url = fresh("postgres", name)
+    extra = ["-D", f"keyid={api_key(url).split('_')[1]}"]
+    run(["pgbench", "-n", "-M", "prepared", "-f", SQL / "onejob_tx.pgbench", "-c", 1, "-t", opts.warmup, *extra, name],
+        timeout=600)
+    psql(name, "ANALYZE")
+    return extra
+
+
 def ceiling_one(opts, rec: dict, run_index: int, clients: int) -> None:
     """pgbench at this client count: the ceiling, then (unless --no-decompose) the ceiling
     with a NOTIFY in its transaction, with a NOTIFY after its commit, and onejob's own
@@ -432,17 +453,7 @@ def ceiling_one(opts, rec: dict, run_index: int, clients: int) -> None:
     for contender, script, onejob_schema in variants:
         extra = []
         if onejob_schema:
-            url = fresh("postgres", name)
-            extra = ["-D", f"keyid={api_key(url).split('_')[1]}"]
-            # The same warm-up and ANALYZE as onejob over HTTP gets (section 2): on a jobs
-            # table that holds rows but was never analyzed, the generic plans that pgbench's
-            # prepared statements switch to after five executions look the key up through the
-            # owner's index (jobs_owner_recent ties with the unique index on cost there) and
-            # read every job of the owner per lookup: 1,600-2,000 tps at 32 clients instead of
-            # 8,600-9,500 (2026-11-30).
-            run(["pgbench", "-n", "-M", "prepared", "-f", SQL / script, "-c", 1, "-t", opts.warmup, *extra, name],
-                timeout=600)
-            psql(name, "ANALYZE")
+            extra = onejob_sql_database(opts, name)
         else:
             create_db(name)
             psql_file(name, SQL / "ceiling_schema.sql")
@@ -695,12 +706,7 @@ def growth_sql(opts, rec: dict, template: str | None, name: str) -> dict:
     """onejob's own intake statement alone (bench/sql/onejob_tx.pgbench, as in the ceiling
     part) on another copy of the same database, at the same client count: how much of the
     growth is PostgreSQL's (the statement without HTTP or Rust) rather than onejob's."""
-    if template:
-        create_db(name, template=template)
-        url = f"{PG_URL}/{name}"
-    else:
-        url = fresh("postgres", name)
-    extra = ["-D", f"keyid={api_key(url).split('_')[1]}"]
+    extra = onejob_sql_database(opts, name, template)
     cmd, r = pgbench(name, SQL / "onejob_tx.pgbench", opts.growth_clients, opts.duration, extra=extra)
     note_command(rec, "pgbench-onejob-sql", cmd)
     drop_db(name)

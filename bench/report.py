@@ -207,24 +207,22 @@ class Report:
         if self.dispatch:
             d50 = med([r["from_201_ms"]["p50"] for r in self.dispatch["runs"] if r["backend"] == "postgres"])
         rows.append(("dispatch p50 ≤ 5 ms on PostgreSQL", f"{fmt(d50, 2)} ms", verdict(d50 <= 5 if d50 is not None else None)))
-        g0 = g10 = None
+        def growth_row(part: dict, target: str, *details: str) -> tuple:
+            """Intake at the largest size against the smallest (empty), medians of the part's runs."""
+            sizes = sorted({r["existing_jobs"] for r in part["runs"]})
+            at = {size: med([r["intake"]["rps"] for r in part["runs"] if r["existing_jobs"] == size])
+                  for size in (sizes[0], sizes[-1])}
+            empty, big = at[sizes[0]], at[sizes[-1]]
+            return (f"{target} ({'; '.join([*details, f'measured at {sizes[-1]:,}'])})",
+                    f"{fmt(big)} /s vs {fmt(empty)} /s = {ratio(big, empty)}",
+                    verdict(big >= 0.9 * empty if big and empty else None)
+                    + ("" if sizes[-1] >= 10_000_000 else " (smaller size: quick run)"))
+
         if self.growth:
-            sizes = sorted({r["existing_jobs"] for r in self.growth["runs"]})
-            g0 = med([r["intake"]["rps"] for r in self.growth["runs"] if r["existing_jobs"] == sizes[0]])
-            big = sizes[-1]
-            g10 = med([r["intake"]["rps"] for r in self.growth["runs"] if r["existing_jobs"] == big])
-            label = f"{big:,}"
-            rows.append((f"intake at 10 M existing jobs within 10 % of the empty table (measured at {label})",
-                         f"{fmt(g10)} /s vs {fmt(g0)} /s = {ratio(g10, g0)}",
-                         verdict(g10 >= 0.9 * g0 if g10 and g0 else None) + ("" if big >= 10_000_000 else " (smaller size: quick run)")))
+            rows.append(growth_row(self.growth, "intake at 10 M existing jobs within 10 % of the empty table"))
         if self.steady:
-            sizes = sorted({r["existing_jobs"] for r in self.steady["runs"]})
-            s0 = med([r["intake"]["rps"] for r in self.steady["runs"] if r["existing_jobs"] == sizes[0]])
-            big = sizes[-1]
-            s10 = med([r["intake"]["rps"] for r in self.steady["runs"] if r["existing_jobs"] == big])
-            rows.append((f"the same in steady state ({self.steady['jobs']:,} jobs per size, spanning checkpoints; measured at {big:,})",
-                         f"{fmt(s10)} /s vs {fmt(s0)} /s = {ratio(s10, s0)}",
-                         verdict(s10 >= 0.9 * s0 if s10 and s0 else None) + ("" if big >= 10_000_000 else " (smaller size: quick run)")))
+            rows.append(growth_row(self.steady, "the same in steady state",
+                                   f"{self.steady['jobs']:,} jobs per size, spanning checkpoints"))
         if self.rss:
             pg = [r for r in self.rss["runs"] if r["backend"] == "postgres"]
             if pg:
@@ -485,7 +483,8 @@ class Report:
         if with_sql:
             self.w("After each onejob run, *onejob's SQL alone*: `pgbench` running onejob's intake statement "
                    "for a batch of one (bench/sql/onejob_tx.pgbench, as in section 1) on another copy of the same "
-                   f"database, {g['clients']} clients, same duration as the ceiling: what the database alone does "
+                   f"database after the same warm-up and `ANALYZE`, {g['clients']} clients, same duration as the "
+                   "ceiling: what the database alone does "
                    "at that size, without HTTP or Rust. *WAL per job* is `pg_stat_wal` bytes over the measured jobs.")
             self.w()
             self.w("| existing jobs | new req/s | p50 ms | p99 ms | vs empty | WAL per job | onejob's SQL alone tx/s | vs empty | WAL per job | runs (req/s) |")

@@ -11,7 +11,7 @@ port=${BENCH_PORT:-18080}
 
 # serve_fresh NAME: creates the database onejob_bench_NAME (dropping any old one), migrates
 # it, makes an API key ($key) and starts `onejob serve --no-worker` on it ($server, logging
-# to $work/NAME-serve.log, the bench.chat kind of bench/harness.py). Sets $db and $url; on
+# to $work/NAME-serve.log, with the config bench/harness.py gives its runs). Sets $db and $url; on
 # exit the server is stopped and the database dropped.
 serve_fresh() {
     db=onejob_bench_$1
@@ -19,24 +19,15 @@ serve_fresh() {
     psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db" 2>/dev/null
     "$onejob" migrate --database "$url" >/dev/null 2>&1
     key=$("$onejob" keys create --database "$url" --tenant bench --user bench 2>/dev/null)
-    cat > "$work/$1.toml" <<TOML
-listen = "127.0.0.1:$port"
-database = "$url"
-[[provider]]
-name = "upstream"
-adapter = "openai-chat"
-base_url = "http://127.0.0.1:1/v1"
-model = "bench"
-[[kind]]
-name = "bench.chat"
-providers = ["upstream"]
-[kind.params_schema]
-type = "object"
-required = ["prompt"]
-additionalProperties = false
-[kind.params_schema.properties.prompt]
-type = "string"
-TOML
+    # The benchmark's own config (`CONFIG` in bench/harness.py), so that a profile runs what
+    # the harness measures; the provider is never called (--no-worker).
+    python3 - "$here" "$port" "$url" > "$work/$1.toml" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+from harness import CONFIG
+print(CONFIG.format(listen=f"127.0.0.1:{sys.argv[2]}", database=sys.argv[3], concurrency=16,
+                    poll_interval="2s", provider_url="http://127.0.0.1:1/v1"), end="")
+PY
     "$onejob" serve --config "$work/$1.toml" --no-worker > "$work/$1-serve.log" 2>&1 &
     server=$!
     trap 'kill $server 2>/dev/null || true; wait $server 2>/dev/null || true; psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null' EXIT
