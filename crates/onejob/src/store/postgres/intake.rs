@@ -38,10 +38,10 @@ use std::{
 use futures::FutureExt;
 use onejob_domain::{KeyHash, Principal};
 use serde_json::Value;
-use sqlx::{PgExecutor, PgPool, types::Json};
+use sqlx::{PgExecutor, PgPool, postgres::PgPoolOptions, types::Json};
 use uuid::Uuid;
 
-use super::{PgJobRow, relaxed::Relaxed, side_pool};
+use super::{PgJobRow, relaxed::Relaxed, side_pool, statistics};
 use crate::store::{
     Intake, JobRecord, NewEvent, NewJob, StoreError,
     batch::{Batcher, WriteBatch},
@@ -61,27 +61,56 @@ pub(super) const MAX_BATCH: usize = 256;
 /// statement, then `COMMIT`: two more round trips per batch).
 pub(super) const WRITERS: usize = 1;
 
-/// The intake batcher, writing through a pool of its own: one connection per writer, whose
-/// session runs with `plan_cache_mode = force_generic_plan`.
-///
-/// Intake's statements take arrays. Given the arrays' values, the planner knows a batch's
-/// size and estimates a custom plan cheaper than the generic one (which assumes ten rows
-/// per array), so under the default `auto` mode it plans every execution anew: about half a
-/// millisecond of database CPU per batch for the intake statement, more than executing it
-/// (measured in BENCHMARKS.md). Generic plans are made once per connection; the tests in
-/// this module check that they still look every key up in the unique index.
+/// The intake batcher, writing through [`intake_pool`].
 pub(super) fn intake_batcher(pool: &PgPool, relaxed: Relaxed) -> Batcher<NewJob, Intake> {
-    let pool = side_pool(
-        pool,
-        WRITERS as u32,
-        &[("plan_cache_mode", "force_generic_plan")],
-    );
+    let pool = intake_pool(pool);
     let write: WriteBatch<NewJob, Intake> = Arc::new(move |jobs| {
         let pool = pool.clone();
         let relaxed = relaxed.clone();
         async move { write_intake(&pool, &relaxed, jobs).await }.boxed()
     });
     Batcher::spawn(WRITERS, MAX_BATCH, write)
+}
+
+/// Intake's pool of its own: one connection per writer, whose session runs with
+/// `plan_cache_mode = force_generic_plan`.
+///
+/// Intake's statements take arrays. Given the arrays' values, the planner knows a batch's
+/// size and estimates a custom plan cheaper than the generic one (which assumes ten rows
+/// per array), so under the default `auto` mode it plans every execution anew: about half a
+/// millisecond of database CPU per batch for the intake statement, more than executing it
+/// (measured in BENCHMARKS.md). Generic plans are made once per connection; the tests in
+/// this module check that they still look every key up in the unique index, on an empty
+/// table and on an analyzed one. Between the two, a `jobs` table with rows but no statistics
+/// would be planned through the owner's index (see [`statistics`]), so each new connection
+/// checks for that and, if so, has `jobs` analyzed on a connection of `pool`: in the
+/// background, since analyzing a large table may take longer than a submission should wait,
+/// and the `ANALYZE` replans every cached plan on `jobs` when it ends.
+fn intake_pool(pool: &PgPool) -> PgPool {
+    let analyzer = pool.clone();
+    let base = PgPoolOptions::new().after_connect(move |connection, _| {
+        let analyzer = analyzer.clone();
+        Box::pin(async move {
+            match statistics::never_analyzed(connection).await {
+                Ok(false) => {}
+                Ok(true) => {
+                    tokio::spawn(async move {
+                        if let Err(error) = statistics::analyze(&analyzer).await {
+                            tracing::warn!(%error, "could not analyze jobs");
+                        }
+                    });
+                }
+                Err(error) => tracing::warn!(%error, "could not check jobs' statistics"),
+            }
+            Ok(())
+        })
+    });
+    side_pool(
+        base,
+        pool,
+        WRITERS as u32,
+        &[("plan_cache_mode", "force_generic_plan")],
+    )
 }
 
 async fn write_intake(
@@ -386,6 +415,7 @@ pub(super) async fn insert_events<'c>(
 mod tests {
     use sqlx::{Connection, Executor, PgConnection, PgPool, postgres::PgConnectOptions};
 
+    use super::{intake_pool, statistics};
     use crate::store::{Store, postgres::PgStore};
 
     /// [`fresh`] on a database of this name (a literal: database names cannot be bound).
@@ -401,8 +431,12 @@ mod tests {
 
     /// A fresh database `name` on the test PostgreSQL, migrated, its tables empty and never
     /// analyzed, as onejob finds a new database (`drop` and `create` are the statements that
-    /// drop and create it).
-    async fn fresh(name: &str, drop: &'static str, create: &'static str) -> PgConnection {
+    /// drop and create it): a connection to it, and its connect options.
+    async fn fresh(
+        name: &str,
+        drop: &'static str,
+        create: &'static str,
+    ) -> (PgConnection, PgConnectOptions) {
         let admin = std::env::var("ONEJOB_TEST_POSTGRES")
             .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
         let mut conn = PgConnection::connect(&admin)
@@ -414,17 +448,22 @@ mod tests {
         let options = options.database(name);
         let store = PgStore::from_pool(PgPool::connect_with(options.clone()).await.unwrap());
         store.migrate().await.unwrap();
-        PgConnection::connect_with(&options).await.unwrap()
+        (PgConnection::connect_with(&options).await.unwrap(), options)
     }
 
     /// Adds 20,000 jobs of one owner, and analyzes.
     async fn fill_one_owner(db: &mut PgConnection) {
+        add_jobs_of_one_owner(db).await;
+        db.execute("ANALYZE jobs").await.unwrap();
+    }
+
+    /// Adds 20,000 jobs of one owner, without analyzing.
+    async fn add_jobs_of_one_owner(db: &mut PgConnection) {
         db.execute(
             "INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params) \
              SELECT gen_random_uuid(), 'acme', 'alice', sha256(i::text::bytea), 'chat', \
                     sha256(i::text::bytea), '{}'::jsonb \
-             FROM generate_series(1, 20000) AS i; \
-             ANALYZE jobs",
+             FROM generate_series(1, 20000) AS i",
         )
         .await
         .unwrap();
@@ -481,7 +520,7 @@ mod tests {
     /// of `jobs`, and the key hash was never part of an index condition.)
     #[tokio::test]
     async fn the_read_back_looks_each_key_up_in_the_unique_index() {
-        let mut db = fresh!("onejob_unit_key_lookup").await;
+        let (mut db, _) = fresh!("onejob_unit_key_lookup").await;
         db.execute(concat!(
             "PREPARE taken(text[], text[], bytea[]) AS ",
             taken_sql!()
@@ -497,11 +536,8 @@ mod tests {
         db.close().await.unwrap();
     }
 
-    /// The intake statement's lookup of the jobs already under its keys, likewise (EXPLAIN
-    /// only plans it: nothing is inserted).
-    #[tokio::test]
-    async fn the_intake_statement_looks_each_key_up_in_the_unique_index() {
-        let mut db = fresh!("onejob_unit_intake_plan").await;
+    /// Prepares the intake statement as `intake` in `db`'s session.
+    async fn prepare_intake(db: &mut PgConnection) {
         db.execute(concat!(
             "PREPARE intake(uuid[], text[], text[], bytea[], text[], bytea[], jsonb[], \
              uuid[], text[], text[], jsonb[]) AS ",
@@ -509,16 +545,67 @@ mod tests {
         ))
         .await
         .unwrap();
-        assert_plans_look_keys_up_in_the_unique_index(
-            &mut db,
-            "EXPLAIN EXECUTE intake(ARRAY[gen_random_uuid(), gen_random_uuid()], ARRAY['acme', 'acme'], \
-             ARRAY['alice', 'alice'], ARRAY[sha256('7'::bytea), sha256('no such key'::bytea)], \
-             ARRAY['chat', 'chat'], ARRAY[sha256('7'::bytea), sha256('8'::bytea)], \
-             ARRAY['{}'::jsonb, '{}'::jsonb], ARRAY[NULL::uuid, NULL::uuid], \
-             ARRAY['created', 'created'], ARRAY[NULL::text, NULL::text], \
-             ARRAY['{}'::jsonb, '{}'::jsonb])",
-        )
-        .await;
+    }
+
+    /// Plans [`prepare_intake`]'s statement for two submissions, one key taken and one free.
+    const EXPLAIN_INTAKE: &str = "EXPLAIN EXECUTE intake(ARRAY[gen_random_uuid(), gen_random_uuid()], \
+         ARRAY['acme', 'acme'], ARRAY['alice', 'alice'], \
+         ARRAY[sha256('7'::bytea), sha256('no such key'::bytea)], \
+         ARRAY['chat', 'chat'], ARRAY[sha256('7'::bytea), sha256('8'::bytea)], \
+         ARRAY['{}'::jsonb, '{}'::jsonb], ARRAY[NULL::uuid, NULL::uuid], \
+         ARRAY['created', 'created'], ARRAY[NULL::text, NULL::text], \
+         ARRAY['{}'::jsonb, '{}'::jsonb])";
+
+    /// The intake statement's lookup of the jobs already under its keys, likewise (EXPLAIN
+    /// only plans it: nothing is inserted).
+    #[tokio::test]
+    async fn the_intake_statement_looks_each_key_up_in_the_unique_index() {
+        let (mut db, _) = fresh!("onejob_unit_intake_plan").await;
+        prepare_intake(&mut db).await;
+        assert_plans_look_keys_up_in_the_unique_index(&mut db, EXPLAIN_INTAKE).await;
+        db.close().await.unwrap();
+    }
+
+    /// On a `jobs` table with rows but no statistics, intake's generic plan reads the owner's
+    /// index (checked first, so that this test proves the hazard is still there to guard
+    /// against); once an intake connection opens, `jobs` gets analyzed, and the same
+    /// session's cached statement is replanned through the unique index.
+    #[tokio::test]
+    async fn an_intake_connection_has_jobs_analyzed_when_it_never_was() {
+        let (mut db, options) = fresh!("onejob_unit_never_analyzed").await;
+        // Only onejob may analyze it during the test.
+        db.execute("ALTER TABLE jobs SET (autovacuum_enabled = false)")
+            .await
+            .unwrap();
+        add_jobs_of_one_owner(&mut db).await;
+        prepare_intake(&mut db).await;
+        db.execute("SET plan_cache_mode = force_generic_plan")
+            .await
+            .unwrap();
+        let plan: Vec<String> = sqlx::query_scalar(EXPLAIN_INTAKE)
+            .fetch_all(&mut db)
+            .await
+            .unwrap();
+        let plan = plan.join("\n");
+        assert!(
+            plan.contains("jobs_owner_recent"),
+            "without statistics the plan was expected to use the owner's index:\n{plan}"
+        );
+
+        let pool = PgPool::connect_with(options).await.unwrap();
+        let intake = intake_pool(&pool);
+        drop(intake.acquire().await.unwrap());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while statistics::never_analyzed(&mut db).await.unwrap() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "jobs was not analyzed within a minute of an intake connection opening"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert_looks_keys_up_in_the_unique_index(&mut db, EXPLAIN_INTAKE).await;
+        intake.close().await;
+        pool.close().await;
         db.close().await.unwrap();
     }
 }

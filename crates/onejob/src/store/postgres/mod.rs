@@ -48,6 +48,7 @@ mod lifecycle;
 mod listing;
 pub mod online;
 mod relaxed;
+mod statistics;
 mod wake;
 
 /// The channel workers LISTEN on: intake notifies it after each batch that created jobs,
@@ -103,13 +104,18 @@ impl PgStore {
 }
 
 /// A small pool of its own for one hot path, with `pool`'s connection settings plus the
-/// session `settings`; its connections open on first use.
-fn side_pool(pool: &PgPool, connections: u32, settings: &[(&str, &str)]) -> PgPool {
+/// session `settings`, built from `base` (e.g. with an `after_connect` hook); its connections
+/// open on first use.
+fn side_pool(
+    base: PgPoolOptions,
+    pool: &PgPool,
+    connections: u32,
+    settings: &[(&str, &str)],
+) -> PgPool {
     let options = (*pool.connect_options())
         .clone()
         .options(settings.iter().copied());
-    PgPoolOptions::new()
-        .max_connections(connections)
+    base.max_connections(connections)
         .acquire_timeout(pool.options().get_acquire_timeout())
         .connect_lazy_with(options)
 }

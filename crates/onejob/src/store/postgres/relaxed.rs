@@ -19,7 +19,7 @@
 use std::sync::Arc;
 
 use futures::FutureExt;
-use sqlx::PgPool;
+use sqlx::{PgPool, postgres::PgPoolOptions};
 use tokio::sync::mpsc;
 
 use super::{DISPATCH_CHANNEL, intake::insert_events, side_pool};
@@ -47,6 +47,7 @@ impl Relaxed {
     /// open on first use).
     pub(super) fn spawn(pool: &PgPool) -> Self {
         let relaxed = side_pool(
+            PgPoolOptions::new(),
             pool,
             CONNECTIONS,
             &[
