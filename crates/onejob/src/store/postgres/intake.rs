@@ -91,17 +91,7 @@ fn intake_pool(pool: &PgPool) -> PgPool {
     let base = PgPoolOptions::new().after_connect(move |connection, _| {
         let analyzer = analyzer.clone();
         Box::pin(async move {
-            match statistics::never_analyzed(connection).await {
-                Ok(false) => {}
-                Ok(true) => {
-                    tokio::spawn(async move {
-                        if let Err(error) = statistics::analyze(&analyzer).await {
-                            tracing::warn!(%error, "could not analyze jobs");
-                        }
-                    });
-                }
-                Err(error) => tracing::warn!(%error, "could not check jobs' statistics"),
-            }
+            statistics::analyze_if_never_analyzed(connection, analyzer).await;
             Ok(())
         })
     });

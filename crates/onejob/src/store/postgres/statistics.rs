@@ -18,6 +18,24 @@ const NEVER_ANALYZED: &str = "SELECT NOT EXISTS (SELECT 1 FROM pg_stats \
                                   WHERE schemaname = current_schema() AND tablename = 'jobs') \
                               AND EXISTS (SELECT 1 FROM jobs)";
 
+/// If `jobs` holds rows that were never analyzed (checked on `connection`), analyzes it in
+/// the background on a connection of `analyzer`: analyzing a large table may take longer
+/// than the connection's caller should wait, and its end replans the cached plans anyway.
+/// Failures are logged, never returned: without statistics intake still works, slower.
+pub(super) async fn analyze_if_never_analyzed(connection: &mut PgConnection, analyzer: PgPool) {
+    match never_analyzed(connection).await {
+        Ok(false) => {}
+        Ok(true) => {
+            tokio::spawn(async move {
+                if let Err(error) = analyze(&analyzer).await {
+                    tracing::warn!(%error, "could not analyze jobs");
+                }
+            });
+        }
+        Err(error) => tracing::warn!(%error, "could not check jobs' statistics"),
+    }
+}
+
 /// Whether `jobs` holds rows that were never analyzed.
 pub(super) async fn never_analyzed(connection: &mut PgConnection) -> Result<bool, sqlx::Error> {
     sqlx::query_scalar(NEVER_ANALYZED)
@@ -32,7 +50,7 @@ pub(super) async fn never_analyzed(connection: &mut PgConnection) -> Result<bool
 /// plans on `jobs`, so every connection replans with the statistics. Without the right to
 /// analyze `jobs` (not its owner), PostgreSQL skips it with a warning; onejob then relies
 /// on autovacuum, as before.
-pub(super) async fn analyze(pool: &PgPool) -> Result<(), sqlx::Error> {
+async fn analyze(pool: &PgPool) -> Result<(), sqlx::Error> {
     tracing::info!("jobs holds rows that were never analyzed: analyzing it for intake's plans");
     sqlx::query("ANALYZE jobs").execute(pool).await?;
     Ok(())
