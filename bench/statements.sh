@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# What each of onejob's SQL statements costs the database during a long new-job intake run,
-# on an empty database or on a copy of a growth template (bench/harness.py --keep-templates
-# leaves them as onejob_bench_tpl_<size>): pg_stat_statements' time, buffers (hit, read from
-# the OS, dirtied, written by the backend itself) and WAL (bytes, full-page images) per call,
-# and pg_stat_bgwriter's buffer writes per job. Compare sizes to see where growth costs.
-# Writes bench/results/statements-<clients>-<size>.txt. Run bench/run.sh once first (it builds).
+# What each of onejob's SQL statements costs the database during a long intake run (new jobs
+# or replays), on an empty database or on a copy of a growth template (bench/harness.py
+# --keep-templates leaves them as onejob_bench_tpl_<size>): pg_stat_statements' time, buffers
+# (hit, read from the OS, dirtied, written by the backend itself) and WAL (bytes, full-page
+# images) per call, and pg_stat_bgwriter's buffer writes per job. Compare sizes to see where
+# growth costs. Writes bench/results/statements-<clients>-<size>[-prewarmed][-<MODE>].txt.
+# Run bench/run.sh once first (it builds).
 #
 #   bench/statements.sh [CLIENTS=8] [JOBS=300000] [TEMPLATE]
 #   PREWARM=1 bench/statements.sh ...   loads the key's unique index into shared buffers first
 #                                       (pg_prewarm), as a server that has run for a while has
+#   MODE=replay bench/statements.sh ... measures replays instead: the JOBS keys are created
+#                                       first, unmeasured, then submitted again
 #   PERF=1 bench/statements.sh ...      also records the intake writer's backend with perf for
 #                                       15 s from 8 s into the run: its CPU per job, by symbol
 #
@@ -24,7 +27,13 @@ jobs=${2:-300000}
 template=${3:-}
 size=0
 [ -z "$template" ] || size=$(psql -X -At -h "${BENCH_PGHOST:-127.0.0.1}" -U "${BENCH_PGUSER:-postgres}" -d "$template" -c "SELECT count(*) FROM jobs")
-out=$here/results/statements-$clients-$size${PREWARM:+-prewarmed}.txt
+mode=${MODE:-new}
+case "$mode" in
+    new) replay_args=() ;;
+    replay) replay_args=(--replay-only) ;;
+    *) echo "MODE is new or replay" >&2; exit 2 ;;
+esac
+out=$here/results/statements-$clients-$size${PREWARM:+-prewarmed}${MODE:+-$mode}.txt
 # shellcheck source=bench/serve-fresh.sh
 . "$here/serve-fresh.sh"
 if [ "$(psql -X -At -d postgres -c "SELECT count(*) FROM pg_settings WHERE name = 'pg_stat_statements.max'")" != 1 ]; then
@@ -35,6 +44,9 @@ psql -X -q -d postgres -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"
 serve_fresh statements "$template"
 "$loadgen" intake --addr "127.0.0.1:$port" --key "$key" --clients "$clients" --jobs 2000 --warmup 0 --prefix w --pid $server >/dev/null
 psql -X -q -d "$db" -c ANALYZE
+if [ "$mode" = replay ]; then
+    "$loadgen" intake --addr "127.0.0.1:$port" --key "$key" --clients "$clients" --jobs "$jobs" --warmup 0 --prefix m --pid $server >/dev/null
+fi
 if [ -n "${PREWARM:-}" ]; then
     psql -X -q -d "$db" -c "CREATE EXTENSION IF NOT EXISTS pg_prewarm" -c "SELECT pg_prewarm('jobs_one_per_key_scope')" >/dev/null
 fi
@@ -57,19 +69,19 @@ if [ -n "${PERF:-}" ]; then
     ) &
     profiler=$!
 fi
-result=$("$loadgen" intake --addr "127.0.0.1:$port" --key "$key" --clients "$clients" --jobs "$jobs" --warmup 0 --prefix m --pid $server)
+result=$("$loadgen" intake --addr "127.0.0.1:$port" --key "$key" --clients "$clients" --jobs "$jobs" --warmup 0 --prefix m "${replay_args[@]}" --pid $server)
 [ -z "${PERF:-}" ] || wait "$profiler"
 kill "$server"; wait "$server" 2>/dev/null || true  # its backends exit and flush their statistics
 sleep 0.5
 read -r ck1 bc1 bcl1 bb1 ba1 wb1 fpi1 br1 < <(counters)
 
 {
-    echo "# statement costs during new-job intake: $clients clients, $jobs jobs, $size existing jobs${PREWARM:+ (key index prewarmed)}, PostgreSQL,"
+    echo "# statement costs during intake ($mode submissions): $clients clients, $jobs jobs, $size existing jobs${PREWARM:+ (key index prewarmed)}, PostgreSQL,"
     echo "# $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg), shared_buffers $(psql -X -At -d postgres -c 'SHOW shared_buffers'), track_io_timing $(psql -X -At -d postgres -c 'SHOW track_io_timing'), full_page_writes $(psql -X -At -d postgres -c 'SHOW full_page_writes')"
     echo
     echo "$result" | python3 -c '
 import json, sys
-r = json.load(sys.stdin)["intake"]
+d = json.load(sys.stdin); r = d.get("intake") or d["replay"]
 print("req/s %.0f  p50 %.2f ms  p99 %.2f ms" % (r["rps"], r["p50_ms"], r["p99_ms"]))'
     per() { python3 -c "print(f'{($2 - $1) / $jobs:.3f}')"; }
     echo "per job (cluster-wide): WAL $(per "$wb0" "$wb1") B, full-page images $(per "$fpi0" "$fpi1"), blocks read from the OS (this database) $(per "$br0" "$br1")"
