@@ -12,7 +12,7 @@ pub mod plan;
 mod reconcile;
 
 use crate::store::Chain;
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use tokio::{sync::Semaphore, task::JoinSet};
 use tokio_util::sync::CancellationToken;
@@ -101,28 +101,45 @@ async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
     let rescue = tokio::spawn(lease::rescue(ctx.clone(), background.clone()));
     let reconcile = tokio::spawn(reconcile::run(ctx.clone(), background.clone()));
     let slots = Arc::new(Semaphore::new(ctx.settings.concurrency.max(1)));
+    let claiming = Claiming::default();
     let mut running = JoinSet::new();
 
     while !stop.is_cancelled() {
         let mut saturated = false;
         let free = slots.available_permits();
         if free > 0 {
-            match ctx.store.due_jobs(free as u32).await {
+            // Jobs whose claim is still in flight stay due until it commits: ask for enough
+            // to fill every free slot with others.
+            let limit = free + claiming.len();
+            match ctx.store.due_jobs(limit as u32).await {
                 Ok(due) => {
-                    saturated = due.len() == free;
+                    saturated = due.len() == limit;
                     for job_id in due {
+                        let Some(claim_guard) = claiming.begin(job_id) else {
+                            continue;
+                        };
                         let Ok(permit) = slots.clone().try_acquire_owned() else {
                             break;
                         };
-                        if let Some((job, kind, attempt)) = claim(&ctx, job_id).await {
-                            let ctx = ctx.clone();
-                            let abandon = abandon.clone();
-                            running.spawn(async move {
-                                let ending = attempt::run(ctx, job, kind, attempt, abandon).await;
-                                drop(permit);
-                                ending
-                            });
-                        }
+                        let ctx = ctx.clone();
+                        let abandon = abandon.clone();
+                        let stop = stop.clone();
+                        running.spawn(async move {
+                            let claimed = if stop.is_cancelled() {
+                                None
+                            } else {
+                                claim(&ctx, job_id).await
+                            };
+                            drop(claim_guard);
+                            let ending = match claimed {
+                                Some((job, kind, attempt)) => {
+                                    Some(attempt::run(ctx, job, kind, attempt, abandon).await)
+                                }
+                                None => None,
+                            };
+                            drop(permit);
+                            ending
+                        });
                     }
                 }
                 Err(error) => tracing::warn!(error = %Chain(&error), "looking for due jobs failed"),
@@ -163,6 +180,49 @@ async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
     let _ = rescue.await;
     let _ = reconcile.await;
     tracing::info!("worker stopped");
+}
+
+/// The jobs this worker is claiming right now.
+///
+/// Claims run concurrently, each in its own task (so that their `start_attempt` commits can
+/// share WAL flushes instead of queueing behind one another in the loop), and a job stays
+/// due until its claim commits: the loop skips the jobs in here instead of claiming them
+/// twice. (Two claims of one job would still start at most one attempt, since the store's
+/// attempt guard decides; this only saves the wasted round trips.)
+#[derive(Clone, Default)]
+struct Claiming(Arc<std::sync::Mutex<HashSet<Uuid>>>);
+
+impl Claiming {
+    /// Marks `job_id` as being claimed, until the guard is dropped; `None` if it already is.
+    fn begin(&self, job_id: Uuid) -> Option<ClaimGuard> {
+        let mut jobs = self.0.lock().expect("the claiming set is never poisoned");
+        jobs.insert(job_id).then(|| ClaimGuard {
+            claiming: self.clone(),
+            job_id,
+        })
+    }
+
+    /// How many claims are in flight.
+    fn len(&self) -> usize {
+        self.0
+            .lock()
+            .expect("the claiming set is never poisoned")
+            .len()
+    }
+}
+
+/// One job's claim in flight; dropping it ends the claim.
+struct ClaimGuard {
+    claiming: Claiming,
+    job_id: Uuid,
+}
+
+impl Drop for ClaimGuard {
+    fn drop(&mut self) {
+        if let Ok(mut jobs) = self.claiming.0.lock() {
+            jobs.remove(&self.job_id);
+        }
+    }
 }
 
 /// Plans and starts the next attempt of a due job; `None` if nothing was started.
@@ -272,5 +332,29 @@ pub(crate) async fn log_refusals(
         if let Err(error) = ctx.store.append_event(event).await {
             tracing::warn!(error = %Chain(&error), %job_id, "could not log a refused failover");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use uuid::Uuid;
+
+    use super::Claiming;
+
+    #[test]
+    fn a_job_is_claimed_once_until_its_claim_ends() {
+        let claiming = Claiming::default();
+        let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
+        let first = claiming.begin(a).expect("a free job can be claimed");
+        assert!(claiming.begin(a).is_none(), "claimed twice while in flight");
+        let other = claiming.begin(b).expect("another job is not blocked");
+        assert_eq!(claiming.len(), 2);
+        drop(first);
+        assert_eq!(claiming.len(), 1);
+        assert!(
+            claiming.begin(a).is_some(),
+            "claimable again once its claim ended"
+        );
+        drop(other);
     }
 }

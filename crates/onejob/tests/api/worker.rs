@@ -1,5 +1,6 @@
 //! The worker as a process: killed with SIGKILL mid-attempt, stopped gracefully, woken
-//! without polling, and forwarding a stable idempotency key upstream.
+//! without polling, forwarding a stable idempotency key upstream, and claiming a burst of
+//! due jobs concurrently without running any twice.
 
 use std::{process::Stdio, time::Duration};
 
@@ -16,6 +17,7 @@ backend_tests!(
     workers_are_woken_without_polling,
     a_stable_idempotency_key_is_forwarded_upstream,
     a_retry_is_dispatched_after_its_backoff_not_the_poll_interval,
+    a_burst_beyond_the_concurrency_runs_each_job_once,
 );
 
 const WITHIN: Duration = Duration::from_secs(15);
@@ -276,4 +278,34 @@ async fn a_retry_is_dispatched_after_its_backoff_not_the_poll_interval(backend: 
         })
         .await;
     assert_eq!(done["attempts"], 2);
+}
+
+/// More jobs due at once than the worker runs at a time: its claims run concurrently, each
+/// in its own task, while the loop keeps looking for due jobs (which stay due until their
+/// claim commits); still every job runs exactly one attempt and the provider is called once
+/// per job.
+async fn a_burst_beyond_the_concurrency_runs_each_job_once(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, |config| {
+        config.worker.concurrency = 3;
+    })
+    .await;
+    let jobs = futures::future::join_all((0..40).map(|i| {
+        let app = &app;
+        async move {
+            app.create(&format!("burst-{i}"), &chat(&format!("burst {i}")))
+                .await
+        }
+    }))
+    .await;
+    for job in &jobs {
+        let done = app
+            .wait_job(job["id"].as_str().unwrap(), WITHIN, |j| {
+                j["state"] == "succeeded"
+            })
+            .await;
+        assert_eq!(done["attempts"], 1, "{done}");
+    }
+    assert_eq!(fakes.total(), 40);
 }
