@@ -43,6 +43,7 @@ macro_rules! attempt_columns {
 
 mod attempts;
 mod certificates;
+mod held;
 mod intake;
 mod lifecycle;
 mod listing;

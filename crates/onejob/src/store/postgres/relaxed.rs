@@ -3,7 +3,9 @@
 //! Both go through a small pool of their own whose sessions run with
 //! `synchronous_commit = off`, so their commits never wait for a WAL flush and never hold
 //! up the durable commits of intake (and with `plan_cache_mode = force_generic_plan`, as
-//! intake's pool, for the same reason: see [`super::intake`]):
+//! intake's pool, for the same reason: see [`super::intake`]), each writer on a connection it
+//! holds between writes ([`super::held`]: the pool's checks on acquire and release cost two
+//! round trips per write):
 //!
 //! * **`replayed` events.** A replay's answer points at a job already durable; its event is
 //!   queued here and written in batches after the answer went out. A crash (or a failed
@@ -22,9 +24,14 @@ use futures::FutureExt;
 use sqlx::{PgPool, postgres::PgPoolOptions};
 use tokio::sync::mpsc;
 
-use super::{DISPATCH_CHANNEL, intake::insert_events, side_pool};
+use super::{
+    DISPATCH_CHANNEL,
+    held::{HeldConnection, Spare},
+    intake::insert_events,
+    side_pool,
+};
 use crate::store::{
-    NewEvent,
+    NewEvent, StoreError,
     batch::{Batcher, WriteBatch},
 };
 
@@ -55,18 +62,26 @@ impl Relaxed {
                 ("plan_cache_mode", "force_generic_plan"),
             ],
         );
-        let write_pool = relaxed.clone();
+        let spare = Spare::new(relaxed.clone());
         let write: WriteBatch<NewEvent, ()> = Arc::new(move |events| {
-            let pool = write_pool.clone();
+            let mut held = spare.take();
+            let spare = spare.clone();
             async move {
                 let count = events.len();
-                match insert_events(&pool, &events).await {
+                let written = match held.get().await {
+                    Ok(connection) => insert_events(connection, &events).await,
+                    Err(error) => Err(error),
+                };
+                let results = match written {
                     Ok(()) => (0..count).map(|_| Ok(())).collect(),
                     Err(error) => {
+                        held.discard();
                         tracing::warn!(%error, count, "replayed events could not be written");
                         Vec::new()
                     }
-                }
+                };
+                spare.put(held);
+                results
             }
             .boxed()
         });
@@ -96,12 +111,18 @@ impl Relaxed {
 /// Sends one notification per wake-up request, folding the requests made while one is
 /// sent; ends when the store is dropped.
 async fn notify_loop(pool: PgPool, mut requests: mpsc::Receiver<()>) {
+    let mut held = HeldConnection::new(pool);
     while requests.recv().await.is_some() {
-        if let Err(error) = sqlx::query("SELECT pg_notify($1, '')")
-            .bind(DISPATCH_CHANNEL)
-            .execute(&pool)
-            .await
-        {
+        let sent = match held.get().await {
+            Ok(connection) => sqlx::query("SELECT pg_notify($1, '')")
+                .bind(DISPATCH_CHANNEL)
+                .execute(connection)
+                .await
+                .map_err(StoreError::from),
+            Err(error) => Err(error),
+        };
+        if let Err(error) = sent {
+            held.discard();
             tracing::warn!(%error, "dispatch notification failed; workers will poll");
         }
     }
