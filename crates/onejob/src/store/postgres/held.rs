@@ -9,18 +9,41 @@
 //! otherwise fail the next batch), and its writer discards it after an error that may
 //! have broken it, so the next use gets a fresh connection from the pool. [`Spare`] keeps
 //! them for a batcher's writers, which take one per batch and put it back after.
+//!
+//! The shared pool, whose connections many tasks take in turn, applies the same rule on
+//! acquire ([`checked_after_idle`]): a connection is pinged only if it sat idle in the pool
+//! for [`IDLE_CHECK`], instead of on every acquire. (The check on release is sqlx's own and
+//! always runs.)
 
 use std::{
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
-use sqlx::{Connection, PgConnection, PgPool, Postgres, pool::PoolConnection};
+use sqlx::{
+    Connection, PgConnection, PgPool, Postgres, pool::PoolConnection, postgres::PgPoolOptions,
+};
 
 use crate::store::StoreError;
 
 /// How long a held connection may sit unused before its next use checks it first.
 pub(super) const IDLE_CHECK: Duration = Duration::from_secs(1);
+
+/// `options` with the acquire check of [`IDLE_CHECK`]: a connection idle in the pool for
+/// less is handed out unchecked, one idle for longer is pinged first and, if that fails,
+/// closed for another.
+pub(super) fn checked_after_idle(options: PgPoolOptions) -> PgPoolOptions {
+    options
+        .test_before_acquire(false)
+        .before_acquire(|connection, meta| {
+            Box::pin(async move {
+                if meta.idle_for < IDLE_CHECK {
+                    return Ok(true);
+                }
+                Ok(connection.ping().await.is_ok())
+            })
+        })
+}
 
 /// One writer's connection, held between its uses.
 #[derive(Debug)]
@@ -95,5 +118,48 @@ impl Spare {
             .lock()
             .expect("the spare connections are never poisoned")
             .push(held);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::{Connection, PgConnection, postgres::PgPoolOptions};
+
+    use super::{IDLE_CHECK, checked_after_idle};
+
+    /// The test server's `postgres` database (nothing is written to it).
+    fn url() -> String {
+        std::env::var("ONEJOB_TEST_POSTGRES")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+    }
+
+    /// A pool connection whose backend was terminated while it sat idle (as a database
+    /// restart would) is checked on its next acquire and replaced, so the caller's query
+    /// runs; without the check it would get the broken connection and fail.
+    #[tokio::test]
+    async fn a_connection_broken_while_idle_in_the_pool_is_replaced() {
+        let pool = checked_after_idle(PgPoolOptions::new().max_connections(1))
+            .connect(&url())
+            .await
+            .unwrap_or_else(|e| panic!("PostgreSQL is required for the tests: {e}"));
+        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        let mut admin = PgConnection::connect(&url()).await.unwrap();
+        let terminated: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+            .bind(pid)
+            .fetch_one(&mut admin)
+            .await
+            .unwrap();
+        assert!(terminated);
+        tokio::time::sleep(IDLE_CHECK + std::time::Duration::from_millis(200)).await;
+        let other: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&pool)
+            .await
+            .expect("the broken connection was handed out");
+        assert_ne!(other, pid);
+        admin.close().await.unwrap();
+        pool.close().await;
     }
 }

@@ -78,7 +78,7 @@ impl PgStore {
         .map_err(|_| StoreError::Unavailable(sqlx::Error::PoolTimedOut))??;
         warn_without_autovacuum(&mut probe).await;
         probe.close().await?;
-        let pool = PgPoolOptions::new()
+        let pool = held::checked_after_idle(PgPoolOptions::new())
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
             .connect_with(connect)
