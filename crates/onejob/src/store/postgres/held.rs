@@ -1,4 +1,5 @@
-//! A pool connection held by one serial writer across its uses.
+//! Database connections checked only after they sat idle: held by one serial writer across
+//! its uses ([`HeldConnection`]), or handed out by the shared pool ([`checked_after_idle`]).
 //!
 //! sqlx checks a pooled connection with a round trip (`ping`) when it is acquired
 //! (`test_before_acquire`) and again, always, when it is released. A writer that acquires
