@@ -7,8 +7,9 @@
 //! each statement: three round trips instead of one, and three wake-ups of its database
 //! backend. A [`HeldConnection`] keeps the connection between batches instead. It checks it
 //! only after it sat idle for [`IDLE_CHECK`] (a database restarted while nobody wrote would
-//! otherwise fail the next batch), and its writer discards it after an error that may
-//! have broken it, so the next use gets a fresh connection from the pool. [`Spare`] keeps
+//! otherwise fail the next batch), and discards it after an error that may have broken it
+//! ([`HeldConnection::run`], [`HeldConnection::discard_if_broken`]), so the next use gets a
+//! fresh connection from the pool. [`Spare`] keeps
 //! them for a batcher's writers, which take one per batch and put it back after.
 //!
 //! The shared pool, whose connections many tasks take in turn, applies the same rule on
@@ -81,8 +82,32 @@ impl HeldConnection {
         Ok(&mut **connection)
     }
 
+    /// Runs `work` on the connection ([`HeldConnection::get`]), and discards the connection
+    /// if that failed in a way that may have broken it.
+    pub(super) async fn run<T>(
+        &mut self,
+        work: impl AsyncFnOnce(&mut PgConnection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let result = match self.get().await {
+            Ok(connection) => work(connection).await,
+            Err(error) => Err(error),
+        };
+        if let Err(error) = &result {
+            self.discard_if_broken(error);
+        }
+        result
+    }
+
+    /// Discards the connection if `error` may have broken it (a retryable error: the
+    /// database unavailable, the connection lost), so the next use gets a fresh one.
+    pub(super) fn discard_if_broken(&mut self, error: &StoreError) {
+        if error.is_retryable() {
+            self.discard();
+        }
+    }
+
     /// Gives the connection back to the pool (whose release check closes it if broken).
-    pub(super) fn discard(&mut self) {
+    fn discard(&mut self) {
         self.held = None;
     }
 }

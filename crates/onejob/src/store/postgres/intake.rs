@@ -133,11 +133,8 @@ async fn write_intake(
         Ok(connection) => write_or_split(connection, relaxed, jobs).await,
         Err(error) => fail_all(error, jobs.len()),
     };
-    if results
-        .iter()
-        .any(|result| matches!(result, Err(error) if error.is_retryable()))
-    {
-        held.discard();
+    for error in results.iter().filter_map(|result| result.as_ref().err()) {
+        held.discard_if_broken(error);
     }
     results
 }

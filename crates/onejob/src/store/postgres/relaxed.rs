@@ -68,14 +68,12 @@ impl Relaxed {
             let spare = spare.clone();
             async move {
                 let count = events.len();
-                let written = match held.get().await {
-                    Ok(connection) => insert_events(connection, &events).await,
-                    Err(error) => Err(error),
-                };
+                let written = held
+                    .run(async |connection| insert_events(connection, &events).await)
+                    .await;
                 let results = match written {
                     Ok(()) => (0..count).map(|_| Ok(())).collect(),
                     Err(error) => {
-                        held.discard();
                         tracing::warn!(%error, count, "replayed events could not be written");
                         Vec::new()
                     }
@@ -113,16 +111,16 @@ impl Relaxed {
 async fn notify_loop(pool: PgPool, mut requests: mpsc::Receiver<()>) {
     let mut held = HeldConnection::new(pool);
     while requests.recv().await.is_some() {
-        let sent = match held.get().await {
-            Ok(connection) => sqlx::query("SELECT pg_notify($1, '')")
-                .bind(DISPATCH_CHANNEL)
-                .execute(connection)
-                .await
-                .map_err(StoreError::from),
-            Err(error) => Err(error),
-        };
+        let sent = held
+            .run(async |connection| {
+                sqlx::query("SELECT pg_notify($1, '')")
+                    .bind(DISPATCH_CHANNEL)
+                    .execute(connection)
+                    .await
+                    .map_err(StoreError::from)
+            })
+            .await;
         if let Err(error) = sent {
-            held.discard();
             tracing::warn!(%error, "dispatch notification failed; workers will poll");
         }
     }
