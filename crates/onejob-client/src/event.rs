@@ -36,6 +36,11 @@ pub enum EventKind {
     Recovered,
     /// The job was cancelled.
     Cancelled,
+    /// An unknown attempt was re-sent under its same upstream key (the provider is
+    /// certified to deduplicate by key).
+    Resent,
+    /// The job had no attempt budget left and was settled as failed.
+    Exhausted,
     /// An event this client does not know (sent by a newer server).
     #[serde(other)]
     Other,
@@ -57,6 +62,8 @@ impl EventKind {
             EventKind::FailoverRefused => "failover_refused",
             EventKind::Recovered => "recovered",
             EventKind::Cancelled => "cancelled",
+            EventKind::Resent => "resent",
+            EventKind::Exhausted => "exhausted",
             EventKind::Other => "other",
         }
     }

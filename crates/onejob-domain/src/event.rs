@@ -32,11 +32,17 @@ pub enum EventKind {
     Recovered,
     /// The job was cancelled.
     Cancelled,
+    /// The reconciler re-sent an unknown attempt under its same upstream key, to a provider
+    /// whose certificate proves it deduplicates by key.
+    Resent,
+    /// The job had no attempt budget left (its kind's `max_attempts` was lowered) and was
+    /// settled as failed.
+    Exhausted,
 }
 
 impl EventKind {
     /// Every kind of event.
-    pub const ALL: [EventKind; 12] = [
+    pub const ALL: [EventKind; 14] = [
         EventKind::Created,
         EventKind::Replayed,
         EventKind::KeyConflict,
@@ -49,6 +55,8 @@ impl EventKind {
         EventKind::FailoverRefused,
         EventKind::Recovered,
         EventKind::Cancelled,
+        EventKind::Resent,
+        EventKind::Exhausted,
     ];
 
     /// The event's name as stored and shown.
@@ -66,6 +74,8 @@ impl EventKind {
             EventKind::FailoverRefused => "failover_refused",
             EventKind::Recovered => "recovered",
             EventKind::Cancelled => "cancelled",
+            EventKind::Resent => "resent",
+            EventKind::Exhausted => "exhausted",
         }
     }
 }

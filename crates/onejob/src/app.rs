@@ -60,8 +60,7 @@ impl App {
     pub async fn open(config: Config) -> Result<App, StartError> {
         let kinds = Kinds::compile(&config)?;
         crate::telemetry::install();
-        let http = crate::provider::http_client();
-        let providers = Providers::from_config(&config, http).await?;
+        let providers = Providers::from_config(&config).await?;
         let store = open_store(&config.database).await?;
         let limits = ParamsLimits {
             max_depth: config.max_params_depth,
@@ -84,12 +83,12 @@ impl App {
             poll_interval: self.config.worker.poll_interval,
             shutdown_grace: self.config.worker.shutdown_grace,
         };
-        worker::spawn(WorkerContext {
-            store: self.store.clone(),
-            kinds: self.jobs.kinds().clone(),
-            providers: self.providers.clone(),
+        worker::spawn(WorkerContext::new(
+            self.store.clone(),
+            self.jobs.kinds().clone(),
+            self.providers.clone(),
             settings,
-        })
+        ))
     }
 
     /// Binds the configured listen address.

@@ -6,6 +6,12 @@
 //! or what is sent to the provider, invalidates every certificate it had (invariant 8).
 //! Among the runs made against the current template, schema and settings, the newest
 //! decides: a failing re-verification revokes an earlier pass.
+//!
+//! A valid certificate may also prove that its provider deduplicates by idempotency key
+//! (`onejob verify` sent one case twice under one key and got the same task or answer
+//! back, under the header recorded in its report): the reconciler then may re-send an
+//! unknown attempt under its same key, as long as the provider still forwards keys in that
+//! header.
 
 use std::collections::{HashMap, HashSet};
 
@@ -38,6 +44,9 @@ impl ProviderHashes {
 pub struct Certified {
     pairs: HashSet<(String, String)>,
     valid: HashSet<Uuid>,
+    /// (provider, kind) → the idempotency header under which the valid certificate proved
+    /// that the provider deduplicates.
+    dedupe: HashMap<(String, String), String>,
 }
 
 impl Certified {
@@ -74,7 +83,25 @@ impl Certified {
                 .map(|c| (c.provider.clone(), c.kind.clone()))
                 .collect(),
             valid: decisive.iter().map(|c| c.id).collect(),
+            dedupe: decisive
+                .iter()
+                .filter_map(|c| {
+                    let header = proven_dedupe_header(&c.report)?;
+                    Some(((c.provider.clone(), c.kind.clone()), header.to_owned()))
+                })
+                .collect(),
         }
+    }
+
+    /// Whether `provider`'s valid certificate for `kind` proves it deduplicates by key under
+    /// `header` (the header the provider forwards keys in now).
+    pub fn dedupes(&self, provider: &str, kind: &str, header: Option<&str>) -> bool {
+        let Some(header) = header else {
+            return false;
+        };
+        self.dedupe
+            .get(&(provider.to_owned(), kind.to_owned()))
+            .is_some_and(|proven| proven.eq_ignore_ascii_case(header))
     }
 
     /// Whether this run is the one certifying its provider for its kind now.
@@ -99,6 +126,14 @@ impl Certified {
     pub fn holds(&self, provider: &str, kind: &str) -> bool {
         self.pairs.contains(&(provider.to_owned(), kind.to_owned()))
     }
+}
+
+/// The header a verification report proved deduplication under, if it did.
+fn proven_dedupe_header(report: &serde_json::Value) -> Option<&str> {
+    let idempotency = report.get("idempotency")?;
+    (idempotency.get("deduplicated")? == &serde_json::Value::Bool(true))
+        .then(|| idempotency.get("header")?.as_str())
+        .flatten()
 }
 
 /// Whether a run was made against the kind's current template and output schema and the

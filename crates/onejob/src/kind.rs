@@ -19,6 +19,19 @@ pub struct FieldError {
     pub message: String,
 }
 
+/// Whether `output` carries anything at all: a number, `true`, or a non-blank string,
+/// somewhere. Without an output schema to say what a real artifact looks like, this is what
+/// keeps `null`, `false`, `""`, `[]`, `{}` (and nests of them) from counting as a success.
+pub fn has_artifact(output: &Value) -> bool {
+    match output {
+        Value::Null | Value::Bool(false) => false,
+        Value::Bool(true) | Value::Number(_) => true,
+        Value::String(text) => !text.trim().is_empty(),
+        Value::Array(items) => items.iter().any(has_artifact),
+        Value::Object(map) => map.values().any(has_artifact),
+    }
+}
+
 /// A compiled JSON Schema with its source kept for hashing and display.
 #[derive(Clone)]
 pub struct Schema {
@@ -35,9 +48,13 @@ impl std::fmt::Debug for Schema {
 }
 
 impl Schema {
-    /// Compiles a schema; the error says why it is not a valid JSON Schema.
+    /// Compiles a schema; the error says why it is not a valid JSON Schema. `format` is
+    /// validated (`"format": "uri"` means a URI), not only annotated.
     pub fn compile(source: Value) -> Result<Self, String> {
-        let validator = jsonschema::validator_for(&source).map_err(|e| e.to_string())?;
+        let validator = jsonschema::options()
+            .should_validate_formats(true)
+            .build(&source)
+            .map_err(|e| e.to_string())?;
         Ok(Self { source, validator })
     }
 
@@ -125,9 +142,12 @@ impl Kind {
         }
         match &self.output_schema {
             Some(schema) => schema.check(output),
-            None if output.is_null() => Err(vec![FieldError {
+            None if !has_artifact(output) => Err(vec![FieldError {
                 path: "/".into(),
-                message: "the provider returned no output".into(),
+                message: "the provider returned no artifact (an empty or blank output such as \
+                          null, false, \"\", [] or {}); give the kind an output_schema to say \
+                          what a real one looks like"
+                    .into(),
             }]),
             None => Ok(()),
         }
@@ -302,4 +322,52 @@ fn load_schema(source: &SchemaSource, base: &Path, key: &str) -> Result<Schema, 
     };
     Schema::compile(document)
         .map_err(|e| ConfigError::invalid(key, format!("not a valid JSON Schema: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::{Schema, has_artifact};
+
+    #[test]
+    fn empty_outputs_are_no_artifact() {
+        for empty in [
+            json!(null),
+            json!(false),
+            json!(""),
+            json!("  \n"),
+            json!([]),
+            json!({}),
+            json!({"text": ""}),
+            json!([{}, [null]]),
+        ] {
+            assert!(!has_artifact(&empty), "{empty} counted as an artifact");
+        }
+        for real in [
+            json!("a fox"),
+            json!(0),
+            json!(true),
+            json!({"n": 0}),
+            json!([{"url": "x"}]),
+        ] {
+            assert!(has_artifact(&real), "{real} refused");
+        }
+    }
+
+    #[test]
+    fn formats_are_validated() {
+        let schema = Schema::compile(json!({
+            "type": "object",
+            "properties": {"url": {"type": "string", "format": "uri"}},
+        }))
+        .unwrap();
+        assert!(
+            schema
+                .check(&json!({"url": "https://fake.invalid/a.png"}))
+                .is_ok()
+        );
+        let errors = schema.check(&json!({"url": "not a uri"})).unwrap_err();
+        assert_eq!(errors[0].path, "/url");
+    }
 }

@@ -89,7 +89,7 @@ pub async fn fail(
         .await?;
     if matches!(outcome, FailOutcome::Recorded(_)) {
         let label = match end {
-            Unsuccessful::Failed => "failed",
+            Unsuccessful::Failed | Unsuccessful::FailedKeyKept => "failed",
             Unsuccessful::Cancelled => "cancelled",
         };
         telemetry::attempt_ended(&attempt.provider, label);

@@ -65,6 +65,11 @@ pub fn attempt_ended(provider: &str, outcome: &'static str) {
     }
 }
 
+/// The reconciler re-sent an unknown attempt under its same upstream key.
+pub fn attempt_resent(provider: &str) {
+    counter!("onejob_attempts_resent_total", "provider" => provider.to_owned()).increment(1);
+}
+
 /// The time from a job's acceptance to its first attempt being sent.
 pub fn dispatch_latency(latency: Duration) {
     histogram!("onejob_dispatch_latency_seconds").record(latency.as_secs_f64());

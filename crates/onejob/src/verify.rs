@@ -74,6 +74,27 @@ impl Limits {
 /// The temperature every contract case runs at.
 pub const VERIFY_TEMPERATURE: f64 = 0.0;
 
+/// Whether the provider deduplicates by idempotency key, as one case sent twice under one
+/// key showed.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct IdempotencyCheck {
+    /// The header the key was forwarded in.
+    pub header: String,
+    /// True when the second send answered with the first one's task (or answer id).
+    pub deduplicated: bool,
+    /// What was compared.
+    pub evidence: String,
+}
+
+/// Whether the provider's lookup by idempotency key works.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct LookupCheck {
+    /// True when the key just sent found its task and a key never sent found nothing.
+    pub passed: bool,
+    /// What went wrong (empty when it passed).
+    pub problems: Vec<String>,
+}
+
 /// A whole verification run.
 #[derive(Debug, Clone, Serialize)]
 pub struct VerifyReport {
@@ -93,6 +114,12 @@ pub struct VerifyReport {
     pub temperature: f64,
     /// One entry per contract case.
     pub cases: Vec<CaseReport>,
+    /// The deduplication check, where the provider forwards an idempotency key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idempotency: Option<IdempotencyCheck>,
+    /// The lookup check, where the provider can look tasks up by key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lookup: Option<LookupCheck>,
 }
 
 /// Runs every contract case of `kind` against `provider`.
@@ -103,10 +130,24 @@ pub async fn run(
     limits: Limits,
 ) -> VerifyReport {
     let mut cases = Vec::new();
+    let mut first_trip = None;
     for case in &kind.contract {
-        cases.push(run_case(kind, provider, limits, case).await);
+        let (report, trip) = run_case(kind, provider, limits, case).await;
+        cases.push(report);
+        if first_trip.is_none() {
+            first_trip = trip.map(|trip| (case, trip));
+        }
     }
-    let passed = !cases.is_empty() && cases.iter().all(|c| c.passed);
+    let (idempotency, lookup) = match (&first_trip, provider.idempotency_header()) {
+        (Some((case, trip)), Some(header)) => (
+            Some(check_dedupe(kind, provider, &case.params, trip, header).await),
+            check_lookup(provider, trip).await,
+        ),
+        _ => (None, None),
+    };
+    let passed = !cases.is_empty()
+        && cases.iter().all(|c| c.passed)
+        && lookup.as_ref().is_none_or(|l| l.passed);
     VerifyReport {
         provider: provider_name.to_owned(),
         kind: kind.name.clone(),
@@ -116,7 +157,111 @@ pub async fn run(
         limits,
         temperature: VERIFY_TEMPERATURE,
         cases,
+        idempotency,
+        lookup,
     }
+}
+
+/// What one round trip of a case got back.
+#[derive(Debug, Clone)]
+struct Trip {
+    /// The key it was sent under.
+    key: String,
+    /// The task the upstream created (asynchronous APIs).
+    task_id: Option<String>,
+    /// The upstream's id of its answer (synchronous APIs), where it gives one.
+    receipt: Option<String>,
+    output: Value,
+}
+
+/// Sends the case of `first` again under the same key and compares what comes back.
+async fn check_dedupe(
+    kind: &Kind,
+    provider: &dyn Provider,
+    params: &Value,
+    first: &Trip,
+    header: &str,
+) -> IdempotencyCheck {
+    let again = round_trip(kind, provider, params, &first.key).await;
+    let (deduplicated, evidence) = match again {
+        Err(problem) => (
+            false,
+            format!("the second send under one key failed: {problem}"),
+        ),
+        Ok(second) => match (
+            &first.task_id,
+            &second.task_id,
+            &first.receipt,
+            &second.receipt,
+        ) {
+            (Some(a), Some(b), _, _) => (
+                a == b,
+                if a == b {
+                    format!("the second send under one key answered the same task ({a})")
+                } else {
+                    format!("the second send under one key created another task ({a}, then {b})")
+                },
+            ),
+            (None, None, Some(a), Some(b)) => {
+                let same = a == b && first.output == second.output;
+                (
+                    same,
+                    if same {
+                        format!("the second send under one key got the same answer ({a})")
+                    } else {
+                        format!("the second send under one key got another answer ({a}, then {b})")
+                    },
+                )
+            }
+            _ => (
+                false,
+                "the answers carry no task or answer id to compare, so deduplication is not \
+                 proven"
+                    .to_owned(),
+            ),
+        },
+    };
+    IdempotencyCheck {
+        header: header.to_owned(),
+        deduplicated,
+        evidence,
+    }
+}
+
+/// Looks up the key `trip` was sent under, and a key never sent; `None` if the provider has
+/// no lookup.
+async fn check_lookup(provider: &dyn Provider, trip: &Trip) -> Option<LookupCheck> {
+    let found = provider.task_by_idempotency_key(&trip.key).await;
+    if matches!(found, Err(crate::provider::ProviderError::Unsupported(_))) {
+        return None;
+    }
+    let mut problems = Vec::new();
+    match (found, &trip.task_id) {
+        (Ok(Some(found)), Some(task_id)) if &found == task_id => {}
+        (Ok(Some(found)), expected) => problems.push(format!(
+            "looking up the key just sent found task {found}, not {expected:?}"
+        )),
+        (Ok(None), _) => problems.push(
+            "looking up the key just sent found nothing: the reconciler would wrongly \
+             conclude that requests never arrived"
+                .to_owned(),
+        ),
+        (Err(error), _) => problems.push(format!("looking up the key just sent failed: {error}")),
+    }
+    let never_sent = format!("onejob-verify:never-sent:{}", Uuid::now_v7());
+    match provider.task_by_idempotency_key(&never_sent).await {
+        Ok(None) => {}
+        Ok(Some(task)) => problems.push(format!(
+            "looking up a key never sent found task {task}: the lookup must answer 404 for it"
+        )),
+        Err(error) => problems.push(format!(
+            "looking up a key never sent failed ({error}); it must answer 404"
+        )),
+    }
+    Some(LookupCheck {
+        passed: problems.is_empty(),
+        problems,
+    })
 }
 
 /// Runs the contract and records the run (with the provider's current `settings_hash`);
@@ -154,7 +299,7 @@ async fn run_case(
     provider: &dyn Provider,
     limits: Limits,
     case: &ContractCase,
-) -> CaseReport {
+) -> (CaseReport, Option<Trip>) {
     let mut report = CaseReport {
         name: case.name.clone(),
         passed: false,
@@ -171,7 +316,7 @@ async fn run_case(
                 error.path, error.message
             ));
         }
-        return report;
+        return (report, None);
     }
     // Everything the model reads counts: the system message (if any) and the prompt.
     let text = render_prompt(kind, &case.params).map(|prompt| {
@@ -219,28 +364,40 @@ async fn run_case(
         Err(error) => report.problems.push(error.to_string()),
     }
     let started = Instant::now();
-    let output = round_trip(kind, provider, &case.params).await;
+    let key = format!("onejob-verify:{}", Uuid::now_v7());
+    let trip = round_trip(kind, provider, &case.params, &key).await;
     report.latency_ms = started.elapsed().as_millis() as u64;
-    match output {
-        Ok(output) => {
-            report.problems.extend(check_output(kind, case, &output));
-            report.output = Some(output);
+    let trip = match trip {
+        Ok(trip) => {
+            report
+                .problems
+                .extend(check_output(kind, case, &trip.output));
+            report.output = Some(trip.output.clone());
+            Some(trip)
         }
-        Err(problem) => report.problems.push(problem),
-    }
+        Err(problem) => {
+            report.problems.push(problem);
+            None
+        }
+    };
     report.passed = report.problems.is_empty();
-    report
+    (report, trip)
 }
 
-/// Sends the case upstream at temperature 0 and waits (within the kind's attempt timeout)
-/// for the output.
-async fn round_trip(kind: &Kind, provider: &dyn Provider, params: &Value) -> Result<Value, String> {
+/// Sends the case upstream under `key` at temperature 0 and waits (within the kind's
+/// attempt timeout) for the output.
+async fn round_trip(
+    kind: &Kind,
+    provider: &dyn Provider,
+    params: &Value,
+    key: &str,
+) -> Result<Trip, String> {
     let request = AttemptRequest {
         job_id: Uuid::nil(),
         attempt_id: Uuid::now_v7(),
         kind,
         params,
-        idempotency_key: format!("onejob-verify:{}", Uuid::now_v7()),
+        idempotency_key: key.to_owned(),
         temperature: Some(VERIFY_TEMPERATURE),
     };
     let deadline = tokio::time::Instant::now() + kind.attempt_timeout;
@@ -254,14 +411,31 @@ async fn round_trip(kind: &Kind, provider: &dyn Provider, params: &Value) -> Res
         })?
         .map_err(|e| e.to_string())?;
     let task_id = match submitted {
-        Submitted::Output(output) => return Ok(output),
+        Submitted::Output { output, receipt } => {
+            return Ok(Trip {
+                key: key.to_owned(),
+                task_id: None,
+                receipt,
+                output,
+            });
+        }
         Submitted::Accepted { task_id } => task_id,
     };
     loop {
-        match provider.status(&task_id).await {
-            Ok(TaskStatus::Succeeded(output)) => return Ok(output),
-            Ok(TaskStatus::Failed(message)) => return Err(format!("the task failed: {message}")),
-            Ok(TaskStatus::Running) | Err(_) => {}
+        let status = tokio::time::timeout_at(deadline, provider.status(&task_id)).await;
+        match status {
+            Ok(Ok(TaskStatus::Succeeded(output))) => {
+                return Ok(Trip {
+                    key: key.to_owned(),
+                    task_id: Some(task_id),
+                    receipt: None,
+                    output,
+                });
+            }
+            Ok(Ok(TaskStatus::Failed(message))) => {
+                return Err(format!("the task failed: {message}"));
+            }
+            Ok(Ok(TaskStatus::Running) | Err(_)) | Err(_) => {}
         }
         if tokio::time::Instant::now() >= deadline {
             return Err(format!("task {task_id} still running at attempt_timeout"));

@@ -100,6 +100,24 @@ fn print_report(report: &verify::VerifyReport, id: &str) {
     if report.cases.is_empty() {
         println!("  the kind has no [[kind.contract]] cases: nothing to certify");
     }
+    if let Some(lookup) = &report.lookup {
+        let verdict = if lookup.passed { "pass" } else { "FAIL" };
+        println!("  {verdict}  lookup by idempotency key");
+        for problem in &lookup.problems {
+            println!("        - {problem}");
+        }
+    }
+    if let Some(idempotency) = &report.idempotency {
+        let verdict = if idempotency.deduplicated {
+            "deduplicates"
+        } else {
+            "does not deduplicate"
+        };
+        println!(
+            "  {} {verdict} by {}: {}",
+            report.provider, idempotency.header, idempotency.evidence
+        );
+    }
     if report.passed {
         println!(
             "certified: {} may take failover and hedged attempts of {} (certificate {id})",

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 pub use http::HttpConfig;
 pub use kind::{ContractCase, KindConfig, SchemaSource};
-pub use provider::{Adapter, ProviderConfig, StructuredOutput};
+pub use provider::{Adapter, DEFAULT_CONNECT_TIMEOUT, ProviderConfig, StructuredOutput};
 pub use worker::WorkerConfig;
 
 /// The built-in configuration: SQLite file, the bundled fake provider, the demo kinds.

@@ -1,5 +1,7 @@
 //! `[[provider]]` tables: the upstream endpoints and which adapter speaks to them.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
 /// Which adapter talks to a provider.
@@ -56,6 +58,12 @@ pub struct ProviderConfig {
     /// `async-task`: POST to cancel a task (optional).
     #[serde(default)]
     pub cancel_url: Option<String>,
+    /// `async-task`: GET the task submitted under a forwarded idempotency key (`{key}` is
+    /// replaced; the answer's task id is read at `task_id_pointer`, `404` means the upstream
+    /// never received that key). Needs `idempotency_header`. Optional: it lets the reconciler
+    /// prove what happened to an attempt whose worker died before the task id came back.
+    #[serde(default)]
+    pub lookup_url: Option<String>,
     /// `async-task`: JSON Pointer to the task id in the submit answer.
     #[serde(default)]
     pub task_id_pointer: Option<String>,
@@ -87,17 +95,42 @@ pub struct ProviderConfig {
     /// tiktoken knows.
     #[serde(default)]
     pub tokenizer: Option<std::path::PathBuf>,
+    /// How long establishing a connection (TCP and TLS) may take. A connection that is not
+    /// up in time never carried the request, so the attempt definitely failed and fails over.
+    /// Default 5 s, and at most half of the shortest `attempt_timeout` of the kinds using
+    /// this provider (so a blackholed provider fails over instead of ending unknown).
+    #[serde(default, with = "humantime_serde")]
+    pub connect_timeout: Option<Duration>,
+    /// How long one status, cancel, lookup or tokenize call may take (default 10 s). A
+    /// submit is bounded by the attempt's deadline instead.
+    #[serde(default = "default_request_timeout", with = "humantime_serde")]
+    pub request_timeout: Duration,
+    /// The largest answer body read from this provider, in bytes (default 8 MiB). A larger
+    /// one is a definite failure of the attempt, never read into memory whole.
+    #[serde(default = "default_max_response_bytes")]
+    pub max_response_bytes: u64,
+}
+
+/// The default connect timeout of a provider.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn default_request_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+fn default_max_response_bytes() -> u64 {
+    8 * 1024 * 1024
 }
 
 impl ProviderConfig {
     /// SHA-256 (hex) of the settings that shape what the provider is sent and how its
     /// answers are read: the adapter, its URLs and JSON Pointers, status values, model,
-    /// structured-output form and `max_tokens`. Not the name, the API key variable, the
+    /// structured-output form, `max_tokens` and `lookup_url` (where set). Not the name, the API key variable, the
     /// idempotency header or the context limit. A certificate holds only while this is
     /// unchanged.
     pub fn settings_hash(&self) -> String {
         use sha2::{Digest, Sha256};
-        let settings = serde_json::json!({
+        let mut settings = serde_json::json!({
             "adapter": self.adapter,
             "base_url": self.base_url,
             "model": self.model,
@@ -112,6 +145,10 @@ impl ProviderConfig {
             "structured_output": self.structured_output,
             "max_tokens": self.max_tokens,
         });
+        // Only where set, so that adding the key voids no certificate made without it.
+        if let Some(lookup_url) = &self.lookup_url {
+            settings["lookup_url"] = serde_json::json!(lookup_url);
+        }
         hex::encode(Sha256::digest(onejob_domain::fingerprint::canonical_bytes(
             &settings,
         )))
@@ -138,6 +175,10 @@ impl ProviderConfig {
             structured_output: StructuredOutput::default(),
             max_tokens: None,
             tokenizer: None,
+            lookup_url: None,
+            connect_timeout: None,
+            request_timeout: default_request_timeout(),
+            max_response_bytes: default_max_response_bytes(),
         }
     }
 }

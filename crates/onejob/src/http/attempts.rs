@@ -24,7 +24,7 @@ use super::{
     jobs::parse_id,
     openapi,
     problem::{Problem, ProblemType},
-    view::{AttemptView, JobView},
+    view::{AttemptView, Audience, JobView},
 };
 use crate::{
     outcome::{self, Offered},
@@ -194,7 +194,7 @@ pub async fn resolve_unknown(
     let attempt = attempts
         .into_iter()
         .find(|a| a.id == attempt_id)
-        .map(AttemptView::from);
+        .map(|a| AttemptView::seen_by(a, Audience::Operator));
     let job = store.job(&job.owner, job.id).await?.map(JobView::from);
     Ok(Resolved {
         outcome: verdict,

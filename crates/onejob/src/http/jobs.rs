@@ -21,7 +21,9 @@ use super::{
     openapi,
     problem::{Problem, ProblemType},
     view,
-    view::{AttemptList, AttemptView, AttemptsView, EventView, EventsView, JobList, JobView},
+    view::{
+        AttemptList, AttemptView, AttemptsView, Audience, EventView, EventsView, JobList, JobView,
+    },
 };
 use crate::{
     jobs::{Submission, SubmitError, Submitted},
@@ -299,7 +301,10 @@ pub async fn list_attempts(
         .list_attempts(&scope, wanted, limit)
         .await?;
     Ok(Json(AttemptList {
-        attempts: attempts.into_iter().map(AttemptView::from).collect(),
+        attempts: attempts
+            .into_iter()
+            .map(|a| AttemptView::seen_by(a, Audience::of(caller.operator)))
+            .collect(),
     }))
 }
 
@@ -330,7 +335,10 @@ pub async fn events(
         .ok_or_else(|| Problem::not_found("job"))?;
     Ok(Json(EventsView {
         job_id,
-        events: events.into_iter().map(EventView::from).collect(),
+        events: events
+            .into_iter()
+            .map(|e| EventView::seen_by(e, Audience::of(caller.operator)))
+            .collect(),
     }))
 }
 
@@ -362,7 +370,10 @@ pub async fn attempts(
         .ok_or_else(|| Problem::not_found("job"))?;
     Ok(Json(AttemptsView {
         job_id,
-        attempts: attempts.into_iter().map(AttemptView::from).collect(),
+        attempts: attempts
+            .into_iter()
+            .map(|a| AttemptView::seen_by(a, Audience::of(caller.operator)))
+            .collect(),
     }))
 }
 

@@ -15,7 +15,7 @@ mod openapi_links;
 pub mod problem;
 pub mod server;
 mod ui;
-mod view;
+pub(crate) mod view;
 
 use std::{any::Any, sync::Arc, time::Duration};
 
@@ -30,7 +30,7 @@ use tower_http::{catch_panic::CatchPanicLayer, trace::TraceLayer};
 pub use auth::Caller;
 pub use jobs::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
 pub use problem::{Problem, ProblemType};
-pub use view::{AttemptView, EventView, JobView, poll_after_ms};
+pub use view::{AttemptView, Audience, EventView, JobView, poll_after_ms};
 
 use crate::{api_key::KeyRing, jobs::Jobs, provider::Providers};
 

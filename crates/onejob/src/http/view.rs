@@ -1,4 +1,5 @@
-//! The JSON shapes the API answers with: the job view and event entries.
+//! The JSON shapes the API answers with: the job view and event entries, and what of them
+//! each caller may see ([`Audience`]).
 
 use onejob_domain::{AttemptState, EventKind, JobState};
 use serde::Serialize;
@@ -37,6 +38,51 @@ pub fn attempt_state_schema() -> RefOr<Schema> {
 /// The schema of an event kind.
 pub fn event_kind_schema() -> RefOr<Schema> {
     names_schema("What happened.", EventKind::ALL.map(EventKind::as_str))
+}
+
+/// Who reads a view. A job's owner sees what happened to the job; onejob's internals (which
+/// worker process ran an attempt, the provider's addresses, raw upstream answers) are for
+/// operators: every error and event detail keeps them under `internal`, which only operator
+/// keys are shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Audience {
+    /// The job's owner (a normal API key).
+    Owner,
+    /// An operator key of the job's tenant.
+    Operator,
+}
+
+impl Audience {
+    /// The audience of a caller with (or without) an operator key.
+    pub fn of(operator: bool) -> Self {
+        if operator {
+            Audience::Operator
+        } else {
+            Audience::Owner
+        }
+    }
+
+    /// `value` as this audience may see it: for owners, without any `internal` member.
+    pub fn shown(self, value: Value) -> Value {
+        match self {
+            Audience::Operator => value,
+            Audience::Owner => without_internal(value),
+        }
+    }
+}
+
+/// `value` with every object member named `internal` removed, at any depth.
+pub fn without_internal(value: Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .filter(|(key, _)| key != "internal")
+                .map(|(key, member)| (key, without_internal(member)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.into_iter().map(without_internal).collect()),
+        other => other,
+    }
 }
 
 /// How long a client should wait before polling a job again in this state; `None` once the
@@ -97,7 +143,8 @@ impl From<JobRecord> for JobView {
             attempts: job.attempts,
             poll_after_ms: poll_after_ms(job.state),
             result: job.result.filter(|_| succeeded),
-            error: job.error.filter(|_| failed),
+            // The job view is the owner's: details stay on the attempts and events.
+            error: job.error.filter(|_| failed).map(without_internal),
             completed_by: job.completed_by.filter(|_| succeeded),
         }
     }
@@ -125,15 +172,16 @@ pub struct EventView {
     pub detail: Value,
 }
 
-impl From<EventRecord> for EventView {
-    fn from(event: EventRecord) -> Self {
+impl EventView {
+    /// The event as `audience` may see it.
+    pub fn seen_by(event: EventRecord, audience: Audience) -> Self {
         EventView {
             id: event.id,
             kind: event.kind,
             at: event.at,
             attempt_id: event.attempt_id,
             actor: event.actor,
-            detail: event.detail,
+            detail: audience.shown(event.detail),
         }
     }
 }
@@ -166,7 +214,7 @@ pub struct AttemptView {
     /// The provider's task id, once known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub task_id: Option<String>,
-    /// The worker that ran it.
+    /// The worker that ran it (operator keys only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub worker: Option<String>,
     /// When it started.
@@ -191,13 +239,15 @@ pub struct AttemptView {
         skip_serializing_if = "Option::is_none"
     )]
     pub finished_at: Option<OffsetDateTime>,
-    /// Why it failed or is unknown.
+    /// Why it failed or is unknown (with `internal` details for operator keys only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<Value>,
 }
 
-impl From<AttemptRecord> for AttemptView {
-    fn from(a: AttemptRecord) -> Self {
+impl AttemptView {
+    /// The attempt as `audience` may see it.
+    pub fn seen_by(a: AttemptRecord, audience: Audience) -> Self {
+        let operator = audience == Audience::Operator;
         AttemptView {
             id: a.id,
             job_id: a.job_id,
@@ -206,12 +256,12 @@ impl From<AttemptRecord> for AttemptView {
             state: a.state,
             hedge: a.hedge,
             task_id: a.task_id,
-            worker: a.worker,
+            worker: a.worker.filter(|_| operator),
             started_at: a.started_at,
             acknowledged_at: a.acknowledged_at,
             deadline_at: a.deadline_at,
             finished_at: a.finished_at,
-            error: a.error,
+            error: a.error.map(|error| audience.shown(error)),
         }
     }
 }

@@ -3,8 +3,11 @@
 //! `POST submit_url` with the params as body answers a task id (at `task_id_pointer`);
 //! `GET status_url` (`{task_id}` replaced) answers a status (at `status_pointer`) that is
 //! running until it is one of `succeeded` (result at `result_pointer`) or `failed`;
-//! `POST cancel_url` cancels where configured. The task id is returned to the worker the
-//! moment it is known, so it is stored before anything else happens.
+//! `POST cancel_url` cancels where configured; `GET lookup_url` (`{key}` replaced) finds the
+//! task submitted under a forwarded idempotency key, `404` meaning it never arrived. The
+//! task id is returned to the worker the moment it is known, so it is stored before anything
+//! else happens. Every call is bounded in time (`request_timeout`; a submit by the attempt's
+//! deadline) and every answer in size (`max_response_bytes`).
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -52,6 +55,8 @@ pub struct AsyncTask {
     body: SubmitBody,
     api_key: Option<String>,
     idempotency_header: Option<String>,
+    request_timeout: std::time::Duration,
+    max_response_bytes: u64,
     http: reqwest::Client,
 }
 
@@ -67,7 +72,7 @@ impl AsyncTask {
             submit_url: required(&config.submit_url, "submit_url")?,
             status_url: required(&config.status_url, "status_url")?,
             cancel_url: config.cancel_url.clone(),
-            lookup_url: None,
+            lookup_url: config.lookup_url.clone(),
             task_id_pointer: required(&config.task_id_pointer, "task_id_pointer")?,
             status_pointer: required(&config.status_pointer, "status_pointer")?,
             result_pointer: required(&config.result_pointer, "result_pointer")?,
@@ -76,6 +81,16 @@ impl AsyncTask {
         };
         if api.succeeded.is_empty() {
             return Err("succeeded must list at least one status value".into());
+        }
+        if let Some(lookup_url) = &api.lookup_url {
+            if !lookup_url.contains("{key}") {
+                return Err("lookup_url must contain {key}".into());
+            }
+            if config.idempotency_header.is_none() {
+                return Err("lookup_url needs idempotency_header: only a key that was \
+                 forwarded upstream can be looked up there"
+                    .into());
+            }
         }
         Self::with_api(config, api, SubmitBody::Params, http)
     }
@@ -96,6 +111,8 @@ impl AsyncTask {
             body,
             api_key: super::registry::api_key(config)?,
             idempotency_header: config.idempotency_header.clone(),
+            request_timeout: config.request_timeout,
+            max_response_bytes: config.max_response_bytes,
             http,
         })
     }
@@ -107,22 +124,10 @@ impl AsyncTask {
         }
     }
 
+    /// A status, cancel or lookup call, bounded by `request_timeout`.
     async fn call_json(&self, call: reqwest::RequestBuilder) -> Result<Value, ProviderError> {
-        let response = self
-            .authorized(call)
-            .send()
-            .await
-            .map_err(|e| ProviderError::from_transport(&e))?;
-        let status = response.status();
-        let text = response
-            .text()
-            .await
-            .map_err(|e| ProviderError::Ambiguous(format!("reading the answer failed: {e}")))?;
-        if let Some(error) = ProviderError::from_status(status, &text) {
-            return Err(error);
-        }
-        serde_json::from_str(&text)
-            .map_err(|e| ProviderError::BadAnswer(format!("the answer is not JSON: {e}")))
+        let call = self.authorized(call).timeout(self.request_timeout);
+        super::answer::call_json(call, self.max_response_bytes).await
     }
 
     fn task_url(template: &str, task_id: &str) -> String {
@@ -159,22 +164,23 @@ impl Provider for AsyncTask {
                 serde_json::json!({ "kind": request.kind.name, "params": request.params })
             }
         };
-        let mut call = self.http.post(&self.api.submit_url).json(&body);
+        let mut call = self
+            .http
+            .post(&self.api.submit_url)
+            .json(&body)
+            .timeout(request.kind.attempt_timeout);
         if let Some(header) = &self.idempotency_header {
             call = call.header(header.as_str(), &request.idempotency_key);
         }
-        let answer = self.call_json(call).await?;
-        let task_id = match answer.pointer(&self.api.task_id_pointer) {
-            Some(Value::String(id)) if !id.is_empty() => id.clone(),
-            Some(Value::Number(id)) => id.to_string(),
-            _ => {
-                // Accepted, but we cannot follow it: the work may run; say so.
-                return Err(ProviderError::Ambiguous(format!(
-                    "the submit answer has no task id at {}",
-                    self.api.task_id_pointer
-                )));
-            }
-        };
+        let call = self.authorized(call);
+        let answer = super::answer::call_json(call, self.max_response_bytes).await?;
+        let task_id = task_id_at(&answer, &self.api.task_id_pointer).ok_or_else(|| {
+            // Accepted, but we cannot follow it: the work may run; say so.
+            ProviderError::Ambiguous(format!(
+                "the submit answer has no usable task id at {}",
+                self.api.task_id_pointer
+            ))
+        })?;
         Ok(Submitted::Accepted { task_id })
     }
 
@@ -222,12 +228,31 @@ impl Provider for AsyncTask {
         };
         let url = template.replace("{key}", &url_escape(key));
         match self.call_json(self.http.get(url)).await {
-            Ok(answer) => Ok(answer
-                .pointer(&self.api.task_id_pointer)
-                .and_then(Value::as_str)
-                .map(str::to_owned)),
+            Ok(answer) => task_id_at(&answer, &self.api.task_id_pointer)
+                .map(Some)
+                .ok_or_else(|| {
+                    ProviderError::BadAnswer(format!(
+                        "the lookup answer has no usable task id at {}",
+                        self.api.task_id_pointer
+                    ))
+                }),
             Err(ProviderError::Rejected { status: 404, .. }) => Ok(None),
             Err(other) => Err(other),
         }
     }
+
+    fn idempotency_header(&self) -> Option<&str> {
+        self.idempotency_header.as_deref()
+    }
+}
+
+/// The task id at `pointer` in `answer`: a non-empty string (or a number) of visible
+/// characters only, since it is stored and placed in URLs.
+fn task_id_at(answer: &Value, pointer: &str) -> Option<String> {
+    let id = match answer.pointer(pointer)? {
+        Value::String(id) => id.clone(),
+        Value::Number(id) => id.to_string(),
+        _ => return None,
+    };
+    (!id.is_empty() && id.len() <= 1024 && !id.chars().any(char::is_control)).then_some(id)
 }

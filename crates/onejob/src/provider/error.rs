@@ -1,6 +1,12 @@
 //! The provider error, classified by what it says about the upstream's side effects.
+//!
+//! Each error has two texts: [`ProviderError::public`], safe to show a job's owner (no URL,
+//! no upstream body, no internal address), and its `Display`, with everything an operator
+//! needs. [`ProviderError::to_json`] keeps both, the second under `internal`, which only
+//! operators see (see `http::view::Audience`).
 
 use reqwest::StatusCode;
+use serde_json::{Value, json};
 
 /// Why a provider call did not give an answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -8,7 +14,8 @@ pub enum ProviderError {
     /// The request could not be built (template, URL); nothing was sent.
     #[error("the request could not be built: {0}")]
     Invalid(String),
-    /// The upstream was not reached (connection refused, DNS); nothing was sent.
+    /// The upstream was not reached (connection refused, DNS, connect timeout); nothing was
+    /// sent.
     #[error("the provider could not be reached: {0}")]
     Unreachable(String),
     /// The upstream refused the request: a 4xx, or 429/503 which by convention mean the
@@ -24,6 +31,13 @@ pub enum ProviderError {
     /// attempt still definitely failed).
     #[error("the provider's answer is not usable: {0}")]
     BadAnswer(String),
+    /// The upstream's answer is larger than the provider's `max_response_bytes`; it was not
+    /// read. The attempt definitely failed (there is no usable result).
+    #[error("the provider's answer is larger than {limit} bytes (max_response_bytes)")]
+    TooLarge {
+        /// The limit in bytes.
+        limit: u64,
+    },
     /// The request may or may not have been processed: timeout, reset, 500/502/504.
     #[error("the outcome is unknown: {0}")]
     Ambiguous(String),
@@ -39,12 +53,51 @@ impl ProviderError {
         !matches!(self, ProviderError::Ambiguous(_))
     }
 
+    /// True when the upstream answered this failure itself under the request's idempotency
+    /// key (so an upstream caching answers by key would replay it): the next attempt needs a
+    /// new key. A request that was never sent (not built, not reached) leaves the key unused.
+    pub fn spends_key(&self) -> bool {
+        !matches!(
+            self,
+            ProviderError::Invalid(_)
+                | ProviderError::Unreachable(_)
+                | ProviderError::Unsupported(_)
+        )
+    }
+
+    /// What a job's owner may read: the kind of failure, never a URL or the upstream's body.
+    pub fn public(&self) -> String {
+        match self {
+            ProviderError::Invalid(_) => "the request to the provider could not be built".into(),
+            ProviderError::Unreachable(_) => "the provider could not be reached".into(),
+            ProviderError::Rejected { status, .. } => {
+                format!("the provider refused the request (HTTP {status})")
+            }
+            ProviderError::BadAnswer(_) => "the provider's answer is not usable".into(),
+            ProviderError::TooLarge { limit } => {
+                format!("the provider's answer is larger than {limit} bytes")
+            }
+            ProviderError::Ambiguous(_) => {
+                "the provider's answer was lost (timeout, reset or server error): the outcome \
+                 is unknown"
+                    .into()
+            }
+            ProviderError::Unsupported(what) => format!("the provider does not support {what}"),
+        }
+    }
+
+    /// `{"message": public, "internal": full}`: the error as an attempt records it.
+    pub fn to_json(&self) -> Value {
+        json!({ "message": self.public(), "internal": self.to_string() })
+    }
+
     /// Classifies a transport error from reqwest.
     pub fn from_transport(error: &reqwest::Error) -> Self {
-        let message = error.to_string();
+        let message = chain(error);
         if error.is_builder() {
             ProviderError::Invalid(message)
         } else if error.is_connect() {
+            // Also a connect timeout: a connection that never came up carried no request.
             ProviderError::Unreachable(message)
         } else {
             ProviderError::Ambiguous(message)
@@ -71,6 +124,12 @@ impl ProviderError {
     }
 }
 
+/// An error with its causes, `outer: inner`, for the operator's text (reqwest keeps the
+/// interesting part, such as "connection refused" or "operation timed out", in a source).
+pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    crate::store::Chain(error).to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,5 +145,25 @@ mod tests {
             assert!(!e.is_definite(), "{code}");
         }
         assert!(ProviderError::from_status(StatusCode::OK, "").is_none());
+    }
+
+    #[test]
+    fn the_public_text_carries_no_upstream_body_or_address() {
+        let rejected = ProviderError::from_status(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "overloaded at http://10.0.0.5:9000/v1/tasks",
+        )
+        .unwrap();
+        assert_eq!(
+            rejected.public(),
+            "the provider refused the request (HTTP 503)"
+        );
+        let json = rejected.to_json();
+        assert!(json["internal"].as_str().unwrap().contains("10.0.0.5"));
+        assert!(!json["message"].as_str().unwrap().contains("10.0.0.5"));
+        let unreachable = ProviderError::Unreachable("http://internal:1/: refused".into());
+        assert!(!unreachable.public().contains("internal"));
+        assert!(!unreachable.spends_key());
+        assert!(rejected.spends_key());
     }
 }

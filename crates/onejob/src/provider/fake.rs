@@ -19,7 +19,11 @@ pub fn adapter(
         submit_url: format!("{base}/v1/tasks"),
         status_url: format!("{base}/v1/tasks/{{task_id}}"),
         cancel_url: Some(format!("{base}/v1/tasks/{{task_id}}/cancel")),
-        lookup_url: Some(format!("{base}/v1/tasks?idempotency_key={{key}}")),
+        // Only a key that was forwarded can be looked up.
+        lookup_url: config
+            .idempotency_header
+            .is_some()
+            .then(|| format!("{base}/v1/tasks?idempotency_key={{key}}")),
         task_id_pointer: "/task_id".into(),
         status_pointer: "/status".into(),
         result_pointer: "/result".into(),

@@ -7,7 +7,13 @@
 //!
 //! Errors say whether the upstream may have done the work ([`ProviderError::is_definite`]):
 //! a definite failure lets the job fail over, an ambiguous one makes the attempt `unknown`.
+//!
+//! Every call to an upstream is bounded: connecting by the provider's `connect_timeout`,
+//! status, cancel and lookup calls by its `request_timeout`, a submit by the attempt's
+//! deadline (the caller's), and every answer body by its `max_response_bytes`
+//! ([`answer`]).
 
+pub mod answer;
 pub mod async_task;
 mod error;
 pub mod fake;
@@ -24,14 +30,25 @@ pub use registry::Providers;
 
 use crate::kind::Kind;
 
-/// The HTTP client providers (and the CLI) use: rustls with the `ring` crypto provider,
-/// installed process-wide first (one provider for sqlx and reqwest; see STACK.md).
+/// The HTTP client the CLI uses: rustls with the `ring` crypto provider, installed
+/// process-wide first (one provider for sqlx and reqwest; see STACK.md).
 pub fn http_client() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        .user_agent(concat!("onejob/", env!("CARGO_PKG_VERSION")))
+    client_builder()
         .build()
         .expect("an HTTP client with default settings builds")
+}
+
+/// The HTTP client of one provider: [`http_client`]'s settings with its connect timeout.
+pub fn provider_client(connect_timeout: std::time::Duration) -> reqwest::Client {
+    client_builder()
+        .connect_timeout(connect_timeout)
+        .build()
+        .expect("an HTTP client with a connect timeout builds")
+}
+
+fn client_builder() -> reqwest::ClientBuilder {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder().user_agent(concat!("onejob/", env!("CARGO_PKG_VERSION")))
 }
 
 /// What a provider is asked to do for one attempt.
@@ -56,7 +73,14 @@ pub struct AttemptRequest<'a> {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Submitted {
     /// A synchronous API answered with the output.
-    Output(Value),
+    Output {
+        /// The output (still to be validated).
+        output: Value,
+        /// The upstream's own id of this answer (a chat completion's `id`), where it gives
+        /// one: the same id for a second send under one idempotency key proves the upstream
+        /// answered from its cache instead of running the request again.
+        receipt: Option<String>,
+    },
     /// An asynchronous API accepted the work under a task id; poll [`Provider::status`].
     Accepted {
         /// The provider's id for the task.
@@ -121,9 +145,15 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
         Ok(None)
     }
 
-    /// The task the upstream holds under a forwarded idempotency key, where it can say.
+    /// The task the upstream holds under a forwarded idempotency key, where it can say:
+    /// `Ok(None)` means the upstream never received that key.
     async fn task_by_idempotency_key(&self, key: &str) -> Result<Option<String>, ProviderError> {
         let _ = key;
         Err(ProviderError::Unsupported("lookup by idempotency key"))
+    }
+
+    /// The header that forwards an attempt's idempotency key upstream, if configured.
+    fn idempotency_header(&self) -> Option<&str> {
+        None
     }
 }

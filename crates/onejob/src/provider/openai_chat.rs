@@ -34,6 +34,8 @@ pub struct OpenAiChat {
     structured_output: StructuredOutput,
     max_tokens: Option<u32>,
     tokenizer: Option<PathBuf>,
+    request_timeout: std::time::Duration,
+    max_response_bytes: u64,
     http: reqwest::Client,
 }
 
@@ -72,6 +74,8 @@ impl OpenAiChat {
                 }
                 other => other.clone(),
             },
+            request_timeout: config.request_timeout,
+            max_response_bytes: config.max_response_bytes,
             http,
         })
     }
@@ -180,19 +184,12 @@ impl Provider for OpenAiChat {
             ("/tokenize", json!({ "content": text })),
         ];
         for (path, body) in endpoints {
-            let Ok(response) = self
+            let call = self
                 .http
                 .post(format!("{}{path}", self.root))
                 .json(&body)
-                .send()
-                .await
-            else {
-                continue;
-            };
-            if !response.status().is_success() {
-                continue;
-            }
-            if let Ok(answer) = response.json::<Value>().await
+                .timeout(self.request_timeout);
+            if let Ok(answer) = super::answer::call_json(call, self.max_response_bytes).await
                 && let Some(tokens) = answer.get("tokens").and_then(Value::as_array)
             {
                 return Ok(Some(TokenCount {
@@ -230,6 +227,7 @@ impl Provider for OpenAiChat {
             .http
             .post(&self.url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .timeout(request.kind.attempt_timeout)
             .body(body);
         if let Some(key) = &self.api_key {
             call = call.bearer_auth(key);
@@ -237,21 +235,14 @@ impl Provider for OpenAiChat {
         if let Some(header) = &self.idempotency_header {
             call = call.header(header.as_str(), &request.idempotency_key);
         }
-        let response = call
-            .send()
-            .await
-            .map_err(|e| ProviderError::from_transport(&e))?;
-        let status = response.status();
-        let text = response
-            .text()
-            .await
-            .map_err(|e| ProviderError::Ambiguous(format!("reading the answer failed: {e}")))?;
-        if let Some(error) = ProviderError::from_status(status, &text) {
-            return Err(error);
-        }
-        let answer: Value = serde_json::from_str(&text)
-            .map_err(|e| ProviderError::BadAnswer(format!("the answer is not JSON: {e}")))?;
-        output_of(request.kind, &answer).map(Submitted::Output)
+        let answer = super::answer::call_json(call, self.max_response_bytes).await?;
+        let output = output_of(request.kind, &answer)?;
+        let receipt = answer.get("id").and_then(Value::as_str).map(str::to_owned);
+        Ok(Submitted::Output { output, receipt })
+    }
+
+    fn idempotency_header(&self) -> Option<&str> {
+        self.idempotency_header.as_deref()
     }
 }
 

@@ -1,14 +1,18 @@
 //! [`Providers`]: every configured provider by name, built once at start-up. Bundled fake
 //! servers started for `fake` providers without a `base_url` live as long as it does.
+//!
+//! Each provider gets an HTTP client of its own, whose connect timeout stays below the
+//! `attempt_timeout` of every kind that uses it: a connection that never comes up must fail
+//! the attempt (definitely, so it fails over) before its deadline would make it unknown.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use onejob_fake::FakeServer;
 
 use super::{Provider, async_task::AsyncTask, fake, openai_chat::OpenAiChat};
 use crate::{
     certification::ProviderHashes,
-    config::{Adapter, Config, ConfigError, ProviderConfig},
+    config::{Adapter, Config, ConfigError, DEFAULT_CONNECT_TIMEOUT, ProviderConfig},
 };
 
 /// The configured providers.
@@ -21,7 +25,7 @@ pub struct Providers {
 
 impl Providers {
     /// Builds every `[[provider]]`, starting in-process fake servers where needed.
-    pub async fn from_config(config: &Config, http: reqwest::Client) -> Result<Self, ConfigError> {
+    pub async fn from_config(config: &Config) -> Result<Self, ConfigError> {
         let mut providers = Providers::default();
         for (index, raw) in config.providers.iter().enumerate() {
             let invalid =
@@ -32,6 +36,7 @@ impl Providers {
                     "a provider needs a name",
                 ));
             }
+            let http = super::provider_client(connect_timeout(config, raw)?);
             let adapter: Arc<dyn Provider> = match raw.adapter {
                 Adapter::OpenaiChat => {
                     Arc::new(OpenAiChat::new(raw, http.clone()).map_err(invalid)?)
@@ -83,6 +88,33 @@ impl Providers {
     /// The fake servers started in-process, in configuration order.
     pub fn bundled_fakes(&self) -> &[Arc<FakeServer>] {
         &self.fakes
+    }
+}
+
+/// The connect timeout of `provider`: its `connect_timeout`, which must be shorter than the
+/// `attempt_timeout` of every kind using it; without one, the default, capped at half the
+/// shortest of those attempt timeouts.
+fn connect_timeout(config: &Config, provider: &ProviderConfig) -> Result<Duration, ConfigError> {
+    let shortest = config
+        .kinds
+        .iter()
+        .filter(|kind| kind.providers.contains(&provider.name))
+        .map(|kind| (kind.name.as_str(), kind.attempt_timeout))
+        .min_by_key(|(_, timeout)| *timeout);
+    match (provider.connect_timeout, shortest) {
+        (Some(explicit), Some((kind, attempt))) if explicit >= attempt => {
+            Err(ConfigError::invalid(
+                format!("provider[{}].connect_timeout", provider.name),
+                format!(
+                    "{explicit:?} is not shorter than the attempt_timeout ({attempt:?}) of kind \
+                     {kind:?}: a provider that never accepts the connection would end its \
+                     attempts unknown instead of failing over; choose a shorter connect_timeout"
+                ),
+            ))
+        }
+        (Some(explicit), _) => Ok(explicit),
+        (None, Some((_, attempt))) => Ok(DEFAULT_CONNECT_TIMEOUT.min(attempt / 2)),
+        (None, None) => Ok(DEFAULT_CONNECT_TIMEOUT),
     }
 }
 

@@ -80,9 +80,9 @@ impl<I: Send + 'static, O: Send + 'static> Batcher<I, O> {
         let (reply, answer) = oneshot::channel();
         self.sender
             .send((input, reply))
-            .map_err(|_| StoreError::Unavailable(sqlx::Error::PoolClosed))?;
+            .map_err(|_| StoreError::unavailable(sqlx::Error::PoolClosed))?;
         answer
             .await
-            .map_err(|_| StoreError::Unavailable(sqlx::Error::PoolClosed))?
+            .map_err(|_| StoreError::unavailable(sqlx::Error::PoolClosed))?
     }
 }

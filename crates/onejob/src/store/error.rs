@@ -1,21 +1,33 @@
 //! The store's typed error, which says whether trying again later can help.
+//!
+//! Both backends answer with the same variants for the same situations: a lost or refused
+//! connection is [`StoreError::Unavailable`], a job that kept changing under a
+//! compare-and-swap is [`StoreError::Contended`], and both are retryable. The database
+//! errors are kept behind an [`Arc`] so one failure can be answered to every caller that
+//! shared the failed transaction (group commit) as itself, not as a relabelled copy.
+
+use std::sync::Arc;
 
 /// What went wrong talking to the database.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// The database cannot be reached right now (connection refused or lost, pool exhausted,
     /// server shutting down, SQLite busy). Retrying later can succeed; HTTP answers 503.
     #[error("the database is unavailable")]
-    Unavailable(#[source] sqlx::Error),
+    Unavailable(#[source] Arc<sqlx::Error>),
+    /// A compare-and-swap kept losing because the row kept changing under it; nothing was
+    /// written. Retrying can succeed; HTTP answers 503.
+    #[error("the job kept changing during {0}; try again")]
+    Contended(&'static str),
     /// The database refused the statement for a reason retrying will not fix.
     #[error("the database returned an error")]
-    Database(#[source] sqlx::Error),
+    Database(#[source] Arc<sqlx::Error>),
     /// A stored value could not be read back into its type.
     #[error("stored data is not what onejob wrote: {0}")]
     Corrupt(String),
     /// Applying the schema migrations failed.
     #[error("migrating the schema failed")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
+    Migrate(#[source] Arc<sqlx::migrate::MigrateError>),
     /// The database URL names no database onejob supports.
     #[error("unsupported database URL {0:?}: use postgres://user@host:5432/db or sqlite://file.db")]
     UnsupportedUrl(String),
@@ -24,17 +36,28 @@ pub enum StoreError {
 impl StoreError {
     /// True when the same call may succeed later.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, StoreError::Unavailable(_))
+        matches!(self, StoreError::Unavailable(_) | StoreError::Contended(_))
+    }
+
+    /// The database cannot be reached: `error` says how.
+    pub fn unavailable(error: sqlx::Error) -> Self {
+        StoreError::Unavailable(Arc::new(error))
     }
 }
 
 impl From<sqlx::Error> for StoreError {
     fn from(error: sqlx::Error) -> Self {
         if is_unavailable(&error) {
-            StoreError::Unavailable(error)
+            StoreError::Unavailable(Arc::new(error))
         } else {
-            StoreError::Database(error)
+            StoreError::Database(Arc::new(error))
         }
+    }
+}
+
+impl From<sqlx::migrate::MigrateError> for StoreError {
+    fn from(error: sqlx::migrate::MigrateError) -> Self {
+        StoreError::Migrate(Arc::new(error))
     }
 }
 

@@ -20,10 +20,10 @@ use uuid::Uuid;
 
 pub use error::{Chain, StoreError};
 pub use records::{
-    ApiKeyRecord, AttemptRecord, AttemptStart, CancelOutcome, CertificateRecord, Completion,
-    EventRecord, FailOutcome, Intake, JobFilter, JobRecord, NewApiKey, NewEvent, NewJob,
-    RecoverOutcome, Resolution, RetryPolicy, Scope, StartOutcome, StartRefusal, Unsuccessful,
-    payload_digest,
+    Acknowledged, ApiKeyRecord, AttemptRecord, AttemptStart, CancelOutcome, CertificateRecord,
+    Completion, EventRecord, FailOutcome, Intake, JobFilter, JobRecord, NewApiKey, NewEvent,
+    NewJob, RecoverOutcome, Resolution, RetryPolicy, Scope, StartOutcome, StartRefusal, UnknownBy,
+    Unsuccessful, payload_digest, storable, storable_text,
 };
 
 /// Everything onejob keeps durably. One implementation per database.
@@ -99,18 +99,34 @@ pub trait Store: Send + Sync + 'static {
     /// is logged.
     async fn start_attempt(&self, start: &AttemptStart) -> Result<StartOutcome, StoreError>;
 
-    /// The provider acknowledged a `starting` attempt: it becomes `running`, its task id is
-    /// stored, and with `hedge_after` the job becomes due again for a hedge at that time.
-    /// False if the attempt was no longer `starting`.
+    /// The provider acknowledged a `starting` attempt. Its task id (if any) is stored
+    /// whatever the attempt's state. A `starting` attempt becomes `running` (with
+    /// `hedge_after`, the job becomes due again for a hedge at that time), or `cancelled`
+    /// if its job was cancelled meanwhile ([`Acknowledged::JobCancelled`]: the caller asks
+    /// the provider to cancel). Any other state is [`Acknowledged::NotStarting`]: the
+    /// attempt is no longer the caller's.
     async fn acknowledge_attempt(
         &self,
         attempt_id: Uuid,
         task_id: Option<&str>,
         hedge_after: Option<Duration>,
+    ) -> Result<Acknowledged, StoreError>;
+
+    /// The fence before an attempt's irreversible send: whether `worker` still holds its
+    /// `starting` attempt with at least `margin` of lease left, and its job is not cancelled.
+    /// A rescuer makes an attempt unknown only once its lease expired (a conditional update
+    /// on the database's clock), so an owner that finds `margin` left cannot lose the attempt
+    /// for that long.
+    async fn owns_attempt(
+        &self,
+        attempt_id: Uuid,
+        worker: &str,
+        margin: Duration,
     ) -> Result<bool, StoreError>;
 
-    /// Renews the lease of every live attempt `worker` holds; returns how many.
-    async fn heartbeat(&self, worker: &str, lease: Duration) -> Result<u64, StoreError>;
+    /// Renews the lease of every live attempt `worker` holds; returns those of them whose
+    /// job was cancelled meanwhile (the worker stops them).
+    async fn heartbeat(&self, worker: &str, lease: Duration) -> Result<Vec<Uuid>, StoreError>;
 
     /// Offers an attempt's validated output as the job's result. Exactly one attempt per job
     /// wins, by `UPDATE … WHERE id = $1 AND version = $2 AND completed_by IS NULL`; any
@@ -137,9 +153,22 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<FailOutcome, StoreError>;
 
     /// A live attempt's outcome became unknown (deadline, lost lease, shutdown): it blocks new
-    /// attempts until resolved. If the job already has a winner (or was cancelled), the
-    /// attempt is `discarded` instead. Returns whether it became `unknown`.
-    async fn mark_unknown(&self, attempt_id: Uuid, reason: &str) -> Result<bool, StoreError>;
+    /// attempts until resolved. `why` (`{"reason": …}`, with operator-only details under
+    /// `internal`) becomes the attempt's error and its event's detail. If the job already has a winner (or was cancelled), the
+    /// attempt is `discarded` instead. A rescuer ([`UnknownBy::Rescuer`]) acts only if the
+    /// lease is still expired (or the deadline long past) when the update runs. Returns
+    /// whether it became `unknown`.
+    async fn mark_unknown(
+        &self,
+        attempt_id: Uuid,
+        why: &Value,
+        by: UnknownBy,
+    ) -> Result<bool, StoreError>;
+
+    /// Settles a `pending` job with no open attempt and no attempt budget left under
+    /// `max_attempts` (lowered since it last ran) as `failed`, with an `exhausted` event
+    /// saying why. False if the job is not in that situation.
+    async fn settle_exhausted(&self, job_id: Uuid, max_attempts: u32) -> Result<bool, StoreError>;
 
     /// Claims up to `limit` `unknown` attempts due for reconciliation and pushes each one's
     /// next check back (doubling from `backoff`, at most `max_backoff`), so nodes reconciling
@@ -151,7 +180,8 @@ pub trait Store: Send + Sync + 'static {
         max_backoff: Duration,
     ) -> Result<Vec<AttemptRecord>, StoreError>;
 
-    /// Stores a task id learned late (from a lookup by idempotency key).
+    /// Stores a task id learned late (from a lookup by idempotency key, or a re-send), in
+    /// whatever state the attempt is; a task id already stored is kept.
     async fn set_task_id(&self, attempt_id: Uuid, task_id: &str) -> Result<(), StoreError>;
 
     /// Cancels the owner's job unless it already succeeded or failed: its `unknown` attempts

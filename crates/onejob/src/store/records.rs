@@ -203,6 +203,9 @@ pub struct AttemptRecord {
     pub unknown_since: Option<OffsetDateTime>,
     /// The idempotency key it forwarded upstream (where its provider takes one).
     pub upstream_key: Option<String>,
+    /// Whether the provider answered a definite failure under that key, so the job's next
+    /// attempt there sends a new one (see `worker::plan::upstream_key`).
+    pub key_spent: bool,
     /// Why it failed, or why its outcome is unknown.
     pub error: Option<Value>,
 }
@@ -287,6 +290,9 @@ pub struct Resolution {
     pub actor: Option<String>,
     /// Only act if the attempt is `unknown`.
     pub only_unknown: bool,
+    /// Only act if the attempt is still `starting`: the worker ending an attempt it never
+    /// sent, which nobody else may have acted on yet.
+    pub only_starting: bool,
     /// Why, kept in the event detail (`provider status`, `settle_unknown_after`, …).
     pub note: Option<String>,
 }
@@ -297,17 +303,36 @@ impl Resolution {
         Self::default()
     }
 
+    /// A worker ending an attempt it did not send, while it is still `starting`.
+    pub fn not_sent(note: impl Into<String>) -> Self {
+        Self {
+            only_starting: true,
+            note: Some(note.into()),
+            ..Self::default()
+        }
+    }
+
     /// Someone resolving an `unknown` attempt with proof (or by decision).
     pub fn of_unknown(actor: impl Into<String>, note: impl Into<String>) -> Self {
         Self {
             actor: Some(actor.into()),
             only_unknown: true,
             note: Some(note.into()),
+            ..Self::default()
         }
     }
-}
 
-impl Resolution {
+    /// Whether this resolution may end an attempt in `state`: the worker ends its live
+    /// attempts (and unknown ones, with a real answer), everyone else only unknown ones.
+    pub fn may_end(&self, state: AttemptState) -> bool {
+        match state {
+            AttemptState::Starting => !self.only_unknown,
+            AttemptState::Running => !self.only_unknown && !self.only_starting,
+            AttemptState::Unknown => !self.only_starting,
+            _ => false,
+        }
+    }
+
     /// An event about `attempt_id` with this resolution's actor.
     pub fn event(
         &self,
@@ -336,10 +361,58 @@ pub fn within_budget(attempts: i32, recoveries: i32, max_attempts: u32) -> bool 
 /// How a definitely unsuccessful attempt ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unsuccessful {
-    /// It failed.
+    /// It failed, and the provider itself answered that failure under the attempt's
+    /// upstream key: the next attempt on that provider sends a new key, because an upstream
+    /// caching answers by key would replay the failure.
     Failed,
+    /// It failed without the provider answering a failure under its key: never received
+    /// (lookup), not reached (connection refused), settled without proof, or decided by an
+    /// operator. The key stays in force, so a late copy of the request and the next attempt
+    /// deduplicate upstream instead of running twice.
+    FailedKeyKept,
     /// It was cancelled (an operator's decision, or the job's cancellation).
     Cancelled,
+}
+
+impl Unsuccessful {
+    /// The attempt state it ends in.
+    pub fn state(self) -> AttemptState {
+        match self {
+            Unsuccessful::Failed | Unsuccessful::FailedKeyKept => AttemptState::Failed,
+            Unsuccessful::Cancelled => AttemptState::Cancelled,
+        }
+    }
+
+    /// Whether the next attempt on the provider needs a new upstream key.
+    pub fn spends_key(self) -> bool {
+        !matches!(self, Unsuccessful::FailedKeyKept)
+    }
+}
+
+/// What [`super::Store::acknowledge_attempt`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acknowledged {
+    /// The attempt is `running` now; its task id (if any) is stored.
+    Running,
+    /// The job was cancelled while the attempt was `starting`: the attempt is `cancelled`
+    /// (its task id stored), and the provider should be asked to cancel the task.
+    JobCancelled,
+    /// The attempt was no longer `starting` (rescued as unknown, or resolved): its task id
+    /// was stored all the same, but the worker no longer owns it and must not act on it.
+    NotStarting(AttemptState),
+}
+
+/// Who makes a live attempt `unknown`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnknownBy {
+    /// The worker running it (deadline, ambiguous answer, shutdown).
+    Worker,
+    /// A lease rescuer: only if, at that moment, the attempt's lease has expired or its
+    /// deadline passed more than `grace` ago (a renewal that won the row first wins).
+    Rescuer {
+        /// How long past its deadline a live attempt may stay live.
+        grace: Duration,
+    },
 }
 
 /// What [`super::Store::fail_attempt`] did.
@@ -405,6 +478,120 @@ pub struct RetryPolicy {
     pub max_attempts: u32,
     /// Wait before the next attempt is due.
     pub backoff: Duration,
+}
+
+/// `object` (a JSON object) with `key` set to `value`.
+pub fn with_member(object: &Value, key: &str, value: Value) -> Value {
+    let mut object = object.clone();
+    if let Some(map) = object.as_object_mut() {
+        map.insert(key.to_owned(), value);
+    }
+    object
+}
+
+/// The detail of the `attempt_resolved` event of an `unknown` attempt discarded because
+/// `winner` won its job.
+pub fn sibling_discarded(winner: Uuid) -> Value {
+    json!({
+        "outcome": "discarded",
+        "note": "another attempt of the job won; this one's outcome no longer matters",
+        "winner": winner,
+    })
+}
+
+/// A job settled as failed because it has no attempt budget left (its kind's `max_attempts`
+/// was lowered below the attempts it already made), with nothing open.
+#[derive(Debug, Clone)]
+pub struct Exhausted {
+    job_id: Uuid,
+    attempts: i32,
+    max_attempts: u32,
+}
+
+impl Exhausted {
+    /// The settlement of `job_id` after `attempts` attempts, with `max_attempts` allowed.
+    pub fn new(job_id: Uuid, attempts: i32, max_attempts: u32) -> Self {
+        Self {
+            job_id,
+            attempts,
+            max_attempts,
+        }
+    }
+
+    fn reason(&self) -> String {
+        format!(
+            "no attempt budget left: the job made {} attempts and its kind now allows {} \
+             (max_attempts); retry it (POST /v1/jobs/{{id}}/retry) for a fresh budget",
+            self.attempts, self.max_attempts
+        )
+    }
+
+    /// The job's `error`.
+    pub fn job_error(&self) -> Value {
+        json!({
+            "message": "no attempt succeeded",
+            "attempts": self.attempts,
+            "last_error": { "message": self.reason() },
+        })
+    }
+
+    /// Its `exhausted` event.
+    pub fn event(&self) -> NewEvent {
+        NewEvent {
+            job_id: self.job_id,
+            attempt_id: None,
+            kind: EventKind::Exhausted,
+            actor: None,
+            detail: json!({
+                "attempts": self.attempts,
+                "max_attempts": self.max_attempts,
+                "note": self.reason(),
+            }),
+        }
+    }
+}
+
+/// `value` with every U+0000 in its strings and object keys replaced by U+FFFD.
+///
+/// PostgreSQL cannot store U+0000 in `jsonb` or `text`, and a provider's error body or an
+/// operator's reason may carry one: written as is, a definite failure would fail to record
+/// (and end unknown), and an operator's resolution would fail. Both stores write every error,
+/// event detail and reason through this, so both keep the same text.
+pub fn storable(value: &Value) -> std::borrow::Cow<'_, Value> {
+    fn has_nul(value: &Value) -> bool {
+        match value {
+            Value::String(text) => text.contains('\0'),
+            Value::Array(items) => items.iter().any(has_nul),
+            Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+            _ => false,
+        }
+    }
+    fn clean(value: &Value) -> Value {
+        match value {
+            Value::String(text) => Value::String(storable_text(text).into_owned()),
+            Value::Array(items) => Value::Array(items.iter().map(clean).collect()),
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(k, v)| (storable_text(k).into_owned(), clean(v)))
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+    if has_nul(value) {
+        std::borrow::Cow::Owned(clean(value))
+    } else {
+        std::borrow::Cow::Borrowed(value)
+    }
+}
+
+/// `text` with every U+0000 replaced by U+FFFD (see [`storable`]).
+pub fn storable_text(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains('\0') {
+        std::borrow::Cow::Owned(text.replace('\0', "\u{FFFD}"))
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
 }
 
 /// The size and SHA-256 of a payload's canonical JSON: what the event log keeps of a result

@@ -1,9 +1,13 @@
-//! Running one attempt: send it, record the acknowledgement (and task id) the moment it
-//! comes, follow an asynchronous task until its deadline, validate the output, and end the
-//! attempt as won or discarded (compare-and-swap), failed, or unknown.
+//! Running one attempt: check that it is still this worker's to send (the fence), send it,
+//! record the acknowledgement and the task id the moment they come, follow an asynchronous
+//! task until its deadline, validate the output, and end the attempt as won or discarded
+//! (compare-and-swap), failed, cancelled, or unknown.
 //!
 //! Nothing here turns a timeout into a failure: a deadline, an ambiguous transport error or
 //! a shutdown makes the attempt `unknown`, which blocks further attempts until proof arrives.
+//! Every wait is bounded (the deadline, shutdown, the job's cancellation), every store write
+//! is retried while retrying can help ([`super::recording`]), and an answer that still cannot
+//! be recorded is held for the reconciler ([`super::held`]), never dropped.
 
 use crate::store::Chain;
 use std::{sync::Arc, time::Duration};
@@ -13,13 +17,20 @@ use tokio::{sync::oneshot, time::Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::{WorkerContext, plan};
+use super::{
+    WorkerContext,
+    held::HeldAnswer,
+    plan,
+    recording::{self, with_retries},
+};
 use crate::{
     certification::Certified,
     kind::Kind,
     outcome::{self, Offered},
     provider::{AttemptRequest, Provider, ProviderError, Submitted, TaskStatus},
-    store::{AttemptRecord, JobRecord, Resolution, Unsuccessful},
+    store::{
+        Acknowledged, AttemptRecord, JobRecord, Resolution, StoreError, UnknownBy, Unsuccessful,
+    },
     telemetry,
 };
 
@@ -32,15 +43,27 @@ pub enum Ending {
     Discarded,
     /// It definitely failed.
     Failed(String),
+    /// Its job was cancelled while it ran; it ended `cancelled`.
+    Cancelled,
     /// Its outcome is unknown.
     Unknown(String),
-    /// The store could not record the ending; the lease rescuer will make it unknown.
+    /// It was no longer this worker's (rescued as unknown, or resolved): the worker stopped
+    /// without acting on it further; its task id, if any, was stored.
+    Abandoned(String),
+    /// The store could not record the ending; an answer is held for the reconciler, and an
+    /// attempt left live is made unknown by lease rescue.
     Unrecorded(String),
 }
 
 /// First wait between status polls; it grows by half each time up to [`MAX_POLL`].
 const FIRST_POLL: Duration = Duration::from_millis(50);
 const MAX_POLL: Duration = Duration::from_secs(2);
+
+/// How much of its lease a worker must still hold when it sends an attempt: a quarter of the
+/// lease, at most a second (the send follows within microseconds).
+fn fence_margin(lease: Duration) -> Duration {
+    (lease / 4).min(Duration::from_secs(1))
+}
 
 /// Runs `attempt` of `job` to its end. `abandon` fires when the worker stops waiting for
 /// in-flight attempts during shutdown.
@@ -57,6 +80,15 @@ pub async fn run(
         .await
 }
 
+/// What may stop an attempt before its provider answers.
+struct Stops<'a> {
+    deadline: Instant,
+    /// The worker shuts down.
+    abandon: &'a CancellationToken,
+    /// The job was cancelled (learned by the heartbeat).
+    cancelled: &'a CancellationToken,
+}
+
 async fn run_attempt(
     ctx: Arc<WorkerContext>,
     job: JobRecord,
@@ -64,11 +96,18 @@ async fn run_attempt(
     attempt: AttemptRecord,
     abandon: CancellationToken,
 ) -> Ending {
-    let Some(provider) = ctx.providers.get(&attempt.provider).cloned() else {
-        let reason = format!("provider {:?} is not configured", attempt.provider);
-        return fail(&ctx, &kind, &attempt, json!({ "message": reason })).await;
-    };
+    let running = ctx.live.enter(attempt.id);
     let deadline = Instant::now() + kind.attempt_timeout;
+    let stops = Stops {
+        deadline,
+        abandon: &abandon,
+        cancelled: running.cancelled(),
+    };
+    let Some(provider) = ctx.providers.get(&attempt.provider).cloned() else {
+        let error =
+            json!({ "message": format!("provider {:?} is not configured", attempt.provider) });
+        return not_sent(&ctx, &kind, &attempt, error).await;
+    };
     // Only a first (non-hedge) attempt asks for a hedge once it runs, and only if a
     // certified provider can take it; a refused one is logged now, once.
     let hedge_after = if attempt.hedge || kind.hedge_after.is_none() {
@@ -94,6 +133,29 @@ async fn run_attempt(
         temperature: None,
     };
 
+    // The fence: nothing irreversible happens unless the attempt is still this worker's.
+    let margin = fence_margin(ctx.settings.lease);
+    let owned = with_retries("the ownership check before sending", deadline, || {
+        ctx.store.owns_attempt(attempt.id, &ctx.settings.id, margin)
+    })
+    .await;
+    match owned {
+        Ok(true) => {}
+        Ok(false) => {
+            let error = json!({
+                "message": "not sent: the attempt was no longer this worker's to send (its \
+                            lease ran short, it was rescued, or its job was cancelled)",
+            });
+            return not_sent(&ctx, &kind, &attempt, error).await;
+        }
+        Err(error) => {
+            // Never sent. Left `starting`, it is made unknown at its deadline and then found
+            // never received (or resolved) like any attempt whose worker died.
+            tracing::warn!(error = %Chain(&error), "could not check ownership; not sending");
+            return Ending::Unrecorded(error.to_string());
+        }
+    }
+
     if attempt.number == 1 && !attempt.hedge {
         let waited = time::OffsetDateTime::now_utc() - job.created_at;
         telemetry::dispatch_latency(Duration::try_from(waited).unwrap_or_default());
@@ -108,108 +170,171 @@ async fn run_attempt(
             result = &mut submit => break result,
             Ok(()) = &mut sent_rx, if !acknowledged => {
                 acknowledged = true;
-                if let Err(error) = ctx.store.acknowledge_attempt(attempt.id, None, hedge_after).await {
-                    tracing::warn!(error = %Chain(&error), "could not record the acknowledgement");
+                match acknowledge(&ctx, &attempt, None, hedge_after, deadline).await {
+                    Ok(Acknowledged::Running) => {}
+                    // The request in flight is dropped: its answer would be discarded anyway.
+                    Ok(Acknowledged::JobCancelled) => return Ending::Cancelled,
+                    Ok(Acknowledged::NotStarting(state)) => {
+                        return abandoned(&format!("the attempt became {state} before it was sent"));
+                    }
+                    // Still in flight: its answer is worth waiting for and recording.
+                    Err(error) => tracing::warn!(error = %Chain(&error), "could not record the acknowledgement"),
                 }
             }
             () = tokio::time::sleep_until(deadline) => {
-                return unknown(&ctx, &attempt, &format!(
-                    "no answer within attempt_timeout ({:?})", kind.attempt_timeout)).await;
+                return unknown(&ctx, &attempt, json!({ "reason": format!(
+                    "no answer within attempt_timeout ({:?})", kind.attempt_timeout) })).await;
             }
             () = abandon.cancelled() => {
-                return unknown(&ctx, &attempt, "the worker shut down before the provider answered").await;
+                return unknown(&ctx, &attempt, json!({
+                    "reason": "the worker shut down before the provider answered" })).await;
+            }
+            () = stops.cancelled.cancelled() => {
+                // The job was cancelled while its request was in flight: the request is dropped.
+                return cancelled(&ctx, &kind, &attempt, None).await;
             }
         }
     };
     let output = match submitted {
-        Ok(Submitted::Output(output)) => output,
+        Ok(Submitted::Output { output, .. }) => output,
         Ok(Submitted::Accepted { task_id }) => {
-            if let Err(error) = ctx
-                .store
-                .acknowledge_attempt(attempt.id, Some(&task_id), hedge_after)
-                .await
-            {
-                tracing::warn!(error = %Chain(&error), %task_id, "could not record the task id");
+            match acknowledge(&ctx, &attempt, Some(&task_id), hedge_after, deadline).await {
+                Ok(Acknowledged::Running) => {}
+                Ok(Acknowledged::JobCancelled) => {
+                    cancel_upstream(&*provider, &task_id).await;
+                    return Ending::Cancelled;
+                }
+                Ok(Acknowledged::NotStarting(state)) => {
+                    return abandoned(&format!(
+                        "the attempt became {state} before its task {task_id} was acknowledged; \
+                         the task id is stored for whoever resolves it"
+                    ));
+                }
+                // The task id is known here: keep following it, and record its outcome.
+                Err(error) => {
+                    tracing::warn!(error = %Chain(&error), %task_id, "could not record the task id");
+                }
             }
-            match follow(&*provider, &task_id, deadline, &abandon).await {
+            match follow(&*provider, &task_id, &stops).await {
                 Followed::Output(output) => output,
                 Followed::Failed(message) => {
-                    return fail(
+                    let error = json!({
+                        "message": "the provider reports the task failed",
+                        "internal": message,
+                        "task_id": task_id,
+                    });
+                    return fail(&ctx, &kind, &attempt, Unsuccessful::Failed, error).await;
+                }
+                Followed::Cancelled => {
+                    return cancelled(&ctx, &kind, &attempt, Some(&task_id)).await;
+                }
+                Followed::Unknown(reason) => {
+                    return unknown(
                         &ctx,
-                        &kind,
                         &attempt,
-                        json!({ "message": message, "task_id": task_id }),
+                        json!({ "reason": reason, "task_id": task_id }),
                     )
                     .await;
                 }
-                Followed::Unknown(reason) => return unknown(&ctx, &attempt, &reason).await,
             }
         }
         Err(error) if error.is_definite() => {
-            return fail(
-                &ctx,
-                &kind,
-                &attempt,
-                json!({ "message": error.to_string() }),
-            )
-            .await;
+            let end = if error.spends_key() {
+                Unsuccessful::Failed
+            } else {
+                Unsuccessful::FailedKeyKept
+            };
+            return fail(&ctx, &kind, &attempt, end, error.to_json()).await;
         }
-        Err(error) => return unknown(&ctx, &attempt, &error.to_string()).await,
+        Err(error) => {
+            let why = json!({ "reason": error.public(), "internal": error.to_string() });
+            return unknown(&ctx, &attempt, why).await;
+        }
     };
     telemetry::provider_latency(&attempt.provider, sent_at.elapsed());
-    finish(&ctx, &kind, &attempt, output).await
+    finish(&ctx, &kind, &attempt, output, deadline).await
+}
+
+/// Records the acknowledgement (and task id), retrying while the store is unreachable.
+async fn acknowledge(
+    ctx: &WorkerContext,
+    attempt: &AttemptRecord,
+    task_id: Option<&str>,
+    hedge_after: Option<Duration>,
+    deadline: Instant,
+) -> Result<Acknowledged, StoreError> {
+    with_retries("the acknowledgement", deadline, || {
+        ctx.store
+            .acknowledge_attempt(attempt.id, task_id, hedge_after)
+    })
+    .await
 }
 
 /// Where following a task ended.
 enum Followed {
     Output(Value),
     Failed(String),
+    /// The job was cancelled while the task ran.
+    Cancelled,
     Unknown(String),
 }
 
-/// Polls an accepted task until it finishes, the deadline passes, or the worker gives up.
-async fn follow(
-    provider: &dyn Provider,
-    task_id: &str,
-    deadline: Instant,
-    abandon: &CancellationToken,
-) -> Followed {
+/// Polls an accepted task until it finishes, the deadline passes, the worker gives up, or
+/// the job is cancelled. Each status call is raced against all of these (and bounded by the
+/// provider's `request_timeout`), so a hung status endpoint holds nothing up.
+async fn follow(provider: &dyn Provider, task_id: &str, stops: &Stops<'_>) -> Followed {
     let mut wait = FIRST_POLL;
     loop {
-        match provider.status(task_id).await {
-            Ok(TaskStatus::Succeeded(output)) => return Followed::Output(output),
-            Ok(TaskStatus::Failed(message)) => return Followed::Failed(message),
-            Ok(TaskStatus::Running) => {}
-            Err(ProviderError::Unsupported(_)) => {
-                return Followed::Unknown("the provider cannot report the task's status".into());
+        tokio::select! {
+            status = provider.status(task_id) => match status {
+                Ok(TaskStatus::Succeeded(output)) => return Followed::Output(output),
+                Ok(TaskStatus::Failed(message)) => return Followed::Failed(message),
+                Ok(TaskStatus::Running) => {}
+                Err(ProviderError::Unsupported(_)) => {
+                    return Followed::Unknown("the provider cannot report the task's status".into());
+                }
+                // A status call that fails says nothing about the task: keep asking.
+                Err(error) => tracing::debug!(%error, "status poll failed"),
+            },
+            () = tokio::time::sleep_until(stops.deadline) => {
+                return Followed::Unknown(format!("task {task_id} still running at the attempt's deadline"));
             }
-            // A status call that fails says nothing about the task: keep asking.
-            Err(error) => tracing::debug!(%error, "status poll failed"),
+            () = stops.abandon.cancelled() => {
+                return Followed::Unknown("the worker shut down while the task was running".into());
+            }
+            () = stops.cancelled.cancelled() => return Followed::Cancelled,
         }
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
-            () = tokio::time::sleep_until(deadline) => {
+            () = tokio::time::sleep_until(stops.deadline) => {
                 return Followed::Unknown(format!("task {task_id} still running at the attempt's deadline"));
             }
-            () = abandon.cancelled() => {
+            () = stops.abandon.cancelled() => {
                 return Followed::Unknown("the worker shut down while the task was running".into());
             }
+            () = stops.cancelled.cancelled() => return Followed::Cancelled,
         }
         wait = (wait + wait / 2).min(MAX_POLL);
     }
 }
 
-/// Validates the output (no fake success), then offers it as the job's result.
+/// Validates the output (no fake success), then offers it as the job's result, retrying
+/// while the store cannot take it; an answer still unrecorded is held for the reconciler.
 async fn finish(
     ctx: &WorkerContext,
     kind: &Kind,
     attempt: &AttemptRecord,
     output: Value,
+    deadline: Instant,
 ) -> Ending {
     // The provider has answered; nothing of it is recorded yet (see `crate::fault`).
     crate::fault::after_answer();
     let by = Resolution::worker();
-    match outcome::offer(&*ctx.store, kind, attempt, &output, &by).await {
+    let offered = with_retries("the result", deadline, || {
+        outcome::offer(&*ctx.store, kind, attempt, &output, &by)
+    })
+    .await;
+    match offered {
         Ok(Offered::Won) => {
             tracing::info!("attempt won");
             Ending::Won
@@ -224,30 +349,118 @@ async fn finish(
         }
         Err(error) => {
             tracing::error!(error = %Chain(&error), "could not record the result");
+            ctx.held.keep(HeldAnswer {
+                attempt: attempt.clone(),
+                kind: kind.name.clone(),
+                output,
+            });
             Ending::Unrecorded(error.to_string())
         }
     }
 }
 
-async fn fail(ctx: &WorkerContext, kind: &Kind, attempt: &AttemptRecord, error: Value) -> Ending {
+async fn fail(
+    ctx: &WorkerContext,
+    kind: &Kind,
+    attempt: &AttemptRecord,
+    end: Unsuccessful,
+    error: Value,
+) -> Ending {
+    end_with(ctx, kind, attempt, end, error, &Resolution::worker()).await
+}
+
+/// Ends an attempt this worker never sent (no provider, or the fence refused): only while it
+/// is still `starting`, since nobody else may have acted on it yet. The upstream key stays in
+/// force (nothing was sent under it); an attempt of a cancelled job ends `cancelled`.
+async fn not_sent(
+    ctx: &WorkerContext,
+    kind: &Kind,
+    attempt: &AttemptRecord,
+    error: Value,
+) -> Ending {
+    let by = Resolution::not_sent("never sent by its worker");
+    end_with(ctx, kind, attempt, Unsuccessful::FailedKeyKept, error, &by).await
+}
+
+/// Ends an attempt of a job cancelled while it ran: the provider is asked to cancel the task
+/// (where there is one), and the attempt ends `cancelled`.
+async fn cancelled(
+    ctx: &WorkerContext,
+    kind: &Kind,
+    attempt: &AttemptRecord,
+    task_id: Option<&str>,
+) -> Ending {
+    if let (Some(task_id), Some(provider)) = (task_id, ctx.providers.get(&attempt.provider)) {
+        cancel_upstream(&**provider, task_id).await;
+    }
+    let error =
+        json!({ "message": "the job was cancelled while the attempt ran", "task_id": task_id });
+    match end_with(
+        ctx,
+        kind,
+        attempt,
+        Unsuccessful::Cancelled,
+        error,
+        &Resolution::worker(),
+    )
+    .await
+    {
+        Ending::Failed(_) => Ending::Cancelled,
+        other => other,
+    }
+}
+
+async fn end_with(
+    ctx: &WorkerContext,
+    kind: &Kind,
+    attempt: &AttemptRecord,
+    end: Unsuccessful,
+    error: Value,
+    by: &Resolution,
+) -> Ending {
     let message = error["message"].as_str().unwrap_or("failed").to_owned();
-    tracing::info!(%message, "attempt failed");
-    let by = Resolution::worker();
-    match outcome::fail(&*ctx.store, kind, attempt, Unsuccessful::Failed, error, &by).await {
+    tracing::info!(%message, ?end, "attempt ended without a result");
+    let until = Instant::now() + recording::MIN_WINDOW;
+    let recorded = with_retries("the failure", until, || {
+        outcome::fail(&*ctx.store, kind, attempt, end, error.clone(), by)
+    })
+    .await;
+    match recorded {
         Ok(_) => Ending::Failed(message),
         Err(e) => Ending::Unrecorded(e.to_string()),
     }
 }
 
-async fn unknown(ctx: &WorkerContext, attempt: &AttemptRecord, reason: &str) -> Ending {
+async fn unknown(ctx: &WorkerContext, attempt: &AttemptRecord, why: Value) -> Ending {
+    let reason = why["reason"].as_str().unwrap_or("unknown").to_owned();
     tracing::warn!(%reason, "attempt outcome unknown");
-    match ctx.store.mark_unknown(attempt.id, reason).await {
+    let until = Instant::now() + recording::MIN_WINDOW;
+    let marked = with_retries("the unknown outcome", until, || {
+        ctx.store.mark_unknown(attempt.id, &why, UnknownBy::Worker)
+    })
+    .await;
+    match marked {
         Ok(became_unknown) => {
             if became_unknown {
                 telemetry::attempt_ended(&attempt.provider, "unknown");
             }
-            Ending::Unknown(reason.to_owned())
+            Ending::Unknown(reason)
         }
         Err(e) => Ending::Unrecorded(e.to_string()),
+    }
+}
+
+fn abandoned(why: &str) -> Ending {
+    tracing::warn!(%why, "the attempt is no longer this worker's; stopping without acting on it");
+    Ending::Abandoned(why.to_owned())
+}
+
+/// Asks the provider to cancel `task_id` (bounded by its `request_timeout`); a failure is
+/// logged: the attempt ends cancelled either way, and a result that still comes is discarded.
+pub(crate) async fn cancel_upstream(provider: &dyn Provider, task_id: &str) {
+    match provider.cancel(task_id).await {
+        Ok(()) => tracing::info!(%task_id, "asked the provider to cancel"),
+        Err(ProviderError::Unsupported(_)) => {}
+        Err(error) => tracing::warn!(%task_id, %error, "upstream cancel failed"),
     }
 }

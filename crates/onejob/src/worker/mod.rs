@@ -4,12 +4,16 @@
 //! It wakes on the store's signal (LISTEN/NOTIFY on PostgreSQL, in-process on SQLite) and
 //! polls only as a fallback. It runs at most `concurrency` attempts at once, heartbeats
 //! their leases, and rescues other workers' expired leases. On shutdown it stops claiming,
-//! gives in-flight attempts `shutdown_grace` to finish, and makes the rest `unknown`.
+//! gives in-flight attempts `shutdown_grace` to finish, makes the rest `unknown`, and gives
+//! up on whatever still hangs after [`ABANDON_WAIT`]: shutdown never waits without bound.
 
 mod attempt;
+mod held;
 mod lease;
+mod live;
 pub mod plan;
 mod reconcile;
+mod recording;
 
 use crate::store::Chain;
 use std::{collections::HashSet, sync::Arc, time::Duration};
@@ -19,7 +23,9 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 pub use attempt::Ending;
+pub use held::{Held, HeldAnswer};
 pub use lease::rescue_once;
+pub use live::Live;
 pub use reconcile::reconcile_once;
 
 use onejob_domain::EventKind;
@@ -35,6 +41,10 @@ use crate::{
 /// The shortest sleep between claim rounds, so a due job that cannot start right now (its
 /// row busy on another node) does not make the loop spin.
 const MIN_WAIT: Duration = Duration::from_millis(20);
+
+/// How long shutdown waits, after abandoning in-flight attempts, for them (and the
+/// background tasks) to write their endings before it stops them where they are.
+pub const ABANDON_WAIT: Duration = Duration::from_secs(5);
 
 /// How a worker behaves.
 #[derive(Debug, Clone)]
@@ -70,6 +80,29 @@ pub struct WorkerContext {
     pub providers: Providers,
     /// The settings.
     pub settings: WorkerSettings,
+    /// The attempts running in this worker.
+    pub live: Live,
+    /// Answers not recorded yet, offered again by the reconciler.
+    pub held: Held,
+}
+
+impl WorkerContext {
+    /// The context of a new worker: nothing running, nothing held.
+    pub fn new(
+        store: Arc<dyn Store>,
+        kinds: Kinds,
+        providers: Providers,
+        settings: WorkerSettings,
+    ) -> Self {
+        Self {
+            store,
+            kinds,
+            providers,
+            settings,
+            live: Live::default(),
+            held: Held::default(),
+        }
+    }
 }
 
 /// A running worker.
@@ -173,12 +206,32 @@ async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
     if drained.is_err() {
         // Whatever is still in flight becomes unknown: honest, and blocks re-sending.
         abandon.cancel();
-        while running.join_next().await.is_some() {}
+        let ended = tokio::time::timeout(ABANDON_WAIT, async {
+            while running.join_next().await.is_some() {}
+        })
+        .await;
+        if ended.is_err() {
+            tracing::warn!(
+                stuck = running.len(),
+                "attempts still not ended after the worker abandoned them; stopping them where \
+                 they are (their leases expire and they are rescued as unknown)"
+            );
+            running.shutdown().await;
+        }
     }
     background.cancel();
-    let _ = heartbeat.await;
-    let _ = rescue.await;
-    let _ = reconcile.await;
+    for task in [heartbeat, rescue, reconcile] {
+        let abort = task.abort_handle();
+        if tokio::time::timeout(ABANDON_WAIT, task).await.is_err() {
+            abort.abort();
+        }
+    }
+    if !ctx.held.is_empty() {
+        tracing::error!(
+            answers = ctx.held.len(),
+            "stopping with provider answers not recorded (each was logged with its output)"
+        );
+    }
     tracing::info!("worker stopped");
 }
 
@@ -292,9 +345,21 @@ async fn claim(
             .await;
             Some((job, kind, *attempt))
         }
+        Ok(StartOutcome::Refused(StartRefusal::Exhausted)) => {
+            // No budget left (max_attempts lowered since the job last ran): settle it failed,
+            // instead of deferring it for ever.
+            match ctx.store.settle_exhausted(job_id, kind.max_attempts).await {
+                Ok(true) => tracing::info!(%job_id, "job out of attempts settled as failed"),
+                Ok(false) => {}
+                Err(error) => {
+                    tracing::warn!(error = %Chain(&error), %job_id, "settling an exhausted job failed");
+                }
+            }
+            None
+        }
         Ok(StartOutcome::Refused(reason)) => {
             tracing::debug!(%job_id, ?reason, "attempt not started");
-            if matches!(reason, StartRefusal::NotHedgeable | StartRefusal::Exhausted) {
+            if matches!(reason, StartRefusal::NotHedgeable) {
                 let _ = ctx
                     .store
                     .defer_dispatch(job_id, job.version, Duration::from_secs(60))

@@ -20,14 +20,16 @@ pub struct Plan {
 
 /// The idempotency key an attempt on `provider` forwards upstream: stable for the job on
 /// each provider (`onejob:<job id>`), so an accidental second send of the same intent is
-/// deduplicated upstream, and renewed (`onejob:<job id>:<n>`) only after the n-1 earlier
-/// tries there definitely failed or were cancelled, because an upstream that caches answers
-/// by key would otherwise replay that failure to a deliberate retry.
+/// deduplicated upstream, and renewed (`onejob:<job id>:<n>`) only after the provider itself
+/// answered a definite failure under each of the n-1 keys before (`key_spent`), because an
+/// upstream that caches answers by key would otherwise replay that failure to a deliberate
+/// retry. An attempt that failed without such an answer (never received, not reached,
+/// settled, or decided by an operator) leaves its key in force: a late copy of it and the
+/// next attempt then deduplicate upstream instead of both running.
 pub fn upstream_key(job_id: uuid::Uuid, attempts: &[AttemptRecord], provider: &str) -> String {
     let ended = attempts
         .iter()
-        .filter(|a| a.provider == provider)
-        .filter(|a| matches!(a.state, AttemptState::Failed | AttemptState::Cancelled))
+        .filter(|a| a.provider == provider && a.key_spent)
         .count();
     if ended == 0 {
         format!("onejob:{job_id}")
@@ -254,6 +256,7 @@ mod tests {
             finished_at: None,
             unknown_since: None,
             upstream_key: None,
+            key_spent: matches!(state, AttemptState::Failed | AttemptState::Cancelled),
             error: None,
         }
     }
@@ -271,6 +274,14 @@ mod tests {
         let failed_a = [attempt("a", AttemptState::Failed, false)];
         assert_eq!(upstream_key(job, &failed_a, "b"), format!("onejob:{job}"));
         assert_eq!(upstream_key(job, &failed_a, "a"), format!("onejob:{job}:2"));
+        // Failed without the provider answering under the key (never received, settled):
+        // the next attempt there sends the same key again.
+        let mut never_received = attempt("a", AttemptState::Failed, false);
+        never_received.key_spent = false;
+        assert_eq!(
+            upstream_key(job, &[never_received], "a"),
+            format!("onejob:{job}")
+        );
     }
 
     #[test]

@@ -1,27 +1,44 @@
 //! The reconciler: resolves `unknown` attempts by proof, never by guessing.
 //!
-//! It claims unknown attempts due for a check (with per-attempt exponential backoff) and asks
-//! their provider: a task id's `status` (learning the task id first by the forwarded
-//! idempotency key where the provider can be asked that way). `succeeded` goes through the
-//! same validation and compare-and-swap as a live result (it may lose and be discarded);
-//! `failed` frees the job for its next attempt; still running stays unknown. An attempt the
-//! provider cannot report on stays unknown until an operator resolves it — or, where the kind
-//! opts in with `settle_unknown_after`, until that long has passed, when it is settled as
-//! failed and the event log says so.
+//! It claims unknown attempts due for a check (with per-attempt exponential backoff) and
+//! asks their provider, each item time-boxed and several at once, so one hung upstream holds
+//! up nothing else:
+//!
+//! * **A task id is known**: its `status`. `succeeded` goes through the same validation and
+//!   compare-and-swap as a live result (it may lose and be discarded); `failed` frees the
+//!   job for its next attempt; still running stays unknown.
+//! * **No task id** (the worker died, or timed out, before the provider's answer came):
+//!   only once no copy of the request can still be in flight (its deadline plus
+//!   [`IN_FLIGHT_MARGIN`] passed and its lease expired), the provider is asked by the
+//!   forwarded idempotency key (`lookup_url`): a task found is followed by its id; "never
+//!   received" fails the attempt **keeping its upstream key**, so a late copy and the next
+//!   attempt deduplicate upstream. A provider without a lookup whose certificate proves it
+//!   deduplicates by key gets the attempt **re-sent under the same key** (`resent` event): it
+//!   answers the task it already has, or runs it for the first time.
+//! * **Nothing can be asked**: it stays unknown until an operator resolves it — or, where the
+//!   kind opts in with `settle_unknown_after`, until that long has passed, when it is settled
+//!   as failed (keeping its key) and the event log says so.
+//!
+//! Each pass also offers again the answers this worker could not record ([`super::held`]).
 
 use crate::store::Chain;
 use std::{sync::Arc, time::Duration};
 
-use serde_json::json;
+use futures::StreamExt;
+use serde_json::{Value, json};
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
 use super::WorkerContext;
 use crate::{
+    certification::Certified,
+    kind::Kind,
     outcome::{self, Offered},
-    provider::{ProviderError, TaskStatus},
-    store::{AttemptRecord, Resolution, StoreError, Unsuccessful},
+    provider::{AttemptRequest, Provider, ProviderError, Submitted, TaskStatus},
+    store::{AttemptRecord, NewEvent, Resolution, StoreError, Unsuccessful},
+    telemetry,
 };
+use onejob_domain::EventKind;
 
 /// The actor the reconciler's events carry.
 pub const RECONCILER: &str = "reconciler";
@@ -30,6 +47,16 @@ pub const RECONCILER: &str = "reconciler";
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 const BATCH: u32 = 32;
+
+/// How many claimed attempts are reconciled at once.
+const CONCURRENT: usize = 8;
+
+/// How long past its deadline a request may still be in flight somewhere (a slow network,
+/// a proxy's buffer) before "never received" is believed.
+pub const IN_FLIGHT_MARGIN: Duration = Duration::from_secs(5);
+
+/// The least time one item gets (a re-send gets its kind's `attempt_timeout` on top).
+const ITEM_BUDGET: Duration = Duration::from_secs(15);
 
 /// Reconciles until `stop`.
 pub async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
@@ -42,110 +69,271 @@ pub async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
             () = tokio::time::sleep(every) => {}
             () = stop.cancelled() => return,
         }
-        if let Err(error) = reconcile_once(&ctx).await {
-            tracing::warn!(error = %Chain(&error), "reconciliation pass failed");
+        tokio::select! {
+            result = reconcile_once(&ctx) => {
+                if let Err(error) = result {
+                    tracing::warn!(error = %Chain(&error), "reconciliation pass failed");
+                }
+            }
+            () = stop.cancelled() => return,
         }
     }
 }
 
-/// One pass over the unknown attempts due for a check; returns how many were resolved.
+/// One pass over the held answers and the unknown attempts due for a check; returns how
+/// many unknown attempts were resolved.
 pub async fn reconcile_once(ctx: &WorkerContext) -> Result<usize, StoreError> {
+    offer_held(ctx).await;
     let claimed = ctx
         .store
         .claim_unknown(BATCH, FIRST_BACKOFF, MAX_BACKOFF)
         .await?;
+    if claimed.is_empty() {
+        return Ok(0);
+    }
+    // Dedupe proofs are read only when some attempt lacks a task id.
+    let certified = if claimed.iter().any(|a| a.task_id.is_none()) {
+        Certified::load(&*ctx.store, &ctx.kinds, ctx.providers.hashes()).await?
+    } else {
+        Certified::default()
+    };
+    let certified = &certified;
+    let outcomes: Vec<Result<bool, StoreError>> = futures::stream::iter(claimed)
+        .map(|attempt| async move { reconcile_within_budget(ctx, &attempt, certified).await })
+        .buffer_unordered(CONCURRENT)
+        .collect()
+        .await;
     let mut resolved = 0;
-    for attempt in claimed {
-        if reconcile(ctx, &attempt).await? {
-            resolved += 1;
+    for outcome in outcomes {
+        match outcome {
+            Ok(true) => resolved += 1,
+            Ok(false) => {}
+            Err(error) => tracing::warn!(error = %Chain(&error), "reconciling an attempt failed"),
         }
     }
     Ok(resolved)
 }
 
-async fn reconcile(ctx: &WorkerContext, attempt: &AttemptRecord) -> Result<bool, StoreError> {
+/// One attempt, within its time budget (it is checked again after its backoff otherwise).
+async fn reconcile_within_budget(
+    ctx: &WorkerContext,
+    attempt: &AttemptRecord,
+    certified: &Certified,
+) -> Result<bool, StoreError> {
     let Some(job) = ctx.store.job_for_dispatch(attempt.job_id).await? else {
         return Ok(false);
     };
     let Some(kind) = ctx.kinds.get(&job.kind).cloned() else {
         return Ok(false);
     };
-    let proof = match ctx.providers.get(&attempt.provider) {
-        Some(provider) => {
-            let task_id = match &attempt.task_id {
-                Some(task_id) => Some(task_id.clone()),
-                None => {
-                    let key = attempt
-                        .upstream_key
-                        .clone()
-                        .unwrap_or_else(|| format!("onejob:{}", job.id));
-                    match provider.task_by_idempotency_key(&key).await {
-                        Ok(Some(task_id)) => {
-                            ctx.store.set_task_id(attempt.id, &task_id).await?;
-                            Some(task_id)
-                        }
-                        Ok(None) => {
-                            let note = "the provider has no task under the attempt's idempotency key: it never received it";
-                            let error = json!({ "message": note });
-                            let by = Resolution::of_unknown(
-                                RECONCILER,
-                                "provider lookup by idempotency key",
-                            );
-                            outcome::fail(
-                                &*ctx.store,
-                                &kind,
-                                attempt,
-                                Unsuccessful::Failed,
-                                error,
-                                &by,
-                            )
-                            .await?;
-                            return Ok(true);
-                        }
-                        Err(_) => None,
-                    }
-                }
-            };
-            match task_id {
-                Some(task_id) => provider.status(&task_id).await.map(Some),
-                None => Ok(None),
-            }
+    let budget = ITEM_BUDGET + kind.attempt_timeout;
+    match tokio::time::timeout(
+        budget,
+        reconcile(ctx, &kind, &job.params, attempt, certified),
+    )
+    .await
+    {
+        Ok(result) => result,
+        Err(_) => {
+            tracing::warn!(attempt = %attempt.id, ?budget, "reconciling an attempt took too long; it is checked again later");
+            Ok(false)
         }
-        None => Err(ProviderError::Unsupported("status")),
+    }
+}
+
+/// What asking the provider established.
+enum Proof {
+    /// The task's status (or a re-send's answer).
+    Status(TaskStatus),
+    /// The provider never received the attempt.
+    NeverReceived,
+    /// The provider answered a re-send with a definite failure.
+    Refused(ProviderError),
+    /// Nothing (yet): stays unknown, unless the kind settles unknowns after a while.
+    Nothing,
+}
+
+async fn reconcile(
+    ctx: &WorkerContext,
+    kind: &Kind,
+    params: &Value,
+    attempt: &AttemptRecord,
+    certified: &Certified,
+) -> Result<bool, StoreError> {
+    let Some(provider) = ctx.providers.get(&attempt.provider).cloned() else {
+        return settle_if_due(ctx, kind, attempt).await;
+    };
+    let key = attempt
+        .upstream_key
+        .clone()
+        .unwrap_or_else(|| format!("onejob:{}", attempt.job_id));
+    let proof = match &attempt.task_id {
+        Some(task_id) => status(&*provider, task_id).await,
+        None if !no_copy_in_flight(attempt, OffsetDateTime::now_utc()) => return Ok(false),
+        None => match provider.task_by_idempotency_key(&key).await {
+            Ok(Some(task_id)) => {
+                ctx.store.set_task_id(attempt.id, &task_id).await?;
+                status(&*provider, &task_id).await
+            }
+            Ok(None) => Proof::NeverReceived,
+            Err(ProviderError::Unsupported(_))
+                if certified.dedupes(
+                    &attempt.provider,
+                    &kind.name,
+                    provider.idempotency_header(),
+                ) =>
+            {
+                resend(ctx, kind, params, attempt, &*provider, &key).await?
+            }
+            Err(_) => Proof::Nothing,
+        },
     };
     match proof {
-        Ok(Some(TaskStatus::Succeeded(output))) => {
+        Proof::Status(TaskStatus::Succeeded(output)) => {
             let by = Resolution::of_unknown(RECONCILER, "provider status: succeeded");
-            let offered = outcome::offer(&*ctx.store, &kind, attempt, &output, &by).await?;
+            let offered = outcome::offer(&*ctx.store, kind, attempt, &output, &by).await?;
             tracing::info!(attempt = %attempt.id, ?offered, "unknown attempt reconciled: succeeded");
             Ok(!matches!(offered, Offered::NotUnknown(_)))
         }
-        Ok(Some(TaskStatus::Failed(message))) => {
+        Proof::Status(TaskStatus::Failed(message)) => {
             let by = Resolution::of_unknown(RECONCILER, "provider status: failed");
-            let error = json!({ "message": message, "task_id": attempt.task_id });
+            let error = json!({
+                "message": "the provider reports the task failed",
+                "internal": message,
+            });
+            outcome::fail(&*ctx.store, kind, attempt, Unsuccessful::Failed, error, &by).await?;
+            tracing::info!(attempt = %attempt.id, "unknown attempt reconciled: failed");
+            Ok(true)
+        }
+        Proof::NeverReceived => {
+            let by = Resolution::of_unknown(RECONCILER, "provider lookup by idempotency key");
+            let error = json!({
+                "message": "the provider has no task under the attempt's idempotency key: it \
+                            never received it (the key stays in force for the next attempt)",
+            });
             outcome::fail(
                 &*ctx.store,
-                &kind,
+                kind,
                 attempt,
-                Unsuccessful::Failed,
+                Unsuccessful::FailedKeyKept,
                 error,
                 &by,
             )
             .await?;
-            tracing::info!(attempt = %attempt.id, "unknown attempt reconciled: failed");
+            tracing::info!(attempt = %attempt.id, "unknown attempt reconciled: never received");
             Ok(true)
         }
-        // Still running, no way to ask, or the question failed: it stays unknown unless the
-        // kind settles unknowns after a while.
-        Ok(Some(TaskStatus::Running)) | Ok(None) | Err(_) => {
-            settle_if_due(ctx, &kind, attempt).await
+        Proof::Refused(error) => {
+            let by = Resolution::of_unknown(RECONCILER, "re-sent under the same key: refused");
+            let end = if error.spends_key() {
+                Unsuccessful::Failed
+            } else {
+                Unsuccessful::FailedKeyKept
+            };
+            outcome::fail(&*ctx.store, kind, attempt, end, error.to_json(), &by).await?;
+            Ok(true)
+        }
+        Proof::Status(TaskStatus::Running) | Proof::Nothing => {
+            settle_if_due(ctx, kind, attempt).await
+        }
+    }
+}
+
+/// Whether no copy of the attempt's request can still be on its way to the provider: its
+/// deadline passed more than [`IN_FLIGHT_MARGIN`] ago and its lease expired (its worker no
+/// longer holds it). Until then, "never received" could be contradicted by a late arrival.
+pub fn no_copy_in_flight(attempt: &AttemptRecord, now: OffsetDateTime) -> bool {
+    let deadline_passed = attempt
+        .deadline_at
+        .is_none_or(|deadline| now > deadline + IN_FLIGHT_MARGIN);
+    let lease_expired = attempt.lease_expires_at.is_none_or(|lease| now > lease);
+    deadline_passed && lease_expired
+}
+
+async fn status(provider: &dyn Provider, task_id: &str) -> Proof {
+    match provider.status(task_id).await {
+        Ok(status) => Proof::Status(status),
+        Err(error) => {
+            tracing::debug!(%task_id, %error, "status check failed");
+            Proof::Nothing
+        }
+    }
+}
+
+/// Re-sends an unknown attempt under its same upstream key, to a provider certified to
+/// deduplicate by key; the answer is proof like a status.
+async fn resend(
+    ctx: &WorkerContext,
+    kind: &Kind,
+    params: &Value,
+    attempt: &AttemptRecord,
+    provider: &dyn Provider,
+    key: &str,
+) -> Result<Proof, StoreError> {
+    let event = NewEvent {
+        job_id: attempt.job_id,
+        attempt_id: Some(attempt.id),
+        kind: EventKind::Resent,
+        actor: Some(RECONCILER.into()),
+        detail: json!({
+            "upstream_key": key,
+            "note": "re-sent under the same key: the provider's certificate proves it \
+                     deduplicates by key, so it answers the task it already has or runs it once",
+        }),
+    };
+    ctx.store.append_event(event).await?;
+    telemetry::attempt_resent(&attempt.provider);
+    let request = AttemptRequest {
+        job_id: attempt.job_id,
+        attempt_id: attempt.id,
+        kind,
+        params,
+        idempotency_key: key.to_owned(),
+        temperature: None,
+    };
+    let answer = tokio::time::timeout(kind.attempt_timeout, provider.submit(&request, None)).await;
+    Ok(match answer {
+        Ok(Ok(Submitted::Output { output, .. })) => Proof::Status(TaskStatus::Succeeded(output)),
+        Ok(Ok(Submitted::Accepted { task_id })) => {
+            ctx.store.set_task_id(attempt.id, &task_id).await?;
+            status(provider, &task_id).await
+        }
+        Ok(Err(error)) if error.is_definite() => Proof::Refused(error),
+        Ok(Err(error)) => {
+            tracing::info!(attempt = %attempt.id, %error, "re-send answered nothing definite");
+            Proof::Nothing
+        }
+        Err(_) => Proof::Nothing,
+    })
+}
+
+/// Offers again the answers this worker could not record.
+async fn offer_held(ctx: &WorkerContext) {
+    for answer in ctx.held.all() {
+        let Some(kind) = ctx.kinds.get(&answer.kind).cloned() else {
+            ctx.held.forget(answer.attempt.id);
+            continue;
+        };
+        let by = Resolution::worker();
+        match outcome::offer(&*ctx.store, &kind, &answer.attempt, &answer.output, &by).await {
+            Ok(offered) => {
+                tracing::info!(attempt = %answer.attempt.id, ?offered, "a held answer was recorded");
+                ctx.held.forget(answer.attempt.id);
+            }
+            Err(error) if error.is_retryable() => {
+                tracing::warn!(error = %Chain(&error), attempt = %answer.attempt.id, "a held answer still cannot be recorded");
+            }
+            Err(error) => {
+                tracing::error!(error = %Chain(&error), attempt = %answer.attempt.id, "a held answer cannot be recorded; giving up on it (its output was logged)");
+                ctx.held.forget(answer.attempt.id);
+            }
         }
     }
 }
 
 async fn settle_if_due(
     ctx: &WorkerContext,
-    kind: &crate::kind::Kind,
+    kind: &Kind,
     attempt: &AttemptRecord,
 ) -> Result<bool, StoreError> {
     let (Some(after), Some(since)) = (kind.settle_unknown_after, attempt.unknown_since) else {
@@ -162,7 +350,61 @@ async fn settle_if_due(
     );
     let by = Resolution::of_unknown(RECONCILER, "settle_unknown_after");
     let error = json!({ "message": note, "settled": true });
-    outcome::fail(&*ctx.store, kind, attempt, Unsuccessful::Failed, error, &by).await?;
+    // Nothing proved the provider did not do the work: its key stays in force.
+    outcome::fail(
+        &*ctx.store,
+        kind,
+        attempt,
+        Unsuccessful::FailedKeyKept,
+        error,
+        &by,
+    )
+    .await?;
     tracing::warn!(attempt = %attempt.id, "unknown attempt settled as failed");
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use onejob_domain::AttemptState;
+    use uuid::Uuid;
+
+    fn unknown(deadline: OffsetDateTime, lease: OffsetDateTime) -> AttemptRecord {
+        AttemptRecord {
+            id: Uuid::now_v7(),
+            job_id: Uuid::now_v7(),
+            number: 1,
+            provider: "p".into(),
+            state: AttemptState::Unknown,
+            hedge: false,
+            task_id: None,
+            worker: None,
+            lease_expires_at: Some(lease),
+            deadline_at: Some(deadline),
+            started_at: deadline - Duration::from_secs(30),
+            acknowledged_at: None,
+            finished_at: None,
+            unknown_since: Some(deadline),
+            upstream_key: None,
+            key_spent: false,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn never_received_is_believed_only_past_the_deadline_margin_and_the_lease() {
+        let now = OffsetDateTime::now_utc();
+        let second = Duration::from_secs(1);
+        // The deadline just passed: a copy may still be on its way.
+        assert!(!no_copy_in_flight(
+            &unknown(now - second, now - second),
+            now
+        ));
+        // Past the margin, but the worker's lease still runs.
+        let long_ago = now - IN_FLIGHT_MARGIN - second;
+        assert!(!no_copy_in_flight(&unknown(long_ago, now + second), now));
+        // Past both.
+        assert!(no_copy_in_flight(&unknown(long_ago, now - second), now));
+    }
 }

@@ -407,6 +407,21 @@ impl TestApp {
         body["attempts"].as_array().unwrap().clone()
     }
 
+    /// The job's attempts as an operator key of its owner sees them (with `worker` and the
+    /// errors' `internal` details, which the owner's normal key is not shown).
+    pub async fn operator_attempts(&self, id: &str) -> Vec<Value> {
+        let operator = create_key(&*self.store, "acme", "alice", true).await;
+        let (status, body) = json(
+            self.get_as(&operator, &format!("/v1/jobs/{id}/attempts"))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        body["attempts"].as_array().unwrap().clone()
+    }
+
     /// The job's event kinds, oldest first.
     pub async fn events(&self, id: &str) -> Vec<Value> {
         let (status, body) = json(

@@ -118,8 +118,16 @@ async fn openai_chat_malformed_content_is_a_failed_attempt(backend: Backend) {
         .await;
     let attempts = app.attempts(id).await;
     assert_eq!(attempts[0]["state"], "failed");
-    let message = attempts[0]["error"]["message"].as_str().unwrap();
-    assert!(message.contains("not the requested JSON"), "{message}");
+    assert_eq!(
+        attempts[0]["error"],
+        json!({"message": "the provider's answer is not usable"}),
+        "the owner sees what failed, not the upstream's answer"
+    );
+    let internal = app.operator_attempts(id).await[0]["error"]["internal"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(internal.contains("not the requested JSON"), "{internal}");
     assert_eq!(attempts[1]["provider"], "fake-backup");
 }
 

@@ -20,7 +20,7 @@ backend_tests!(
     an_operator_can_resolve_an_unknown_as_succeeded_with_a_valid_result,
     settle_unknown_after_settles_as_failed_and_says_so,
     cancel_asks_the_provider_to_cancel_the_running_task,
-    cancel_discards_a_result_that_arrives_late,
+    cancel_drops_a_chat_request_in_flight_and_ends_it_cancelled,
     retry_recovers_a_failed_job_on_the_same_job,
     retry_refuses_every_state_but_failed,
     failover_is_refused_to_an_uncertified_provider_until_verified,
@@ -384,19 +384,20 @@ async fn cancel_asks_the_provider_to_cancel_the_running_task(backend: Backend) {
     assert!(kinds.contains(&"cancelled".to_owned()), "{kinds:?}");
 }
 
-async fn cancel_discards_a_result_that_arrives_late(backend: Backend) {
+async fn cancel_drops_a_chat_request_in_flight_and_ends_it_cancelled(backend: Backend) {
     let db = TestDatabase::create(backend).await;
     let fakes = Fakes::spawn().await;
+    // The answer would come long after the cancellation.
     fakes.primary.add_rule(rule(
         "late",
         Behaviour {
-            run_ms: 800,
+            run_ms: 8_000,
             ..Default::default()
         },
     ));
     let app = TestApp::running(&db, &fakes, |config| {
         chat_api(&fakes)(config);
-        config.kinds[0].attempt_timeout = Duration::from_secs(10);
+        config.kinds[0].attempt_timeout = Duration::from_secs(15);
     })
     .await;
     let body = json!({"kind": "chat.completion", "params": {"prompt": "late"}});
@@ -405,19 +406,22 @@ async fn cancel_discards_a_result_that_arrives_late(backend: Backend) {
         .await;
     let (status, _) = post(&app, &format!("/v1/jobs/{id}/cancel")).await;
     assert_eq!(status, 200);
+    // The worker learns of the cancellation at its next heartbeat and drops the request.
     let attempts = app
-        .wait_attempts(&id, WITHIN, |a| a[0]["state"] == "discarded")
+        .wait_attempts(&id, WITHIN, |a| a[0]["state"] == "cancelled")
         .await;
     assert_eq!(attempts.len(), 1);
     let job = app.job(&id).await;
     assert_eq!(job["state"], "cancelled");
-    assert!(
-        job.get("result").is_none(),
-        "the late result is not merged: {job}"
-    );
+    assert!(job.get("result").is_none(), "{job}");
     let events = app.events(&id).await;
-    let lost = events.iter().find(|e| e["kind"] == "race_lost").unwrap();
-    assert_eq!(lost["detail"]["job_state"], "cancelled");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["kind"] == "attempt_resolved" && e["detail"]["outcome"] == "cancelled"),
+        "{events:?}"
+    );
+    assert!(!events.iter().any(|e| e["kind"] == "race_lost"));
 }
 
 async fn retry_recovers_a_failed_job_on_the_same_job(backend: Backend) {

@@ -8,8 +8,8 @@ use futures::future::join_all;
 use std::time::Duration;
 
 use onejob::store::{
-    AttemptStart, Completion, FailOutcome, Intake, NewJob, Resolution, RetryPolicy, StartOutcome,
-    StartRefusal, Store, Unsuccessful,
+    Acknowledged, AttemptStart, Completion, FailOutcome, Intake, NewJob, Resolution, RetryPolicy,
+    StartOutcome, StartRefusal, Store, UnknownBy, Unsuccessful,
 };
 use onejob_domain::AttemptState;
 use onejob_domain::{Fingerprint, IdempotencyKey, Principal};
@@ -312,7 +312,12 @@ async fn nothing_starts_beside_a_starting_or_unknown_attempt(backend: Backend) {
             })
         );
     }
-    assert!(store.mark_unknown(first, "deadline").await.unwrap());
+    assert!(
+        store
+            .mark_unknown(first, &json!({"reason": "deadline"}), UnknownBy::Worker)
+            .await
+            .unwrap()
+    );
     db.exec(force_due).await.unwrap();
     assert_eq!(
         store
@@ -332,11 +337,12 @@ async fn a_hedge_starts_only_beside_a_running_attempt(backend: Backend) {
     let store = db.open_store().await;
     let job_id = created(&*store, "hedge").await;
     let first = started(&*store, &start_for(job_id, 0, "a", false)).await;
-    assert!(
+    assert_eq!(
         store
             .acknowledge_attempt(first, Some("task-1"), Some(Duration::ZERO))
             .await
-            .unwrap()
+            .unwrap(),
+        Acknowledged::Running
     );
     // Running and due for a hedge: a plain start is refused, a hedge starts.
     assert_eq!(
@@ -441,16 +447,22 @@ async fn a_result_is_written_once_in_the_database(backend: Backend) {
         let error = db.exec(statement).await.expect_err(statement);
         assert!(error.contains("written once"), "{statement}: {error}");
     }
-    // A late completion of the same attempt changes nothing either.
-    assert!(matches!(
+    // The winner answering again changes nothing either, and is no lost race.
+    assert_eq!(
         store
             .complete_attempt(a, &json!({"text": "again"}), &Resolution::worker())
             .await
             .unwrap(),
-        Completion::Discarded { .. }
-    ));
+        Completion::Won
+    );
     let job = store.job_for_dispatch(job_id).await.unwrap().unwrap();
     assert_eq!(job.result, Some(json!({"text": "first"})));
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM job_events WHERE kind = 'race_lost'")
+            .await,
+        0,
+        "the winner's own second answer is not logged as race_lost"
+    );
 }
 
 async fn a_failed_attempt_frees_the_job_for_the_next_within_max_attempts(backend: Backend) {

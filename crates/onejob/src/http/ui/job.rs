@@ -20,7 +20,7 @@ use super::{
     session::Session,
     timeline::Timeline,
 };
-use crate::http::{AppState, Problem, jobs::parse_id};
+use crate::http::{AppState, Audience, Problem, jobs::parse_id, view::without_internal};
 
 /// One attempt in the attempts table.
 pub struct AttemptRow {
@@ -138,6 +138,7 @@ pub async fn show(
     let winner = job.completed_by.filter(|_| succeeded);
     let timeline = Timeline::new(&attempts, winner, OffsetDateTime::now_utc());
     let numbers: HashMap<Uuid, i32> = attempts.iter().map(|a| (a.id, a.number)).collect();
+    let audience = Audience::of(session.caller.operator);
     render(&JobPage {
         chrome: session.chrome(Section::Jobs),
         id: job.id,
@@ -152,7 +153,7 @@ pub async fn show(
         error: job
             .error
             .filter(|_| job.state == JobState::Failed)
-            .map(|e| display::json(&e)),
+            .map(|e| display::json(&without_internal(e))),
         completed_by: winner,
         timeline,
         rows: attempts
@@ -169,7 +170,7 @@ pub async fn show(
                 acknowledged: display::maybe_time(a.acknowledged_at),
                 finished: display::maybe_time(a.finished_at),
                 task_id: a.task_id.unwrap_or_else(|| "—".into()),
-                error: a.error.map(|e| e.to_string()),
+                error: a.error.map(|e| audience.shown(e).to_string()),
             })
             .collect(),
         events: events
@@ -187,7 +188,7 @@ pub async fn show(
                     })
                     .unwrap_or_default(),
                 actor: e.actor.unwrap_or_default(),
-                detail: e.detail.to_string(),
+                detail: audience.shown(e.detail).to_string(),
             })
             .collect(),
         operator: session.caller.operator,

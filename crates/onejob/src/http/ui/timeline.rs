@@ -197,6 +197,7 @@ mod tests {
             finished_at: to_ms.map(|ms| T0 + Duration::milliseconds(ms)),
             unknown_since: None,
             upstream_key: None,
+            key_spent: false,
             error: None,
         }
     }

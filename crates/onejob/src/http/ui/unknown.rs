@@ -22,7 +22,7 @@ use super::{
     session::Session,
 };
 use crate::http::{
-    AppState, Problem, ProblemType,
+    AppState, Audience, Problem, ProblemType,
     attempts::{Outcome, ResolveBody, resolve_unknown},
     jobs::parse_id,
 };
@@ -124,6 +124,7 @@ async fn page(
         .store()
         .list_attempts(&session.scope(), Some(AttemptState::Unknown), LIMIT)
         .await?;
+    let audience = Audience::of(session.caller.operator);
     let rows = attempts
         .into_iter()
         .map(|a| UnknownRow {
@@ -139,7 +140,7 @@ async fn page(
             started: display::time(a.started_at),
             unknown_since: display::maybe_time(a.unknown_since),
             task_id: a.task_id.unwrap_or_else(|| "—".into()),
-            error: a.error.map(|e| e.to_string()),
+            error: a.error.map(|e| audience.shown(e).to_string()),
         })
         .collect();
     render(&UnknownPage {

@@ -17,8 +17,9 @@ use uuid::Uuid;
 
 use super::{PgAttemptRow, insert_event};
 use crate::store::{
-    AttemptRecord, AttemptStart, Completion, FailOutcome, NewEvent, Resolution, RetryPolicy,
-    StartOutcome, StartRefusal, StoreError, Unsuccessful, payload_digest, records::within_budget,
+    Acknowledged, AttemptRecord, AttemptStart, Completion, FailOutcome, NewEvent, Resolution,
+    RetryPolicy, StartOutcome, StartRefusal, StoreError, UnknownBy, Unsuccessful, payload_digest,
+    records::{Exhausted, sibling_discarded, storable, storable_text, with_member, within_budget},
     release,
 };
 
@@ -159,19 +160,52 @@ pub(super) async fn acknowledge(
     attempt_id: Uuid,
     task_id: Option<&str>,
     hedge_after: Option<Duration>,
-) -> Result<bool, StoreError> {
+) -> Result<Acknowledged, StoreError> {
     let mut tx = pool.begin().await?;
-    let job_id: Option<Uuid> = sqlx::query_scalar(
-        "UPDATE attempts SET state = 'running', task_id = COALESCE($2, task_id), \
-         acknowledged_at = now() WHERE id = $1 AND state = 'starting' RETURNING job_id",
+    // The job's lock first: a cancellation either committed before (and is seen here) or
+    // waits until the attempt is running, when it returns it as live for an upstream cancel.
+    let job_id = job_of(&mut tx, attempt_id).await?;
+    let job_state: String = sqlx::query_scalar("SELECT state FROM jobs WHERE id = $1 FOR UPDATE")
+        .bind(job_id)
+        .fetch_one(&mut *tx)
+        .await?;
+    // The task id is stored whatever the attempt's state: it is what proves what happened.
+    let state: String = sqlx::query_scalar(
+        "UPDATE attempts SET task_id = COALESCE(task_id, $2) WHERE id = $1 RETURNING state",
     )
     .bind(attempt_id)
-    .bind(task_id)
-    .fetch_optional(&mut *tx)
+    .bind(task_id.map(storable_text))
+    .fetch_one(&mut *tx)
     .await?;
-    let Some(job_id) = job_id else {
-        return release(tx, false).await;
-    };
+    let state: AttemptState = parse_state(&state)?;
+    if state != AttemptState::Starting {
+        tx.commit().await?;
+        return Ok(Acknowledged::NotStarting(state));
+    }
+    if job_state == "cancelled" {
+        sqlx::query(
+            "UPDATE attempts SET state = 'cancelled', key_spent = true, acknowledged_at = now(), \
+             finished_at = now() WHERE id = $1",
+        )
+        .bind(attempt_id)
+        .execute(&mut *tx)
+        .await?;
+        let detail = json!({
+            "outcome": "cancelled",
+            "note": "the job was cancelled while the attempt was being sent",
+        });
+        insert_event(
+            &mut tx,
+            &event(job_id, attempt_id, EventKind::AttemptResolved, detail),
+        )
+        .await?;
+        tx.commit().await?;
+        return Ok(Acknowledged::JobCancelled);
+    }
+    sqlx::query("UPDATE attempts SET state = 'running', acknowledged_at = now() WHERE id = $1")
+        .bind(attempt_id)
+        .execute(&mut *tx)
+        .await?;
     if let Some(after) = hedge_after {
         sqlx::query(
             "UPDATE jobs SET dispatch_at = now() + make_interval(secs => $2), \
@@ -183,37 +217,67 @@ pub(super) async fn acknowledge(
         .await?;
     }
     tx.commit().await?;
-    Ok(true)
+    Ok(Acknowledged::Running)
+}
+
+pub(super) async fn owns(
+    pool: &PgPool,
+    attempt_id: Uuid,
+    worker: &str,
+    margin: Duration,
+) -> Result<bool, StoreError> {
+    Ok(sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM attempts a JOIN jobs j ON j.id = a.job_id \
+         WHERE a.id = $1 AND a.state = 'starting' AND a.worker = $2 \
+         AND a.lease_expires_at > now() + make_interval(secs => $3) AND j.state <> 'cancelled')",
+    )
+    .bind(attempt_id)
+    .bind(worker)
+    .bind(secs(margin))
+    .fetch_one(pool)
+    .await?)
 }
 
 pub(super) async fn heartbeat(
     pool: &PgPool,
     worker: &str,
     lease: Duration,
-) -> Result<u64, StoreError> {
-    let result = sqlx::query(
-        "UPDATE attempts SET lease_expires_at = now() + make_interval(secs => $2) \
-         WHERE worker = $1 AND state IN ('starting', 'running')",
+) -> Result<Vec<Uuid>, StoreError> {
+    Ok(sqlx::query_scalar(
+        "WITH renewed AS (UPDATE attempts SET lease_expires_at = now() + make_interval(secs => $2) \
+         WHERE worker = $1 AND state IN ('starting', 'running') RETURNING id, job_id) \
+         SELECT renewed.id FROM renewed JOIN jobs ON jobs.id = renewed.job_id \
+         WHERE jobs.state = 'cancelled'",
     )
     .bind(worker)
     .bind(secs(lease))
-    .execute(pool)
-    .await?;
-    Ok(result.rows_affected())
+    .fetch_all(pool)
+    .await?)
 }
 
-/// The attempt's job and state, for the transitions below.
-async fn attempt_head(
+/// The job of an attempt (which never changes, so it needs no lock).
+async fn job_of(
     tx: &mut Transaction<'static, Postgres>,
     attempt_id: Uuid,
-) -> Result<Option<(Uuid, AttemptState)>, StoreError> {
-    let row: Option<(Uuid, String)> =
-        sqlx::query_as("SELECT job_id, state FROM attempts WHERE id = $1")
-            .bind(attempt_id)
-            .fetch_optional(&mut **tx)
-            .await?;
-    row.map(|(job, state)| Ok((job, parse_state(&state)?)))
-        .transpose()
+) -> Result<Uuid, StoreError> {
+    sqlx::query_scalar("SELECT job_id FROM attempts WHERE id = $1")
+        .bind(attempt_id)
+        .fetch_optional(&mut **tx)
+        .await?
+        .ok_or_else(|| StoreError::Corrupt(format!("no attempt {attempt_id}")))
+}
+
+/// The state of an attempt, read once its job's row lock is held: every transition of an
+/// attempt takes that lock first, so the state cannot change before the transaction ends.
+async fn locked_state(
+    tx: &mut Transaction<'static, Postgres>,
+    attempt_id: Uuid,
+) -> Result<AttemptState, StoreError> {
+    let state: String = sqlx::query_scalar("SELECT state FROM attempts WHERE id = $1")
+        .bind(attempt_id)
+        .fetch_one(&mut **tx)
+        .await?;
+    parse_state(&state)
 }
 
 pub(super) async fn complete(
@@ -224,17 +288,25 @@ pub(super) async fn complete(
 ) -> Result<Completion, StoreError> {
     for _ in 0..CAS_ROUNDS {
         let mut tx = pool.begin().await?;
-        let Some((job_id, attempt_state)) = attempt_head(&mut tx, attempt_id).await? else {
-            return Err(StoreError::Corrupt(format!("no attempt {attempt_id}")));
-        };
+        let job_id = job_of(&mut tx, attempt_id).await?;
+        // The job's row lock before the attempt's state: an operator or the reconciler
+        // resolving this attempt holds the same lock, so the state read below is the one the
+        // swap acts on, never one a resolution is about to change.
+        let (version, job_state, winner): (i64, String, Option<Uuid>) = sqlx::query_as(
+            "SELECT version, state, completed_by FROM jobs WHERE id = $1 FOR UPDATE",
+        )
+        .bind(job_id)
+        .fetch_one(&mut *tx)
+        .await?;
+        let attempt_state = locked_state(&mut tx, attempt_id).await?;
         if by.only_unknown && attempt_state != AttemptState::Unknown {
             return release(tx, Completion::NotUnknown(attempt_state)).await;
         }
-        let (version, job_state, winner): (i64, String, Option<Uuid>) =
-            sqlx::query_as("SELECT version, state, completed_by FROM jobs WHERE id = $1")
-                .bind(job_id)
-                .fetch_one(&mut *tx)
-                .await?;
+        if winner == Some(attempt_id) {
+            // The winner's own answer again (a recording resent after a lost reply, or the
+            // upstream answering twice): it already is the result; no race was lost.
+            return release(tx, Completion::Won).await;
+        }
         let job_state: JobState = parse_state(&job_state)?;
         let open = matches!(
             job_state,
@@ -251,9 +323,10 @@ pub(super) async fn complete(
             let mut detail = payload_digest(output);
             detail["winner"] = json!(winner);
             detail["job_state"] = json!(job_state);
+            detail["note"] = json!(by.note);
             insert_event(
                 &mut tx,
-                &event(job_id, attempt_id, EventKind::RaceLost, detail),
+                &by.event(job_id, attempt_id, EventKind::RaceLost, detail),
             )
             .await?;
             tx.commit().await?;
@@ -273,23 +346,62 @@ pub(super) async fn complete(
         .execute(&mut *tx)
         .await?
         .rows_affected();
-        if swapped == 0 {
-            // The version moved under us: read again and decide again.
+        let ended = if swapped == 1 {
+            sqlx::query(
+                "UPDATE attempts SET state = 'succeeded', finished_at = now() \
+                 WHERE id = $1 AND state IN ('starting', 'running', 'unknown')",
+            )
+            .bind(attempt_id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+        } else {
+            0
+        };
+        if ended == 0 {
+            // The version or the attempt moved under us: read again and decide again.
             tx.rollback().await?;
             continue;
         }
-        sqlx::query("UPDATE attempts SET state = 'succeeded', finished_at = now() WHERE id = $1")
-            .bind(attempt_id)
-            .execute(&mut *tx)
-            .await?;
-        let won = by.event(job_id, attempt_id, EventKind::Won, payload_digest(output));
+        discard_unknown_siblings(&mut tx, job_id, attempt_id).await?;
+        let mut detail = payload_digest(output);
+        detail["note"] = json!(by.note);
+        let won = by.event(job_id, attempt_id, EventKind::Won, detail);
         insert_event(&mut tx, &won).await?;
         tx.commit().await?;
         return Ok(Completion::Won);
     }
-    Err(StoreError::Unavailable(sqlx::Error::Protocol(
-        "the job kept changing during completion; try again".into(),
-    )))
+    Err(StoreError::Contended("completion"))
+}
+
+/// Discards the `unknown` attempts of a job another attempt just won: their outcome no
+/// longer matters, and left unknown they would wait for proof (and count as unknown) forever.
+async fn discard_unknown_siblings(
+    tx: &mut Transaction<'static, Postgres>,
+    job_id: Uuid,
+    winner: Uuid,
+) -> Result<(), StoreError> {
+    let siblings: Vec<Uuid> = sqlx::query_scalar(
+        "UPDATE attempts SET state = 'discarded', finished_at = now() \
+         WHERE job_id = $1 AND id <> $2 AND state = 'unknown' RETURNING id",
+    )
+    .bind(job_id)
+    .bind(winner)
+    .fetch_all(&mut **tx)
+    .await?;
+    for sibling in siblings {
+        insert_event(
+            tx,
+            &event(
+                job_id,
+                sibling,
+                EventKind::AttemptResolved,
+                sibling_discarded(winner),
+            ),
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 /// Recomputes a job's state from its attempts after one of them changed. Leaves succeeded
@@ -346,80 +458,117 @@ pub(super) async fn fail(
     retry: RetryPolicy,
     by: &Resolution,
 ) -> Result<FailOutcome, StoreError> {
+    let error = storable(error);
     let mut tx = pool.begin().await?;
-    let Some((job_id, attempt_state)) = attempt_head(&mut tx, attempt_id).await? else {
-        return Err(StoreError::Corrupt(format!("no attempt {attempt_id}")));
-    };
+    let job_id = job_of(&mut tx, attempt_id).await?;
     let job_state: String = sqlx::query_scalar("SELECT state FROM jobs WHERE id = $1 FOR UPDATE")
         .bind(job_id)
         .fetch_one(&mut *tx)
         .await?;
-    let allowed: &[&str] = if by.only_unknown {
-        &["unknown"]
-    } else {
-        &["starting", "running", "unknown"]
-    };
+    let attempt_state = locked_state(&mut tx, attempt_id).await?;
+    if !by.may_end(attempt_state) {
+        return release(tx, FailOutcome::NotOpen(attempt_state)).await;
+    }
     // An attempt of a cancelled job ends cancelled, whatever its provider said.
     let end = if job_state == "cancelled" {
         Unsuccessful::Cancelled
     } else {
         end
     };
-    let end_state = match end {
-        Unsuccessful::Failed => AttemptState::Failed,
-        Unsuccessful::Cancelled => AttemptState::Cancelled,
-    };
-    let changed = sqlx::query(
-        "UPDATE attempts SET state = $2, error = $3, finished_at = now() \
-         WHERE id = $1 AND state = ANY($4)",
+    let end_state = end.state();
+    sqlx::query(
+        "UPDATE attempts SET state = $2, error = $3, key_spent = $4, finished_at = now() \
+         WHERE id = $1",
     )
     .bind(attempt_id)
     .bind(end_state.as_str())
-    .bind(Json(error))
-    .bind(allowed)
+    .bind(Json(&*error))
+    .bind(end.spends_key())
     .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    if changed == 0 {
-        return release(tx, FailOutcome::NotOpen(attempt_state)).await;
-    }
-    let detail = json!({ "outcome": end_state, "error": error, "note": by.note });
+    .await?;
+    let detail = json!({ "outcome": end_state, "error": &*error, "note": by.note });
     let resolved = by.event(job_id, attempt_id, EventKind::AttemptResolved, detail);
     insert_event(&mut tx, &resolved).await?;
-    let state = settle_job(&mut tx, job_id, Some(retry), Some(error)).await?;
+    let state = settle_job(&mut tx, job_id, Some(retry), Some(&error)).await?;
     tx.commit().await?;
     Ok(FailOutcome::Recorded(state))
+}
+
+pub(super) async fn settle_exhausted(
+    pool: &PgPool,
+    job_id: Uuid,
+    max_attempts: u32,
+) -> Result<bool, StoreError> {
+    let mut tx = pool.begin().await?;
+    let row: Option<(String, i32, i32)> =
+        sqlx::query_as("SELECT state, attempts, recoveries FROM jobs WHERE id = $1 FOR UPDATE")
+            .bind(job_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+    let Some((state, attempts, recoveries)) = row else {
+        return release(tx, false).await;
+    };
+    let open: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM attempts WHERE job_id = $1 \
+         AND state IN ('starting', 'running', 'unknown'))",
+    )
+    .bind(job_id)
+    .fetch_one(&mut *tx)
+    .await?;
+    if state != "pending" || open || within_budget(attempts, recoveries, max_attempts) {
+        return release(tx, false).await;
+    }
+    let exhausted = Exhausted::new(job_id, attempts, max_attempts);
+    sqlx::query(
+        "UPDATE jobs SET state = 'failed', dispatch_at = NULL, version = version + 1, \
+         updated_at = now(), error = $2 WHERE id = $1",
+    )
+    .bind(job_id)
+    .bind(Json(exhausted.job_error()))
+    .execute(&mut *tx)
+    .await?;
+    insert_event(&mut tx, &exhausted.event()).await?;
+    tx.commit().await?;
+    Ok(true)
 }
 
 pub(super) async fn mark_unknown(
     pool: &PgPool,
     attempt_id: Uuid,
-    reason: &str,
+    why: &Value,
+    by: UnknownBy,
 ) -> Result<bool, StoreError> {
+    let why = storable(why);
     let mut tx = pool.begin().await?;
-    let Some((job_id, _)) = attempt_head(&mut tx, attempt_id).await? else {
-        return release(tx, false).await;
-    };
+    let job_id = job_of(&mut tx, attempt_id).await?;
     let (job_state, winner): (String, Option<Uuid>) =
         sqlx::query_as("SELECT state, completed_by FROM jobs WHERE id = $1 FOR UPDATE")
             .bind(job_id)
             .fetch_one(&mut *tx)
             .await?;
     let job_state: JobState = parse_state(&job_state)?;
+    // A rescuer acts only on a lease that is still expired now: a renewal that got the row
+    // first (or the attempt's own worker) keeps it.
+    let grace = match by {
+        UnknownBy::Worker => None,
+        UnknownBy::Rescuer { grace } => Some(secs(grace)),
+    };
     if winner.is_some() || job_state == JobState::Cancelled {
         // The job is settled: this attempt's outcome no longer matters to it.
         let changed = sqlx::query(
             "UPDATE attempts SET state = 'discarded', error = $2, finished_at = now() \
-             WHERE id = $1 AND state IN ('starting', 'running')",
+             WHERE id = $1 AND state IN ('starting', 'running') AND ($3::float8 IS NULL \
+             OR lease_expires_at < now() OR deadline_at < now() - make_interval(secs => $3))",
         )
         .bind(attempt_id)
-        .bind(Json(json!({ "reason": reason, "job_state": job_state })))
+        .bind(Json(with_member(&why, "job_state", json!(job_state))))
+        .bind(grace)
         .execute(&mut *tx)
         .await?
         .rows_affected();
         if changed > 0 {
-            let detail =
-                json!({ "outcome": "discarded", "reason": reason, "job_state": job_state });
+            let detail = with_member(&why, "outcome", json!("discarded"));
+            let detail = with_member(&detail, "job_state", json!(job_state));
             insert_event(
                 &mut tx,
                 &event(job_id, attempt_id, EventKind::AttemptResolved, detail),
@@ -431,17 +580,20 @@ pub(super) async fn mark_unknown(
     }
     let changed = sqlx::query(
         "UPDATE attempts SET state = 'unknown', error = $2, unknown_since = now(), \
-         reconcile_at = now() WHERE id = $1 AND state IN ('starting', 'running')",
+         reconcile_at = now() WHERE id = $1 AND state IN ('starting', 'running') \
+         AND ($3::float8 IS NULL OR lease_expires_at < now() \
+         OR deadline_at < now() - make_interval(secs => $3))",
     )
     .bind(attempt_id)
-    .bind(Json(json!({ "reason": reason })))
+    .bind(Json(&*why))
+    .bind(grace)
     .execute(&mut *tx)
     .await?
     .rows_affected();
     if changed == 0 {
         return release(tx, false).await;
     }
-    let detail = json!({ "reason": reason });
+    let detail = why.into_owned();
     insert_event(
         &mut tx,
         &event(job_id, attempt_id, EventKind::AttemptUnknown, detail),
@@ -494,7 +646,7 @@ pub(super) async fn set_task_id(
 ) -> Result<(), StoreError> {
     sqlx::query("UPDATE attempts SET task_id = $2 WHERE id = $1 AND task_id IS NULL")
         .bind(attempt_id)
-        .bind(task_id)
+        .bind(storable_text(task_id))
         .execute(pool)
         .await?;
     Ok(())

@@ -166,20 +166,9 @@ async fn write_or_split(
     }
 }
 
-/// `error` for the first of `count` submissions and a copy of it for each other.
+/// The same `error` for each of `count` submissions of a failed batch.
 fn fail_all(error: StoreError, count: usize) -> Vec<Result<Intake, StoreError>> {
-    let copies: Vec<_> = (1..count).map(|_| Err(copy_error(&error))).collect();
-    std::iter::once(Err(error)).chain(copies).collect()
-}
-
-/// The same failure for another submission of the batch (a [`StoreError`] is not `Clone`):
-/// still retryable if it was, so its caller still answers 503.
-fn copy_error(error: &StoreError) -> StoreError {
-    if error.is_retryable() {
-        StoreError::Unavailable(sqlx::Error::Protocol(error.to_string()))
-    } else {
-        StoreError::Corrupt(error.to_string())
-    }
+    vec![Err(error); count]
 }
 
 /// The key a job is found by: owner and key hash.
@@ -304,7 +293,7 @@ async fn write_batch(
                 }
             },
             (None, Err(error)) => {
-                results.push(Err(copy_error(error)));
+                results.push(Err(error.clone()));
                 continue;
             }
         };

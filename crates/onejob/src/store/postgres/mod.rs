@@ -19,10 +19,12 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::{
-    ApiKeyRecord, AttemptRecord, AttemptStart, CancelOutcome, CertificateRecord, Completion,
-    EventRecord, FailOutcome, Intake, JobFilter, JobRecord, NewApiKey, NewEvent, NewJob,
-    RecoverOutcome, Resolution, RetryPolicy, Scope, StartOutcome, Store, StoreError, StoreOptions,
-    Unsuccessful, batch::Batcher,
+    Acknowledged, ApiKeyRecord, AttemptRecord, AttemptStart, CancelOutcome, CertificateRecord,
+    Completion, EventRecord, FailOutcome, Intake, JobFilter, JobRecord, NewApiKey, NewEvent,
+    NewJob, RecoverOutcome, Resolution, RetryPolicy, Scope, StartOutcome, Store, StoreError,
+    StoreOptions, UnknownBy, Unsuccessful,
+    batch::Batcher,
+    records::{storable, storable_text},
 };
 
 /// The column list every job query returns, in [`PgJobRow`] order.
@@ -37,7 +39,8 @@ macro_rules! job_columns {
 macro_rules! attempt_columns {
     () => {
         "id, job_id, number, provider, state, hedge, task_id, worker, lease_expires_at, \
-         deadline_at, started_at, acknowledged_at, finished_at, unknown_since, upstream_key, error"
+         deadline_at, started_at, acknowledged_at, finished_at, unknown_since, upstream_key, key_spent, \
+         error"
     };
 }
 
@@ -67,7 +70,9 @@ pub struct PgStore {
 impl PgStore {
     /// Connects a pool to `url` and checks that one connection can be opened.
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self, StoreError> {
-        let connect: PgConnectOptions = url.parse().map_err(StoreError::Database)?;
+        let connect: PgConnectOptions = url
+            .parse()
+            .map_err(|e| StoreError::Database(std::sync::Arc::new(e)))?;
         // One direct connection first: a pool would retry until its timeout and then report
         // only that it timed out, hiding why (refused, unknown host, bad password…).
         let mut probe = tokio::time::timeout(
@@ -75,7 +80,7 @@ impl PgStore {
             PgConnection::connect_with(&connect),
         )
         .await
-        .map_err(|_| StoreError::Unavailable(sqlx::Error::PoolTimedOut))??;
+        .map_err(|_| StoreError::unavailable(sqlx::Error::PoolTimedOut))??;
         warn_without_autovacuum(&mut probe).await;
         probe.close().await?;
         let pool = held::checked_after_idle(PgPoolOptions::new())
@@ -205,6 +210,7 @@ struct PgAttemptRow {
     finished_at: Option<OffsetDateTime>,
     unknown_since: Option<OffsetDateTime>,
     upstream_key: Option<String>,
+    key_spent: bool,
     error: Option<Json<Value>>,
 }
 
@@ -231,6 +237,7 @@ impl TryFrom<PgAttemptRow> for AttemptRecord {
             finished_at: row.finished_at,
             unknown_since: row.unknown_since,
             upstream_key: row.upstream_key,
+            key_spent: row.key_spent,
             error: row.error.map(|j| j.0),
         })
     }
@@ -276,8 +283,8 @@ async fn insert_event(
     .bind(event.job_id)
     .bind(event.attempt_id)
     .bind(event.kind.as_str())
-    .bind(event.actor.as_deref())
-    .bind(Json(&event.detail))
+    .bind(event.actor.as_deref().map(storable_text))
+    .bind(Json(&*storable(&event.detail)))
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -454,11 +461,20 @@ impl Store for PgStore {
         attempt_id: Uuid,
         task_id: Option<&str>,
         hedge_after: Option<Duration>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Acknowledged, StoreError> {
         attempts::acknowledge(&self.pool, attempt_id, task_id, hedge_after).await
     }
 
-    async fn heartbeat(&self, worker: &str, lease: Duration) -> Result<u64, StoreError> {
+    async fn owns_attempt(
+        &self,
+        attempt_id: Uuid,
+        worker: &str,
+        margin: Duration,
+    ) -> Result<bool, StoreError> {
+        attempts::owns(&self.pool, attempt_id, worker, margin).await
+    }
+
+    async fn heartbeat(&self, worker: &str, lease: Duration) -> Result<Vec<Uuid>, StoreError> {
         attempts::heartbeat(&self.pool, worker, lease).await
     }
 
@@ -586,8 +602,17 @@ impl Store for PgStore {
         certificates::all(&self.pool).await
     }
 
-    async fn mark_unknown(&self, attempt_id: Uuid, reason: &str) -> Result<bool, StoreError> {
-        attempts::mark_unknown(&self.pool, attempt_id, reason).await
+    async fn mark_unknown(
+        &self,
+        attempt_id: Uuid,
+        why: &Value,
+        by: UnknownBy,
+    ) -> Result<bool, StoreError> {
+        attempts::mark_unknown(&self.pool, attempt_id, why, by).await
+    }
+
+    async fn settle_exhausted(&self, job_id: Uuid, max_attempts: u32) -> Result<bool, StoreError> {
+        attempts::settle_exhausted(&self.pool, job_id, max_attempts).await
     }
 
     async fn expired_attempts(&self, grace: Duration) -> Result<Vec<(Uuid, String)>, StoreError> {

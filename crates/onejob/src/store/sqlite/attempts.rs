@@ -15,8 +15,9 @@ use uuid::Uuid;
 
 use super::{SqliteAttemptRow, SqliteStore, insert_event, parse_uuid};
 use crate::store::{
-    AttemptRecord, AttemptStart, Completion, FailOutcome, NewEvent, Resolution, RetryPolicy,
-    StartOutcome, StartRefusal, StoreError, Unsuccessful, payload_digest, records::within_budget,
+    Acknowledged, AttemptRecord, AttemptStart, Completion, FailOutcome, NewEvent, Resolution,
+    RetryPolicy, StartOutcome, StartRefusal, StoreError, UnknownBy, Unsuccessful, payload_digest,
+    records::{Exhausted, sibling_discarded, storable, storable_text, with_member, within_budget},
     release,
 };
 
@@ -160,21 +161,65 @@ pub(super) async fn acknowledge(
     attempt_id: Uuid,
     task_id: Option<&str>,
     hedge_after: Option<Duration>,
-) -> Result<bool, StoreError> {
+) -> Result<Acknowledged, StoreError> {
     let mut tx = store.begin_write().await?;
-    let job_id: Option<String> = sqlx::query_scalar(concat!(
-        "UPDATE attempts SET state = 'running', task_id = COALESCE(?2, task_id), \
-         acknowledged_at = ",
-        now!(),
-        " WHERE id = ?1 AND state = 'starting' RETURNING job_id"
-    ))
-    .bind(attempt_id.to_string())
-    .bind(task_id)
+    let id = attempt_id.to_string();
+    // The task id is stored whatever the attempt's state: it is what proves what happened.
+    let row: Option<(String, String)> = sqlx::query_as(
+        "UPDATE attempts SET task_id = COALESCE(task_id, ?2) WHERE id = ?1 RETURNING job_id, state",
+    )
+    .bind(&id)
+    .bind(task_id.map(storable_text))
     .fetch_optional(&mut *tx)
     .await?;
-    let Some(job_id) = job_id else {
-        return release(tx, false).await;
+    let Some((job_id, state)) = row else {
+        return Err(StoreError::Corrupt(format!("no attempt {attempt_id}")));
     };
+    let state: AttemptState = parse_state(&state)?;
+    if state != AttemptState::Starting {
+        tx.commit().await?;
+        return Ok(Acknowledged::NotStarting(state));
+    }
+    let job_state: String = sqlx::query_scalar("SELECT state FROM jobs WHERE id = ?1")
+        .bind(&job_id)
+        .fetch_one(&mut *tx)
+        .await?;
+    if job_state == "cancelled" {
+        sqlx::query(concat!(
+            "UPDATE attempts SET state = 'cancelled', key_spent = 1, acknowledged_at = ",
+            now!(),
+            ", finished_at = ",
+            now!(),
+            " WHERE id = ?1"
+        ))
+        .bind(&id)
+        .execute(&mut *tx)
+        .await?;
+        let detail = json!({
+            "outcome": "cancelled",
+            "note": "the job was cancelled while the attempt was being sent",
+        });
+        insert_event(
+            &mut tx,
+            &event(
+                parse_uuid(&job_id)?,
+                attempt_id,
+                EventKind::AttemptResolved,
+                detail,
+            ),
+        )
+        .await?;
+        tx.commit().await?;
+        return Ok(Acknowledged::JobCancelled);
+    }
+    sqlx::query(concat!(
+        "UPDATE attempts SET state = 'running', acknowledged_at = ",
+        now!(),
+        " WHERE id = ?1"
+    ))
+    .bind(&id)
+    .execute(&mut *tx)
+    .await?;
     if let Some(after) = hedge_after {
         sqlx::query(concat!(
             "UPDATE jobs SET dispatch_at = ",
@@ -192,39 +237,69 @@ pub(super) async fn acknowledge(
     if hedge_after.is_some() {
         store.wake.notify_one();
     }
-    Ok(true)
+    Ok(Acknowledged::Running)
+}
+
+pub(super) async fn owns(
+    store: &SqliteStore,
+    attempt_id: Uuid,
+    worker: &str,
+    margin: Duration,
+) -> Result<bool, StoreError> {
+    Ok(sqlx::query_scalar(concat!(
+        "SELECT EXISTS (SELECT 1 FROM attempts a JOIN jobs j ON j.id = a.job_id \
+         WHERE a.id = ?1 AND a.state = 'starting' AND a.worker = ?2 AND a.lease_expires_at > ",
+        now_plus!("?3"),
+        " AND j.state <> 'cancelled')"
+    ))
+    .bind(attempt_id.to_string())
+    .bind(worker)
+    .bind(plus(margin))
+    .fetch_one(store.pool())
+    .await?)
 }
 
 pub(super) async fn heartbeat(
     store: &SqliteStore,
     worker: &str,
     lease: Duration,
-) -> Result<u64, StoreError> {
+) -> Result<Vec<Uuid>, StoreError> {
     let mut tx = store.begin_write().await?;
-    let result = sqlx::query(concat!(
+    let renewed: Vec<(String, String)> = sqlx::query_as(concat!(
         "UPDATE attempts SET lease_expires_at = ",
         now_plus!("?2"),
-        " WHERE worker = ?1 AND state IN ('starting', 'running')"
+        " WHERE worker = ?1 AND state IN ('starting', 'running') RETURNING id, job_id"
     ))
     .bind(worker)
     .bind(plus(lease))
-    .execute(&mut *tx)
+    .fetch_all(&mut *tx)
     .await?;
+    let mut cancelled = Vec::new();
+    for (attempt_id, job_id) in renewed {
+        let state: String = sqlx::query_scalar("SELECT state FROM jobs WHERE id = ?1")
+            .bind(&job_id)
+            .fetch_one(&mut *tx)
+            .await?;
+        if state == "cancelled" {
+            cancelled.push(parse_uuid(&attempt_id)?);
+        }
+    }
     tx.commit().await?;
-    Ok(result.rows_affected())
+    Ok(cancelled)
 }
 
 async fn attempt_head(
     tx: &mut Transaction<'static, Sqlite>,
     attempt_id: Uuid,
-) -> Result<Option<(Uuid, AttemptState)>, StoreError> {
+) -> Result<(Uuid, AttemptState), StoreError> {
     let row: Option<(String, String)> =
         sqlx::query_as("SELECT job_id, state FROM attempts WHERE id = ?1")
             .bind(attempt_id.to_string())
             .fetch_optional(&mut **tx)
             .await?;
-    row.map(|(job, state)| Ok((parse_uuid(&job)?, parse_state(&state)?)))
-        .transpose()
+    let (job, state) =
+        row.ok_or_else(|| StoreError::Corrupt(format!("no attempt {attempt_id}")))?;
+    Ok((parse_uuid(&job)?, parse_state(&state)?))
 }
 
 pub(super) async fn complete(
@@ -234,10 +309,10 @@ pub(super) async fn complete(
     by: &Resolution,
 ) -> Result<Completion, StoreError> {
     for _ in 0..CAS_ROUNDS {
+        // The write lock first (BEGIN IMMEDIATE): nothing changes the attempt or its job
+        // between the reads below and the swap.
         let mut tx = store.begin_write().await?;
-        let Some((job_id, attempt_state)) = attempt_head(&mut tx, attempt_id).await? else {
-            return Err(StoreError::Corrupt(format!("no attempt {attempt_id}")));
-        };
+        let (job_id, attempt_state) = attempt_head(&mut tx, attempt_id).await?;
         if by.only_unknown && attempt_state != AttemptState::Unknown {
             return release(tx, Completion::NotUnknown(attempt_state)).await;
         }
@@ -246,8 +321,12 @@ pub(super) async fn complete(
                 .bind(job_id.to_string())
                 .fetch_one(&mut *tx)
                 .await?;
-        let job_state: JobState = parse_state(&job_state)?;
         let winner = winner.as_deref().map(parse_uuid).transpose()?;
+        if winner == Some(attempt_id) {
+            // The winner's own answer again: it already is the result; no race was lost.
+            return release(tx, Completion::Won).await;
+        }
+        let job_state: JobState = parse_state(&job_state)?;
         let open = matches!(
             job_state,
             JobState::Pending | JobState::Running | JobState::Unknown
@@ -264,9 +343,10 @@ pub(super) async fn complete(
             let mut detail = payload_digest(output);
             detail["winner"] = json!(winner);
             detail["job_state"] = json!(job_state);
+            detail["note"] = json!(by.note);
             insert_event(
                 &mut tx,
-                &event(job_id, attempt_id, EventKind::RaceLost, detail),
+                &by.event(job_id, attempt_id, EventKind::RaceLost, detail),
             )
             .await?;
             tx.commit().await?;
@@ -287,26 +367,63 @@ pub(super) async fn complete(
         .execute(&mut *tx)
         .await?
         .rows_affected();
-        if swapped == 0 {
+        let ended = if swapped == 1 {
+            sqlx::query(concat!(
+                "UPDATE attempts SET state = 'succeeded', finished_at = ",
+                now!(),
+                " WHERE id = ?1 AND state IN ('starting', 'running', 'unknown')"
+            ))
+            .bind(attempt_id.to_string())
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+        } else {
+            0
+        };
+        if ended == 0 {
             tx.rollback().await?;
             continue;
         }
-        sqlx::query(concat!(
-            "UPDATE attempts SET state = 'succeeded', finished_at = ",
-            now!(),
-            " WHERE id = ?1"
-        ))
-        .bind(attempt_id.to_string())
-        .execute(&mut *tx)
-        .await?;
-        let won = by.event(job_id, attempt_id, EventKind::Won, payload_digest(output));
+        discard_unknown_siblings(&mut tx, job_id, attempt_id).await?;
+        let mut detail = payload_digest(output);
+        detail["note"] = json!(by.note);
+        let won = by.event(job_id, attempt_id, EventKind::Won, detail);
         insert_event(&mut tx, &won).await?;
         tx.commit().await?;
         return Ok(Completion::Won);
     }
-    Err(StoreError::Corrupt(
-        "the job kept changing during completion".into(),
+    Err(StoreError::Contended("completion"))
+}
+
+/// Discards the `unknown` attempts of a job another attempt just won (see the PostgreSQL
+/// twin).
+async fn discard_unknown_siblings(
+    tx: &mut Transaction<'static, Sqlite>,
+    job_id: Uuid,
+    winner: Uuid,
+) -> Result<(), StoreError> {
+    let siblings: Vec<String> = sqlx::query_scalar(concat!(
+        "UPDATE attempts SET state = 'discarded', finished_at = ",
+        now!(),
+        " WHERE job_id = ?1 AND id <> ?2 AND state = 'unknown' RETURNING id"
     ))
+    .bind(job_id.to_string())
+    .bind(winner.to_string())
+    .fetch_all(&mut **tx)
+    .await?;
+    for sibling in siblings {
+        insert_event(
+            tx,
+            &event(
+                job_id,
+                parse_uuid(&sibling)?,
+                EventKind::AttemptResolved,
+                sibling_discarded(winner),
+            ),
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 /// Recomputes a job's state from its attempts (see the PostgreSQL twin).
@@ -365,10 +482,12 @@ pub(super) async fn fail(
     retry: RetryPolicy,
     by: &Resolution,
 ) -> Result<FailOutcome, StoreError> {
+    let error = storable(error);
     let mut tx = store.begin_write().await?;
-    let Some((job_id, attempt_state)) = attempt_head(&mut tx, attempt_id).await? else {
-        return Err(StoreError::Corrupt(format!("no attempt {attempt_id}")));
-    };
+    let (job_id, attempt_state) = attempt_head(&mut tx, attempt_id).await?;
+    if !by.may_end(attempt_state) {
+        return release(tx, FailOutcome::NotOpen(attempt_state)).await;
+    }
     let job_state: String = sqlx::query_scalar("SELECT state FROM jobs WHERE id = ?1")
         .bind(job_id.to_string())
         .fetch_one(&mut *tx)
@@ -379,37 +498,22 @@ pub(super) async fn fail(
     } else {
         end
     };
-    let end_state = match end {
-        Unsuccessful::Failed => AttemptState::Failed,
-        Unsuccessful::Cancelled => AttemptState::Cancelled,
-    };
-    let statement = if by.only_unknown {
-        concat!(
-            "UPDATE attempts SET state = ?2, error = ?3, finished_at = ",
-            now!(),
-            " WHERE id = ?1 AND state = 'unknown'"
-        )
-    } else {
-        concat!(
-            "UPDATE attempts SET state = ?2, error = ?3, finished_at = ",
-            now!(),
-            " WHERE id = ?1 AND state IN ('starting', 'running', 'unknown')"
-        )
-    };
-    let changed = sqlx::query(statement)
-        .bind(attempt_id.to_string())
-        .bind(end_state.as_str())
-        .bind(error.to_string())
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-    if changed == 0 {
-        return release(tx, FailOutcome::NotOpen(attempt_state)).await;
-    }
-    let detail = json!({ "outcome": end_state, "error": error, "note": by.note });
+    let end_state = end.state();
+    sqlx::query(concat!(
+        "UPDATE attempts SET state = ?2, error = ?3, key_spent = ?4, finished_at = ",
+        now!(),
+        " WHERE id = ?1"
+    ))
+    .bind(attempt_id.to_string())
+    .bind(end_state.as_str())
+    .bind(error.to_string())
+    .bind(end.spends_key())
+    .execute(&mut *tx)
+    .await?;
+    let detail = json!({ "outcome": end_state, "error": &*error, "note": by.note });
     let resolved = by.event(job_id, attempt_id, EventKind::AttemptResolved, detail);
     insert_event(&mut tx, &resolved).await?;
-    let state = settle_job(&mut tx, job_id, Some(retry), Some(error)).await?;
+    let state = settle_job(&mut tx, job_id, Some(retry), Some(&error)).await?;
     tx.commit().await?;
     if state == JobState::Pending {
         store.wake.notify_one();
@@ -417,35 +521,86 @@ pub(super) async fn fail(
     Ok(FailOutcome::Recorded(state))
 }
 
+pub(super) async fn settle_exhausted(
+    store: &SqliteStore,
+    job_id: Uuid,
+    max_attempts: u32,
+) -> Result<bool, StoreError> {
+    let mut tx = store.begin_write().await?;
+    let id = job_id.to_string();
+    let row: Option<(String, i32, i32)> =
+        sqlx::query_as("SELECT state, attempts, recoveries FROM jobs WHERE id = ?1")
+            .bind(&id)
+            .fetch_optional(&mut *tx)
+            .await?;
+    let Some((state, attempts, recoveries)) = row else {
+        return release(tx, false).await;
+    };
+    let open: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM attempts WHERE job_id = ?1 \
+         AND state IN ('starting', 'running', 'unknown'))",
+    )
+    .bind(&id)
+    .fetch_one(&mut *tx)
+    .await?;
+    if state != "pending" || open || within_budget(attempts, recoveries, max_attempts) {
+        return release(tx, false).await;
+    }
+    let exhausted = Exhausted::new(job_id, attempts, max_attempts);
+    sqlx::query(concat!(
+        "UPDATE jobs SET state = 'failed', dispatch_at = NULL, version = version + 1, \
+         updated_at = ",
+        now!(),
+        ", error = ?2 WHERE id = ?1"
+    ))
+    .bind(&id)
+    .bind(exhausted.job_error().to_string())
+    .execute(&mut *tx)
+    .await?;
+    insert_event(&mut tx, &exhausted.event()).await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
 pub(super) async fn mark_unknown(
     store: &SqliteStore,
     attempt_id: Uuid,
-    reason: &str,
+    why: &Value,
+    by: UnknownBy,
 ) -> Result<bool, StoreError> {
+    let why = storable(why);
     let mut tx = store.begin_write().await?;
-    let Some((job_id, _)) = attempt_head(&mut tx, attempt_id).await? else {
-        return release(tx, false).await;
-    };
+    let (job_id, _) = attempt_head(&mut tx, attempt_id).await?;
     let (job_state, winner): (String, Option<String>) =
         sqlx::query_as("SELECT state, completed_by FROM jobs WHERE id = ?1")
             .bind(job_id.to_string())
             .fetch_one(&mut *tx)
             .await?;
     let job_state: JobState = parse_state(&job_state)?;
+    // A rescuer acts only on a lease that is still expired now (see the PostgreSQL twin).
+    let grace = match by {
+        UnknownBy::Worker => None,
+        UnknownBy::Rescuer { grace } => Some(minus(grace)),
+    };
     if winner.is_some() || job_state == JobState::Cancelled {
         let changed = sqlx::query(concat!(
             "UPDATE attempts SET state = 'discarded', error = ?2, finished_at = ",
             now!(),
-            " WHERE id = ?1 AND state IN ('starting', 'running')"
+            " WHERE id = ?1 AND state IN ('starting', 'running') AND (?3 IS NULL OR lease_expires_at < ",
+            now!(),
+            " OR deadline_at < ",
+            now_plus!("?3"),
+            ")"
         ))
         .bind(attempt_id.to_string())
-        .bind(json!({ "reason": reason, "job_state": job_state }).to_string())
+        .bind(with_member(&why, "job_state", json!(job_state)).to_string())
+        .bind(&grace)
         .execute(&mut *tx)
         .await?
         .rows_affected();
         if changed > 0 {
-            let detail =
-                json!({ "outcome": "discarded", "reason": reason, "job_state": job_state });
+            let detail = with_member(&why, "outcome", json!("discarded"));
+            let detail = with_member(&detail, "job_state", json!(job_state));
             insert_event(
                 &mut tx,
                 &event(job_id, attempt_id, EventKind::AttemptResolved, detail),
@@ -460,17 +615,22 @@ pub(super) async fn mark_unknown(
         now!(),
         ", reconcile_at = ",
         now!(),
-        " WHERE id = ?1 AND state IN ('starting', 'running')"
+        " WHERE id = ?1 AND state IN ('starting', 'running') AND (?3 IS NULL OR lease_expires_at < ",
+        now!(),
+        " OR deadline_at < ",
+        now_plus!("?3"),
+        ")"
     ))
     .bind(attempt_id.to_string())
-    .bind(json!({ "reason": reason }).to_string())
+    .bind(why.to_string())
+    .bind(&grace)
     .execute(&mut *tx)
     .await?
     .rows_affected();
     if changed == 0 {
         return release(tx, false).await;
     }
-    let detail = json!({ "reason": reason });
+    let detail = why.into_owned();
     insert_event(
         &mut tx,
         &event(job_id, attempt_id, EventKind::AttemptUnknown, detail),
@@ -544,7 +704,7 @@ pub(super) async fn set_task_id(
     let mut tx = store.begin_write().await?;
     sqlx::query("UPDATE attempts SET task_id = ?2 WHERE id = ?1 AND task_id IS NULL")
         .bind(attempt_id.to_string())
-        .bind(task_id)
+        .bind(storable_text(task_id))
         .execute(&mut *tx)
         .await?;
     tx.commit().await?;

@@ -85,16 +85,7 @@ pub(super) fn replay_batcher(writer: SqlitePool) -> Batcher<NewEvent, ()> {
             .await;
             match written {
                 Ok(()) => (0..count).map(|_| Ok(())).collect(),
-                Err(error) => {
-                    let message = error.to_string();
-                    (0..count)
-                        .map(|_| {
-                            Err(StoreError::Unavailable(sqlx::Error::Protocol(
-                                message.clone(),
-                            )))
-                        })
-                        .collect()
-                }
+                Err(error) => vec![Err(error); count],
             }
         }
         .boxed()
@@ -105,32 +96,14 @@ pub(super) fn replay_batcher(writer: SqlitePool) -> Batcher<NewEvent, ()> {
 async fn write_batch(writer: &SqlitePool, jobs: Vec<NewJob>) -> Vec<Result<Intake, StoreError>> {
     let mut tx = match writer.begin_with("BEGIN IMMEDIATE").await {
         Ok(tx) => tx,
-        Err(error) => {
-            let message = error.to_string();
-            return jobs
-                .iter()
-                .map(|_| {
-                    Err(StoreError::Unavailable(sqlx::Error::Protocol(
-                        message.clone(),
-                    )))
-                })
-                .collect();
-        }
+        Err(error) => return vec![Err(StoreError::from(error)); jobs.len()],
     };
     let mut results = Vec::with_capacity(jobs.len());
     for job in &jobs {
         results.push(write_one(&mut tx, job).await);
     }
     if let Err(error) = tx.commit().await {
-        let message = error.to_string();
-        return jobs
-            .iter()
-            .map(|_| {
-                Err(StoreError::Unavailable(sqlx::Error::Protocol(
-                    message.clone(),
-                )))
-            })
-            .collect();
+        return vec![Err(StoreError::from(error)); jobs.len()];
     }
     results
 }

@@ -24,10 +24,12 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use super::{
-    ApiKeyRecord, AttemptRecord, AttemptStart, CancelOutcome, CertificateRecord, Completion,
-    EventRecord, FailOutcome, Intake, JobFilter, JobRecord, NewApiKey, NewEvent, NewJob,
-    RecoverOutcome, Resolution, RetryPolicy, Scope, StartOutcome, Store, StoreError, StoreOptions,
-    Unsuccessful, batch::Batcher,
+    Acknowledged, ApiKeyRecord, AttemptRecord, AttemptStart, CancelOutcome, CertificateRecord,
+    Completion, EventRecord, FailOutcome, Intake, JobFilter, JobRecord, NewApiKey, NewEvent,
+    NewJob, RecoverOutcome, Resolution, RetryPolicy, Scope, StartOutcome, Store, StoreError,
+    StoreOptions, UnknownBy, Unsuccessful,
+    batch::Batcher,
+    records::{storable, storable_text},
 };
 
 /// The column list every job query returns, in [`SqliteJobRow`] order.
@@ -56,7 +58,8 @@ macro_rules! now_plus {
 macro_rules! attempt_columns {
     () => {
         "id, job_id, number, provider, state, hedge, task_id, worker, lease_expires_at, \
-         deadline_at, started_at, acknowledged_at, finished_at, unknown_since, upstream_key, error"
+         deadline_at, started_at, acknowledged_at, finished_at, unknown_since, upstream_key, key_spent, \
+         error"
     };
 }
 
@@ -92,7 +95,7 @@ impl SqliteStore {
     /// Opens (creating if missing) the database file named by `url` (`sqlite://onejob.db`).
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self, StoreError> {
         let connect = SqliteConnectOptions::from_str(url)
-            .map_err(StoreError::Database)?
+            .map_err(StoreError::from)?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
@@ -214,6 +217,7 @@ struct SqliteAttemptRow {
     finished_at: Option<String>,
     unknown_since: Option<String>,
     upstream_key: Option<String>,
+    key_spent: bool,
     error: Option<String>,
 }
 
@@ -241,6 +245,7 @@ impl TryFrom<SqliteAttemptRow> for AttemptRecord {
             finished_at: time(row.finished_at)?,
             unknown_since: time(row.unknown_since)?,
             upstream_key: row.upstream_key,
+            key_spent: row.key_spent,
             error: row.error.as_deref().map(parse_json).transpose()?,
         })
     }
@@ -286,8 +291,8 @@ async fn insert_event(
     .bind(event.job_id.to_string())
     .bind(event.attempt_id.map(|id| id.to_string()))
     .bind(event.kind.as_str())
-    .bind(event.actor.as_deref())
-    .bind(event.detail.to_string())
+    .bind(event.actor.as_deref().map(storable_text))
+    .bind(storable(&event.detail).to_string())
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -465,11 +470,20 @@ impl Store for SqliteStore {
         attempt_id: Uuid,
         task_id: Option<&str>,
         hedge_after: Option<Duration>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Acknowledged, StoreError> {
         attempts::acknowledge(self, attempt_id, task_id, hedge_after).await
     }
 
-    async fn heartbeat(&self, worker: &str, lease: Duration) -> Result<u64, StoreError> {
+    async fn owns_attempt(
+        &self,
+        attempt_id: Uuid,
+        worker: &str,
+        margin: Duration,
+    ) -> Result<bool, StoreError> {
+        attempts::owns(self, attempt_id, worker, margin).await
+    }
+
+    async fn heartbeat(&self, worker: &str, lease: Duration) -> Result<Vec<Uuid>, StoreError> {
         attempts::heartbeat(self, worker, lease).await
     }
 
@@ -597,8 +611,17 @@ impl Store for SqliteStore {
         certificates::all(self).await
     }
 
-    async fn mark_unknown(&self, attempt_id: Uuid, reason: &str) -> Result<bool, StoreError> {
-        attempts::mark_unknown(self, attempt_id, reason).await
+    async fn mark_unknown(
+        &self,
+        attempt_id: Uuid,
+        why: &Value,
+        by: UnknownBy,
+    ) -> Result<bool, StoreError> {
+        attempts::mark_unknown(self, attempt_id, why, by).await
+    }
+
+    async fn settle_exhausted(&self, job_id: Uuid, max_attempts: u32) -> Result<bool, StoreError> {
+        attempts::settle_exhausted(self, job_id, max_attempts).await
     }
 
     async fn expired_attempts(&self, grace: Duration) -> Result<Vec<(Uuid, String)>, StoreError> {
