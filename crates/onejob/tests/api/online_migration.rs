@@ -226,3 +226,88 @@ async fn a_table_too_busy_to_lock_keeps_the_old_constraint_until_the_next_run() 
     assert!(migrator(&db, None).status().await.unwrap().success());
     assert!(scope(&db).await.is_done());
 }
+
+/// A relation already under the widened index's name makes `CREATE UNIQUE INDEX
+/// CONCURRENTLY IF NOT EXISTS` skip the build. When it is not the index onejob builds
+/// (`definition`), `verify-index` refuses it with a message naming `defect` and the fix,
+/// before anything is dropped: the old constraint stays and refuses duplicates (also one
+/// the wrong index would let through: same key, other kind). Following the message's advice
+/// then finishes the migration.
+async fn a_wrong_index_under_the_name_is_refused(definition: &'static str, defect: &str) {
+    let db = TestDatabase::create(Backend::Postgres).await;
+    let app = TestApp::spawn(&db).await;
+    app.create("existing", &chat("existing")).await;
+    before_the_online_steps(&db).await;
+    let mut conn = PgConnection::connect(&db.url).await.unwrap();
+    conn.execute(definition).await.unwrap();
+
+    let output = migrator(&db, None)
+        .stderr(Stdio::piped())
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "the migrator refused: {stderr}");
+    for part in [
+        "index jobs_one_per_key_scope exists but is not the key index onejob builds",
+        defect,
+        "jobs_one_per_key stays in force",
+        "drop it (DROP INDEX CONCURRENTLY jobs_one_per_key_scope) and run onejob migrate again",
+    ] {
+        assert!(stderr.contains(part), "{part:?} in {stderr}");
+    }
+    let state = scope(&db).await;
+    assert!(
+        state.narrow && state.wide_wrong && !state.wide_valid && !state.is_done(),
+        "the old constraint is still there: {state:?}"
+    );
+    assert_duplicates_refused(&db, &app, "wrong-index").await;
+    let error = db
+        .exec(
+            "INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params) \
+             SELECT gen_random_uuid(), tenant, user_id, key_hash, 'image.generate', \
+             sha256(fingerprint), params FROM jobs LIMIT 1",
+        )
+        .await
+        .expect_err("a second row for a key, of another kind");
+    assert!(error.contains("jobs_one_per_key\""), "{error}");
+    // A server starting on this database refuses too (the same step runs at every start).
+    assert!(onejob::app::open_store(&db.url).await.is_err());
+
+    conn.execute("DROP INDEX CONCURRENTLY jobs_one_per_key_scope")
+        .await
+        .unwrap();
+    assert!(migrator(&db, None).status().await.unwrap().success());
+    assert!(scope(&db).await.is_done(), "fixed as the message says");
+    assert_duplicates_refused(&db, &app, "fixed").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_non_unique_index_under_the_name_is_refused_and_the_old_constraint_kept() {
+    a_wrong_index_under_the_name_is_refused(
+        "CREATE INDEX jobs_one_per_key_scope ON jobs (tenant, user_id, environment, key_hash)",
+        "it is not unique",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_partial_unique_index_under_the_name_is_refused_and_the_old_constraint_kept() {
+    a_wrong_index_under_the_name_is_refused(
+        "CREATE UNIQUE INDEX jobs_one_per_key_scope \
+         ON jobs (tenant, user_id, environment, key_hash) WHERE environment <> 'default'",
+        "it has a predicate (WHERE (environment <> 'default'::text))",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_unique_index_over_other_columns_under_the_name_is_refused_and_the_old_constraint_kept() {
+    a_wrong_index_under_the_name_is_refused(
+        "CREATE UNIQUE INDEX jobs_one_per_key_scope \
+         ON jobs (tenant, user_id, environment, key_hash, kind)",
+        "it has columns (tenant, user_id, environment, key_hash, kind) instead of \
+         (tenant, user_id, environment, key_hash)",
+    )
+    .await;
+}
