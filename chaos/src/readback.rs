@@ -83,6 +83,21 @@ impl Reader {
         }
     }
 
+    /// The job's whole event log, oldest first, following `next_after` page by page (the
+    /// log is paged; a storm's replays make it long).
+    pub async fn events(&self, id: &str) -> Vec<Value> {
+        let mut events = Vec::new();
+        let mut path = format!("/v1/jobs/{id}/events?limit=500");
+        loop {
+            let page = self.get(&path).await.expect("events");
+            events.extend(page["events"].as_array().cloned().unwrap_or_default());
+            match page["next_after"].as_i64() {
+                Some(after) => path = format!("/v1/jobs/{id}/events?limit=500&after={after}"),
+                None => return events,
+            }
+        }
+    }
+
     /// Writes a [`Record::Job`] for each key that names a job, then the [`Record::Listing`].
     pub async fn record_jobs(&self, history: &History, keys: &[String]) {
         for key in keys {
@@ -94,15 +109,12 @@ impl Reader {
                 .get(&format!("/v1/jobs/{id}/attempts"))
                 .await
                 .expect("attempts");
-            let events = self
-                .get(&format!("/v1/jobs/{id}/events"))
-                .await
-                .expect("events");
+            let events = self.events(&id).await;
             history.write(&Record::Job {
                 key: key.clone(),
                 job,
                 attempts: attempts["attempts"].as_array().cloned().unwrap_or_default(),
-                events: events["events"].as_array().cloned().unwrap_or_default(),
+                events,
             });
         }
         let mut job_ids = Vec::new();

@@ -177,12 +177,15 @@ impl Jobs {
         self.store.job_by_key(owner, &key.hash()).await
     }
 
-    /// The owner's job's event log.
+    /// One page of the owner's job's event log, oldest first: events after `after`, at
+    /// most `limit` (see [`Store::events`]).
     pub async fn events(
         &self,
         owner: &Principal,
         id: Uuid,
+        after: Option<i64>,
+        limit: u32,
     ) -> Result<Option<Vec<EventRecord>>, StoreError> {
-        self.store.events(owner, id).await
+        self.store.events(owner, id, after, limit).await
     }
 }

@@ -199,7 +199,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             attempt["state"].as_str().unwrap_or_default()
         );
     }
-    let events = demo.get(&format!("/v1/jobs/{id}/events")).await?;
+    let events = demo.get(&format!("/v1/jobs/{id}/events?limit=500")).await?;
     let lost = events["events"]
         .as_array()
         .into_iter()

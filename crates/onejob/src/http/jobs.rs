@@ -141,8 +141,50 @@ pub async fn get(
     Ok(job_response(StatusCode::OK, job))
 }
 
-/// Most jobs one listing page returns.
+/// Most entries one page of a listing returns (jobs, attempts, events, certificates).
 pub const MAX_PAGE: u32 = 500;
+
+/// The `limit` query parameter of a paged listing: `default` when absent, else a number
+/// from 1 to [`MAX_PAGE`] (`400 invalid-request` otherwise).
+pub fn page_limit(query: &HashMap<String, String>, default: u32) -> Result<u32, Problem> {
+    match query.get("limit") {
+        None => Ok(default),
+        Some(l) => l
+            .parse::<u32>()
+            .ok()
+            .filter(|l| (1..=MAX_PAGE).contains(l))
+            .ok_or_else(|| {
+                Problem::new(
+                    ProblemType::InvalidRequest,
+                    format!("`limit` is a number from 1 to {MAX_PAGE}"),
+                )
+            }),
+    }
+}
+
+/// The query string of a listing as name/value pairs, refusing names other than `allowed`
+/// (`400 invalid-request`, as for a malformed query string).
+pub fn page_query(
+    query: Result<Query<HashMap<String, String>>, QueryRejection>,
+    allowed: &[&str],
+) -> Result<HashMap<String, String>, Problem> {
+    let Query(query) = query.map_err(|e| {
+        Problem::new(
+            ProblemType::InvalidRequest,
+            format!("bad query string: {e}"),
+        )
+    })?;
+    if let Some(name) = query.keys().find(|name| !allowed.contains(&name.as_str())) {
+        return Err(Problem::new(
+            ProblemType::InvalidRequest,
+            format!(
+                "unknown query parameter {name:?}; use {}",
+                allowed.join(" and ")
+            ),
+        ));
+    }
+    Ok(query)
+}
 
 /// `GET /v1/jobs?idempotency_key=…`: the caller's job under that key; without the key, the
 /// caller's jobs, newest first, filtered by `state` and `kind`, paged with `limit` (default
@@ -218,20 +260,7 @@ async fn list(
             .map(|b| Uuid::parse_str(b))
             .transpose()
             .map_err(|_| bad("`before` is a job id".into()))?,
-        limit: query
-            .get("limit")
-            .map(|l| l.parse::<u32>())
-            .transpose()
-            .ok()
-            .flatten()
-            .filter(|l| (1..=MAX_PAGE).contains(l))
-            .map_or_else(
-                || match query.get("limit") {
-                    Some(_) => Err(bad(format!("`limit` is a number from 1 to {MAX_PAGE}"))),
-                    None => Ok(50),
-                },
-                Ok,
-            )?,
+        limit: page_limit(query, 50)?,
     };
     let jobs = state
         .jobs
@@ -283,14 +312,7 @@ pub async fn list_attempts(
         .map(|s| s.parse::<AttemptState>())
         .transpose()
         .map_err(|e| bad(e.to_string()))?;
-    let limit = match query.get("limit") {
-        None => 50,
-        Some(l) => l
-            .parse::<u32>()
-            .ok()
-            .filter(|l| (1..=MAX_PAGE).contains(l))
-            .ok_or_else(|| bad(format!("`limit` is a number from 1 to {MAX_PAGE}")))?,
-    };
+    let limit = page_limit(&query, 50)?;
     let scope = Scope {
         tenant: caller.principal.tenant.clone(),
         user: (!caller.operator).then(|| caller.principal.user.clone()),
@@ -308,15 +330,26 @@ pub async fn list_attempts(
     }))
 }
 
-/// `GET /v1/jobs/{id}/events`.
+/// Events one page of `GET /v1/jobs/{id}/events` returns unless told otherwise.
+pub const EVENTS_PAGE: u32 = 100;
+
+/// `GET /v1/jobs/{id}/events`: one page of the job's event log, oldest first.
+///
+/// The log grows with every replay of the job's key, so it is paged: `after` (the previous
+/// page's `next_after`) continues exactly where that page ended; `next_after` is `null` on
+/// the last page.
 #[utoipa::path(
     get,
     path = "/v1/jobs/{id}/events",
     tag = "jobs",
-    params(("id" = uuid::Uuid, Path, description = "The job id")),
+    params(
+        ("id" = uuid::Uuid, Path, description = "The job id"),
+        ("after" = Option<i64>, Query, description = "Only events with a larger id (next_after of the previous page)"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Page size, 1-500 (default 100)"),
+    ),
     responses(
-        (status = 200, description = "The job's append-only event log, oldest first", body = view::EventsView),
-        (status = 400, description = "Malformed id", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 200, description = "One page of the job's append-only event log, oldest first; next_after is null on the last page", body = view::EventsView),
+        (status = 400, description = "Malformed id, after or limit", body = openapi::Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such job", body = openapi::Problem, content_type = "application/problem+json"),
         (status = 401, description = "Missing or invalid API key", body = openapi::Problem, content_type = "application/problem+json"),
         (status = 503, description = "The database is unavailable; retry after Retry-After", body = openapi::Problem, content_type = "application/problem+json"),
@@ -326,19 +359,37 @@ pub async fn events(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     Path(id): Path<String>,
+    query: Result<Query<HashMap<String, String>>, QueryRejection>,
 ) -> Result<Json<EventsView>, Problem> {
     let job_id = parse_id(&id)?;
-    let events = state
+    let query = page_query(query, &["after", "limit"])?;
+    let after = query
+        .get("after")
+        .map(|a| a.parse::<i64>())
+        .transpose()
+        .map_err(|_| {
+            Problem::new(
+                ProblemType::InvalidRequest,
+                "`after` is an event id (an integer: next_after of the previous page)",
+            )
+        })?;
+    let limit = page_limit(&query, EVENTS_PAGE)?;
+    // One more than asked: whether it came tells whether there is a next page.
+    let mut events = state
         .jobs
-        .events(&caller.principal, job_id)
+        .events(&caller.principal, job_id, after, limit + 1)
         .await?
         .ok_or_else(|| Problem::not_found("job"))?;
+    let more = events.len() > limit as usize;
+    events.truncate(limit as usize);
+    let next_after = more.then(|| events.last().map(|e| e.id)).flatten();
     Ok(Json(EventsView {
         job_id,
         events: events
             .into_iter()
             .map(|e| EventView::seen_by(e, Audience::of(caller.operator)))
             .collect(),
+        next_after,
     }))
 }
 

@@ -186,13 +186,15 @@ impl EventView {
     }
 }
 
-/// A job's event log.
+/// One page of a job's event log.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct EventsView {
     /// The job.
     pub job_id: Uuid,
     /// Oldest first.
     pub events: Vec<EventView>,
+    /// Pass as `after` for the next page; `null` on the last.
+    pub next_after: Option<i64>,
 }
 
 /// One attempt as the API shows it.

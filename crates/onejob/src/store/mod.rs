@@ -60,11 +60,15 @@ pub trait Store: Send + Sync + 'static {
         key_hash: &KeyHash,
     ) -> Result<Option<JobRecord>, StoreError>;
 
-    /// The event log of the owner's job, oldest first; `None` if the job is not the owner's.
+    /// One page of the event log of the owner's job, oldest first: the events with an id
+    /// above `after` (from the start when `None`), at most `limit` of them. `None` if the
+    /// job is not the owner's.
     async fn events(
         &self,
         owner: &Principal,
         job_id: Uuid,
+        after: Option<i64>,
+        limit: u32,
     ) -> Result<Option<Vec<EventRecord>>, StoreError>;
 
     /// Stores a new API key (its salted hash only).

@@ -422,17 +422,19 @@ impl TestApp {
         body["attempts"].as_array().unwrap().clone()
     }
 
-    /// The job's event kinds, oldest first.
+    /// The job's whole event log, oldest first (following `next_after` page by page).
     pub async fn events(&self, id: &str) -> Vec<Value> {
-        let (status, body) = json(
-            self.get(&format!("/v1/jobs/{id}/events"))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
-        assert_eq!(status, 200, "{body}");
-        body["events"].as_array().unwrap().clone()
+        let mut events = Vec::new();
+        let mut path = format!("/v1/jobs/{id}/events?limit=500");
+        loop {
+            let (status, body) = json(self.get(&path).send().await.unwrap()).await;
+            assert_eq!(status, 200, "{body}");
+            events.extend(body["events"].as_array().unwrap().iter().cloned());
+            match body["next_after"].as_i64() {
+                Some(after) => path = format!("/v1/jobs/{id}/events?limit=500&after={after}"),
+                None => return events,
+            }
+        }
     }
 
     /// Polls the job until `done` holds (or panics after `within`).

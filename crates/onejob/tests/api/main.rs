@@ -15,6 +15,7 @@ mod isolation;
 mod metrics;
 mod online_migration;
 mod openapi;
+mod paging;
 mod providers;
 mod recovery;
 mod slow_clients;

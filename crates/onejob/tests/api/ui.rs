@@ -20,6 +20,7 @@ backend_tests!(
     signing_out_clears_the_cookie,
     the_json_api_does_not_take_the_cookie,
     job_pages_render_for_the_owner_and_are_404_for_anyone_else,
+    a_long_event_log_shows_its_first_500_events_and_says_there_are_more,
     the_jobs_list_filters_by_state_and_kind_and_pages,
     bad_query_parameters_are_a_400_page_not_a_500,
     a_prompt_with_a_script_tag_renders_escaped,
@@ -247,6 +248,36 @@ async fn job_pages_render_for_the_owner_and_are_404_for_anyone_else(backend: Bac
         let (_, list) = page(&app, other, "/ui/jobs").await;
         assert!(!list.contains(id), "{list}");
     }
+}
+
+async fn a_long_event_log_shows_its_first_500_events_and_says_there_are_more(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let app = TestApp::spawn(&db).await;
+    let job = app.create("often", &chat("again")).await;
+    let id = job["id"].as_str().unwrap();
+    let (_, html) = page(&app, &app.token, &format!("/ui/jobs/{id}")).await;
+    assert!(!html.contains("id=\"events-more\""), "a short log: {html}");
+    // 505 replays: 506 events, one page of 500 and more.
+    for _ in 0..505 {
+        let response = app.submit("often", &chat("again")).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    while app.events(id).await.len() < 506 {
+        assert!(tokio::time::Instant::now() < deadline, "replays logged");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let events = app.events(id).await;
+    let (status, html) = page(&app, &app.token, &format!("/ui/jobs/{id}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(html.matches("<tr data-kind=").count(), 500, "the first 500");
+    assert!(html.contains("data-kind=\"created\""), "from the start");
+    let last_shown = &events[499]["id"];
+    assert!(html.contains("id=\"events-more\""), "{html}");
+    assert!(
+        html.contains(&format!("/v1/jobs/{id}/events?after={last_shown}")),
+        "where the rest is: {html}"
+    );
 }
 
 async fn the_jobs_list_filters_by_state_and_kind_and_pages(backend: Backend) {

@@ -1,6 +1,7 @@
 //! `GET /ui/jobs/{id}`: one of the signed-in user's jobs: its view, its attempts drawn as a
-//! timeline ([`Timeline`]) and listed, and its event log. Another principal's job is a 404
-//! page, exactly as `GET /v1/jobs/{id}` answers.
+//! timeline ([`Timeline`]) and listed, and its event log (the first [`EVENTS`] entries, with
+//! a note when there are more). Another principal's job is a 404 page, exactly as
+//! `GET /v1/jobs/{id}` answers.
 
 use std::{collections::HashMap, sync::Arc};
 
@@ -21,6 +22,9 @@ use super::{
     timeline::Timeline,
 };
 use crate::http::{AppState, Audience, Problem, jobs::parse_id, view::without_internal};
+
+/// Most events the job page shows (the first ones; the API pages through the rest).
+pub const EVENTS: u32 = crate::http::jobs::MAX_PAGE;
 
 /// One attempt in the attempts table.
 pub struct AttemptRow {
@@ -99,8 +103,11 @@ pub struct JobPage {
     pub timeline: Option<Timeline>,
     /// The attempts.
     pub rows: Vec<AttemptRow>,
-    /// The event log, oldest first.
+    /// The event log, oldest first: its first [`EVENTS`] entries.
     pub events: Vec<EventRow>,
+    /// When the log has more than [`EVENTS`] entries: the id of the last one shown (the
+    /// `after` of `GET /v1/jobs/{id}/events` for the rest).
+    pub events_after: Option<i64>,
     /// Whether the viewer may resolve unknown attempts.
     pub operator: bool,
 }
@@ -133,7 +140,15 @@ pub async fn show(
         .await?
         .ok_or_else(|| Problem::not_found("job"))?;
     let attempts = store.attempts(owner, id).await?.unwrap_or_default();
-    let events = store.events(owner, id).await?.unwrap_or_default();
+    // The log grows with every replay: the page shows its first EVENTS events and says
+    // where the rest can be read.
+    let mut events = store
+        .events(owner, id, None, EVENTS + 1)
+        .await?
+        .unwrap_or_default();
+    let more_events = events.len() > EVENTS as usize;
+    events.truncate(EVENTS as usize);
+    let events_after = more_events.then(|| events.last().map(|e| e.id)).flatten();
     let succeeded = job.state == JobState::Succeeded;
     let winner = job.completed_by.filter(|_| succeeded);
     let timeline = Timeline::new(&attempts, winner, OffsetDateTime::now_utc());
@@ -191,6 +206,7 @@ pub async fn show(
                 detail: audience.shown(e.detail).to_string(),
             })
             .collect(),
+        events_after,
         operator: session.caller.operator,
     })
 }

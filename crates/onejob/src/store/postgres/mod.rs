@@ -356,15 +356,19 @@ impl Store for PgStore {
         &self,
         owner: &Principal,
         job_id: Uuid,
+        after: Option<i64>,
+        limit: u32,
     ) -> Result<Option<Vec<EventRecord>>, StoreError> {
         if self.job(owner, job_id).await?.is_none() {
             return Ok(None);
         }
         let rows: Vec<PgEventRow> = sqlx::query_as(
             "SELECT id, job_id, attempt_id, kind, actor, detail, at FROM job_events \
-             WHERE job_id = $1 ORDER BY id",
+             WHERE job_id = $1 AND ($2::bigint IS NULL OR id > $2) ORDER BY id LIMIT $3",
         )
         .bind(job_id)
+        .bind(after)
+        .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter()
