@@ -179,7 +179,7 @@ async fn an_operator_resolves_an_unknown_attempt_and_others_are_forbidden() {
 #[tokio::test]
 async fn certificates_list_verification_runs_with_their_validity() {
     let server = Server::idle(Backend::Sqlite).await;
-    let client = server.client();
+    let client = server.client_as(&server.key("ops", true).await);
     assert!(client.certificates().await.unwrap().is_empty());
     let kind = server
         .app

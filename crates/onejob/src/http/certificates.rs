@@ -1,16 +1,29 @@
-//! `GET /v1/certificates`: every `onejob verify` run, with whether it certifies its provider
-//! now (see [`crate::certification`]).
+//! `GET /v1/certificates`: the `onejob verify` runs, newest first and paged, with whether
+//! each certifies its provider now (see [`crate::certification`]). Certificates describe
+//! the deployment's providers, not a tenant's jobs: operator keys only.
 
-use std::sync::Arc;
+use std::{collections::HashMap, sync::Arc};
 
-use axum::{Json, extract::State};
+use axum::{
+    Json,
+    extract::{Query, State, rejection::QueryRejection},
+};
 use serde::Serialize;
 use serde_json::Value;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::{AppState, auth::Caller, openapi, problem::Problem};
+use super::{
+    AppState,
+    auth::Caller,
+    jobs::{page_limit, page_query},
+    openapi,
+    problem::{Problem, ProblemType},
+};
 use crate::certification::Certified;
+
+/// Runs one page of `GET /v1/certificates` returns unless told otherwise.
+pub const CERTIFICATES_PAGE: u32 = 100;
 
 /// One verification run as the API shows it.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -40,31 +53,76 @@ pub struct CertificateView {
     pub report: Value,
 }
 
-/// Every verification run, newest first.
+/// One page of verification runs, newest first.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct CertificateList {
-    /// The runs.
+    /// The runs, newest first.
     pub certificates: Vec<CertificateView>,
+    /// Pass as `before` for the next page; `null` on the last.
+    pub next_before: Option<Uuid>,
 }
 
-/// `GET /v1/certificates`.
+/// `GET /v1/certificates`: one page of verification runs, newest first (operator keys).
+///
+/// Paged with `before` (the previous page's `next_before`); each run's `valid` is decided
+/// over every stored run, whichever page shows it.
 #[utoipa::path(
     get,
     path = "/v1/certificates",
     tag = "operators",
+    params(
+        ("before" = Option<uuid::Uuid>, Query, description = "Only runs older than this one (next_before of the previous page)"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Page size, 1-500 (default 100)"),
+    ),
     responses(
-        (status = 200, description = "Every verification run, newest first, with whether it certifies its provider now", body = CertificateList),
+        (status = 200, description = "One page of verification runs, newest first, each with whether it certifies its provider now (decided over all runs, not only this page); next_before is null on the last page", body = CertificateList),
+        (status = 400, description = "Malformed before or limit", body = openapi::Problem, content_type = "application/problem+json"),
         (status = 401, description = "Missing or invalid API key", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Not an operator key", body = openapi::Problem, content_type = "application/problem+json"),
         (status = 503, description = "The database is unavailable; retry after Retry-After", body = openapi::Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn list(
     State(state): State<Arc<AppState>>,
-    _caller: Caller,
+    caller: Caller,
+    query: Result<Query<HashMap<String, String>>, QueryRejection>,
 ) -> Result<Json<CertificateList>, Problem> {
-    let records = state.jobs.store().certificates().await?;
-    let certified = Certified::from_records(&records, state.jobs.kinds(), state.providers.hashes());
-    let views: Vec<CertificateView> = records
+    caller.require_operator()?;
+    let query = page_query(query, &["before", "limit"])?;
+    let before = query
+        .get("before")
+        .map(|b| Uuid::parse_str(b))
+        .transpose()
+        .map_err(|_| {
+            Problem::new(
+                ProblemType::InvalidRequest,
+                "`before` is a certificate id (next_before of the previous page)",
+            )
+        })?;
+    let limit = page_limit(&query, CERTIFICATES_PAGE)?;
+    let (views, next_before) = page(&state, before, limit).await?;
+    Ok(Json(CertificateList {
+        certificates: views,
+        next_before,
+    }))
+}
+
+/// Up to `limit` runs older than `before`, newest first, and the `next_before` after them.
+/// Validity is decided over every stored run ([`Certified::load`], as failover does), so a
+/// run's `valid` does not depend on which page shows it.
+pub async fn page(
+    state: &AppState,
+    before: Option<Uuid>,
+    limit: u32,
+) -> Result<(Vec<CertificateView>, Option<Uuid>), crate::store::StoreError> {
+    let store = state.jobs.store();
+    // One more than asked: whether it came tells whether there is a next page.
+    let mut records = store.certificates_page(before, limit + 1).await?;
+    let more = records.len() > limit as usize;
+    records.truncate(limit as usize);
+    let next_before = more.then(|| records.last().map(|c| c.id)).flatten();
+    let certified = Certified::load(&**store, state.jobs.kinds(), state.providers.hashes()).await?;
+    let views = records
         .into_iter()
         .map(|c| CertificateView {
             valid: certified.is_valid(&c),
@@ -79,7 +137,5 @@ pub async fn list(
             report: c.report,
         })
         .collect();
-    Ok(Json(CertificateList {
-        certificates: views,
-    }))
+    Ok((views, next_before))
 }

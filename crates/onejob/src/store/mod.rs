@@ -247,6 +247,14 @@ pub trait Store: Send + Sync + 'static {
     /// Every verification run, newest first.
     async fn certificates(&self) -> Result<Vec<CertificateRecord>, StoreError>;
 
+    /// One page of verification runs, newest first (by id, a UUIDv7): the runs older than
+    /// `before` (from the newest when `None`), at most `limit` of them.
+    async fn certificates_page(
+        &self,
+        before: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<CertificateRecord>, StoreError>;
+
     /// Live attempts (id and provider) whose lease expired, or whose deadline passed more
     /// than `grace` ago.
     async fn expired_attempts(&self, grace: Duration) -> Result<Vec<(Uuid, String)>, StoreError>;

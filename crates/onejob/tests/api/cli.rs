@@ -138,10 +138,8 @@ async fn verify_certifies_a_passing_provider_and_refuses_a_drifting_one(backend:
     );
     // The same providers as the verify runs saw: certificates hold for these settings only.
     let app = TestApp::spawn_with(&db, |config| fakes.configure(config)).await;
-    let (_, listed) = crate::helpers::json(app.get("/v1/certificates").send().await.unwrap()).await;
-    let valid: Vec<(&str, bool)> = listed["certificates"]
-        .as_array()
-        .unwrap()
+    let listed = app.certificates().await;
+    let valid: Vec<(&str, bool)> = listed
         .iter()
         .map(|c| {
             (

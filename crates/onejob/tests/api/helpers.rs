@@ -437,6 +437,23 @@ impl TestApp {
         }
     }
 
+    /// Every verification run, newest first, as an operator key of tenant `acme` reads
+    /// them (`GET /v1/certificates` is operators only), following `next_before`.
+    pub async fn certificates(&self) -> Vec<Value> {
+        let operator = create_key(&*self.store, "acme", "ops", true).await;
+        let mut runs = Vec::new();
+        let mut path = "/v1/certificates?limit=500".to_owned();
+        loop {
+            let (status, body) = json(self.get_as(&operator, &path).send().await.unwrap()).await;
+            assert_eq!(status, 200, "{body}");
+            runs.extend(body["certificates"].as_array().unwrap().iter().cloned());
+            match body["next_before"].as_str() {
+                Some(before) => path = format!("/v1/certificates?limit=500&before={before}"),
+                None => return runs,
+            }
+        }
+    }
+
     /// Polls the job until `done` holds (or panics after `within`).
     pub async fn wait_job(
         &self,

@@ -1,17 +1,21 @@
 //! The paged reads that used to answer everything at once: a job's event log (it grows with
-//! every replay of its key). Pages continue exactly where the previous one ended, the cursor
-//! is `null` on the last page, and bad paging parameters are `400` problems.
+//! every replay of its key) and the verification runs (operator keys only). Pages continue
+//! exactly where the previous one ended, the cursor is `null` on the last page, and bad
+//! paging parameters are `400` problems.
 
 use std::time::Duration;
 
+use onejob_fake::{Behaviour, Outcome, Rule};
 use reqwest::Response;
 use serde_json::Value;
 
-use crate::helpers::{Backend, TestApp, TestDatabase, backend_tests, chat, create_key};
+use crate::helpers::{Backend, Fakes, TestApp, TestDatabase, backend_tests, chat, create_key};
 
 backend_tests!(
     the_event_log_is_read_in_pages_without_gaps_or_duplicates,
     bad_event_paging_parameters_are_400_problems,
+    certificates_are_for_operator_keys_only,
+    certificates_are_paged_newest_first_with_validity_decided_over_all_runs,
 );
 
 const WITHIN: Duration = Duration::from_secs(15);
@@ -175,4 +179,124 @@ async fn bad_event_paging_parameters_are_400_problems(backend: Backend) {
     for query in ["limit=1", "limit=500", "after=0"] {
         page(&app, &app.token, &format!("/v1/jobs/{id}/events?{query}")).await;
     }
+}
+
+async fn certificates_are_for_operator_keys_only(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let app = TestApp::spawn(&db).await;
+    for path in [
+        "/v1/certificates",
+        "/v1/certificates?limit=1",
+        "/v1/certificates?limit=0",
+    ] {
+        let (status, content_type, problem) = answer(app.get(path).send().await.unwrap()).await;
+        assert_eq!(status, 403, "{path}: {problem}");
+        assert_eq!(content_type, "application/problem+json");
+        assert_eq!(problem["type"], "https://onejob.dev/problems/forbidden");
+    }
+    let operator = create_key(&*app.store, "acme", "ops", true).await;
+    let none = page(&app, &operator, "/v1/certificates").await;
+    assert_eq!(ids(&none, "certificates"), Vec::<Value>::new());
+    assert_eq!(none["next_before"], Value::Null);
+    for query in ["limit=0", "limit=501", "limit=x", "before=x", "after=1"] {
+        let path = format!("/v1/certificates?{query}");
+        let (status, content_type, problem) =
+            answer(app.get_as(&operator, &path).send().await.unwrap()).await;
+        assert_eq!(status, 400, "{query}: {problem}");
+        assert_eq!(content_type, "application/problem+json");
+        assert_eq!(
+            problem["type"],
+            "https://onejob.dev/problems/invalid-request"
+        );
+    }
+}
+
+async fn certificates_are_paged_newest_first_with_validity_decided_over_all_runs(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    // Runs 1 and 2: fake-backup passes chat.completion, then image.generate.
+    let app = TestApp::running(&db, &fakes, |_| {}).await;
+    // Run 3: its chat output drifts; the failing run revokes run 1.
+    fakes.backup.add_rule(Rule {
+        matches: Some("Describe a red fox".into()),
+        times: None,
+        behaviour: Behaviour {
+            outcome: Outcome::DriftedKeys,
+            ..Default::default()
+        },
+    });
+    assert!(!app.certify("fake-backup", "chat.completion").await);
+    let operator = create_key(&*app.store, "acme", "ops", true).await;
+
+    let all = page(&app, &operator, "/v1/certificates").await;
+    assert_eq!(
+        all["next_before"],
+        Value::Null,
+        "3 runs fit the default page"
+    );
+    let runs: Vec<(String, bool, bool)> = all["certificates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["kind"].as_str().unwrap().to_owned(),
+                c["passed"].as_bool().unwrap(),
+                c["valid"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("chat.completion".to_owned(), false, false),
+        ("image.generate".to_owned(), true, true),
+        ("chat.completion".to_owned(), true, false),
+    ];
+    assert_eq!(runs, expected, "newest first");
+    let every = ids(&all, "certificates");
+
+    // One run per page: run 1 is alone on the last page, and still not valid (a run on an
+    // earlier page revoked it); run 2, on the second page, is valid.
+    let mut paged = Vec::new();
+    let mut path = "/v1/certificates?limit=1".to_owned();
+    loop {
+        let body = page(&app, &operator, &path).await;
+        let page_ids = ids(&body, "certificates");
+        assert_eq!(page_ids.len(), 1, "{path}: {body}");
+        let run = &body["certificates"][0];
+        let n = paged.len();
+        assert_eq!(
+            (
+                run["kind"].as_str().unwrap().to_owned(),
+                run["passed"].as_bool().unwrap(),
+                run["valid"].as_bool().unwrap()
+            ),
+            expected[n],
+            "run on page {}",
+            n + 1
+        );
+        paged.extend(page_ids);
+        match body["next_before"].as_str() {
+            Some(before) => {
+                assert_eq!(body["next_before"], paged[n], "the last run of the page");
+                path = format!("/v1/certificates?limit=1&before={before}");
+            }
+            None => break,
+        }
+    }
+    assert_eq!(paged, every, "the pages are the whole list, each run once");
+
+    // Pages of 2: a full one with a cursor, then the last one without.
+    let first = page(&app, &operator, "/v1/certificates?limit=2").await;
+    assert_eq!(ids(&first, "certificates"), every[..2].to_vec());
+    assert_eq!(first["next_before"], every[1]);
+    let before = every[1].as_str().unwrap();
+    let second = page(
+        &app,
+        &operator,
+        &format!("/v1/certificates?limit=2&before={before}"),
+    )
+    .await;
+    assert_eq!(ids(&second, "certificates"), every[2..].to_vec());
+    assert_eq!(second["next_before"], Value::Null);
+    assert_eq!(second["certificates"][0]["valid"], false);
 }

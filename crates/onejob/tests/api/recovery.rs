@@ -551,14 +551,9 @@ async fn a_changed_template_voids_the_certificate(backend: Backend) {
     let db = TestDatabase::create(backend).await;
     let fakes = Fakes::spawn().await;
     let mut app = TestApp::running(&db, &fakes, |_| {}).await;
-    let (_, listed) = json(app.get("/v1/certificates").send().await.unwrap()).await;
-    let valid: Vec<&Value> = listed["certificates"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|c| c["valid"] == true)
-        .collect();
-    assert_eq!(valid.len(), 2, "{listed}");
+    let listed = app.certificates().await;
+    let valid: Vec<&Value> = listed.iter().filter(|c| c["valid"] == true).collect();
+    assert_eq!(valid.len(), 2, "{listed:?}");
 
     // The same database, redeployed with the kind's prompt template changed: the
     // certificate no longer holds.
@@ -574,10 +569,8 @@ async fn a_changed_template_voids_the_certificate(backend: Backend) {
         config.kinds[0].template = Some("chat.jinja".into());
     })
     .await;
-    let (_, listed) = json(changed.get("/v1/certificates").send().await.unwrap()).await;
-    let chat_certificate = listed["certificates"]
-        .as_array()
-        .unwrap()
+    let listed = changed.certificates().await;
+    let chat_certificate = listed
         .iter()
         .find(|c| c["kind"] == "chat.completion")
         .unwrap()
@@ -649,10 +642,8 @@ async fn a_failing_reverification_revokes_the_certificate(backend: Backend) {
         },
     ));
     assert!(!app.certify("fake-backup", "chat.completion").await);
-    let (_, listed) = json(app.get("/v1/certificates").send().await.unwrap()).await;
-    let chat_runs: Vec<(bool, bool)> = listed["certificates"]
-        .as_array()
-        .unwrap()
+    let listed = app.certificates().await;
+    let chat_runs: Vec<(bool, bool)> = listed
         .iter()
         .filter(|c| c["kind"] == "chat.completion")
         .map(|c| {
@@ -695,15 +686,8 @@ async fn changed_provider_settings_void_the_certificate(backend: Backend) {
         backup.max_tokens = Some(16);
     })
     .await;
-    let (_, listed) = json(changed.get("/v1/certificates").send().await.unwrap()).await;
-    assert!(
-        listed["certificates"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|c| c["valid"] == false),
-        "{listed}"
-    );
+    let listed = changed.certificates().await;
+    assert!(listed.iter().all(|c| c["valid"] == false), "{listed:?}");
     fakes.primary.add_rule(once(
         "resent",
         Behaviour {

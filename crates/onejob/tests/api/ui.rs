@@ -564,11 +564,30 @@ async fn the_certificates_page_shows_every_run_with_its_validity(backend: Backen
     let db = TestDatabase::create(backend).await;
     let fakes = Fakes::spawn().await;
     let app = TestApp::running(&db, &fakes, |_| {}).await;
-    let (status, html) = page(&app, &app.token, "/ui/certificates").await;
+    let operator = create_key(&*app.store, "acme", "ops", true).await;
+    let (status, html) = page(&app, &operator, "/ui/certificates").await;
     assert_eq!(status, StatusCode::OK);
     // TestApp::running certified fake-backup for both kinds.
     assert_eq!(html.matches("data-valid=\"true\"").count(), 2, "{html}");
     assert!(html.contains("fake-backup") && html.contains("image.generate"));
+    assert!(
+        html.contains("href=\"/ui/certificates\""),
+        "operators see the link"
+    );
+    assert!(!html.contains("rel=\"next\""), "one page: {html}");
+    let (status, html) = page(&app, &operator, "/ui/certificates?before=x").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{html}");
+
+    // Certificates describe the deployment's providers: not for a normal key, whose
+    // navigation does not offer them either.
+    let (status, html) = page(&app, &app.token, "/ui/certificates").await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{html}");
+    assert!(
+        html.contains("operator key") && !html.contains("fake-backup"),
+        "{html}"
+    );
+    let (_, jobs) = page(&app, &app.token, "/ui/jobs").await;
+    assert!(!jobs.contains("href=\"/ui/certificates\""), "{jobs}");
 }
 
 async fn get_json(app: &TestApp, token: &str, path: &str) -> Value {

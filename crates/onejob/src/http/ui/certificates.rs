@@ -1,11 +1,17 @@
-//! `GET /ui/certificates`: every `onejob verify` run, valid or not, newest first, with
-//! validity decided by [`Certified::from_records`] (passed, made against the kind's current
-//! template and output schema, and not revoked by a newer failing run).
+//! `GET /ui/certificates`: the `onejob verify` runs, valid or not, newest first and paged
+//! (`before` = the last run of the previous page), with validity decided over every run by
+//! [`crate::certification::Certified`] (passed, made against the kind's current template and
+//! output schema, and not revoked by a newer failing run). Operator keys only, as
+//! `GET /v1/certificates`: any other key gets the same 403, as a page.
 
-use std::sync::Arc;
+use std::{collections::HashMap, sync::Arc};
 
 use askama::Template;
-use axum::{extract::State, response::Html};
+use axum::{
+    extract::{Query, State, rejection::QueryRejection},
+    response::Html,
+};
+use uuid::Uuid;
 
 use super::{
     chrome::{Chrome, Section, render},
@@ -13,7 +19,10 @@ use super::{
     error::PageError,
     session::Session,
 };
-use crate::{certification::Certified, http::AppState};
+use crate::http::{AppState, certificates::page};
+
+/// Runs per page.
+pub const PAGE: u32 = 50;
 
 /// One verification run.
 pub struct CertificateRow {
@@ -43,48 +52,69 @@ pub struct CertificateRow {
 pub struct CertificatesPage {
     /// The frame.
     pub chrome: Option<Chrome>,
-    /// Newest first.
+    /// This page's runs, newest first.
     pub rows: Vec<CertificateRow>,
+    /// The `before` of the next page, if there is one.
+    pub next: Option<Uuid>,
+    /// Whether this is a later page (offer a way back to the first).
+    pub paged: bool,
 }
 
 fn short(hash: &str) -> String {
     hash.chars().take(12).collect()
 }
 
-/// `GET /ui/certificates`.
+/// `GET /ui/certificates?before=`.
 #[utoipa::path(
     get,
     path = "/ui/certificates",
     operation_id = "ui_certificates",
     tag = "dashboard",
-    summary = "Every verification run, with whether it is valid now",
+    summary = "The verification runs, newest first, with whether each is valid now (operator keys)",
     security(("dashboard_cookie" = [])),
+    params(
+        ("before" = Option<uuid::Uuid>, Query, description = "Only runs older than this one"),
+    ),
     responses(
         (status = 200, description = "The page", content_type = "text/html", body = String),
+        (status = 400, description = "A malformed before (an HTML page)", content_type = "text/html", body = String),
+        (status = 403, description = "Not an operator key (an HTML page)", content_type = "text/html", body = String),
         (status = 303, description = "No valid sign-in cookie: to /ui/login"),
     )
 )]
 pub async fn list(
     State(state): State<Arc<AppState>>,
     session: Session,
+    query: Result<Query<HashMap<String, String>>, QueryRejection>,
 ) -> Result<Html<String>, PageError> {
-    let records = state.jobs.store().certificates().await?;
-    let certified = Certified::from_records(&records, state.jobs.kinds(), state.providers.hashes());
+    session.caller.require_operator()?;
+    let Query(query) =
+        query.map_err(|e| PageError::bad_request(format!("bad query string: {e}")))?;
+    let before = query
+        .get("before")
+        .map(|v| v.trim())
+        .filter(|v| !v.is_empty())
+        .map(Uuid::parse_str)
+        .transpose()
+        .map_err(|_| PageError::bad_request("`before` is a certificate id"))?;
+    let (runs, next) = page(&state, before, PAGE).await?;
     render(&CertificatesPage {
         chrome: session.chrome(Section::Certificates),
-        rows: records
-            .iter()
+        rows: runs
+            .into_iter()
             .map(|c| CertificateRow {
                 id: c.id.to_string(),
-                provider: c.provider.clone(),
-                kind: c.kind.clone(),
-                passed: c.passed,
-                valid: certified.is_valid(c),
-                at: display::time(c.created_at),
                 template_hash: short(&c.template_hash),
                 schema_hash: short(&c.schema_hash),
                 report: display::json(&c.report),
+                at: display::time(c.created_at),
+                provider: c.provider,
+                kind: c.kind,
+                passed: c.passed,
+                valid: c.valid,
             })
             .collect(),
+        next,
+        paged: before.is_some(),
     })
 }

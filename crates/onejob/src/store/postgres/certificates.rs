@@ -45,32 +45,40 @@ pub(super) async fn all(pool: &PgPool) -> Result<Vec<CertificateRecord>, StoreEr
     )
     .fetch_all(pool)
     .await?;
-    Ok(rows
-        .into_iter()
-        .map(
-            |(
-                id,
-                provider,
-                kind,
-                template_hash,
-                schema_hash,
-                settings_hash,
-                passed,
-                report,
-                created_at,
-            )| {
-                CertificateRecord {
-                    id,
-                    provider,
-                    kind,
-                    template_hash,
-                    schema_hash,
-                    settings_hash,
-                    passed,
-                    report: report.0,
-                    created_at,
-                }
-            },
-        )
-        .collect())
+    Ok(rows.into_iter().map(record).collect())
+}
+
+/// Up to `limit` runs older than `before`, newest first (ids are UUIDv7: id order is
+/// creation order).
+pub(super) async fn page(
+    pool: &PgPool,
+    before: Option<Uuid>,
+    limit: u32,
+) -> Result<Vec<CertificateRecord>, StoreError> {
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT id, provider, kind, template_hash, schema_hash, settings_hash, passed, report, \
+         created_at FROM certificates WHERE ($1::uuid IS NULL OR id < $1) \
+         ORDER BY id DESC LIMIT $2",
+    )
+    .bind(before)
+    .bind(i64::from(limit))
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(record).collect())
+}
+
+fn record(
+    (id, provider, kind, template_hash, schema_hash, settings_hash, passed, report, created_at): Row,
+) -> CertificateRecord {
+    CertificateRecord {
+        id,
+        provider,
+        kind,
+        template_hash,
+        schema_hash,
+        settings_hash,
+        passed,
+        report: report.0,
+        created_at,
+    }
 }

@@ -606,6 +606,14 @@ impl Store for PgStore {
         certificates::all(&self.pool).await
     }
 
+    async fn certificates_page(
+        &self,
+        before: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<CertificateRecord>, StoreError> {
+        certificates::page(&self.pool, before, limit).await
+    }
+
     async fn mark_unknown(
         &self,
         attempt_id: Uuid,

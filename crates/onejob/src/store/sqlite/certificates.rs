@@ -1,6 +1,7 @@
 //! Verification runs (certificates) on SQLite.
 
 use time::format_description::well_known::Rfc3339;
+use uuid::Uuid;
 
 use super::{SqliteStore, parse_json, parse_time, parse_uuid};
 use crate::store::{CertificateRecord, StoreError};
@@ -50,31 +51,39 @@ pub(super) async fn all(store: &SqliteStore) -> Result<Vec<CertificateRecord>, S
     )
     .fetch_all(store.pool())
     .await?;
-    rows.into_iter()
-        .map(
-            |(
-                id,
-                provider,
-                kind,
-                template_hash,
-                schema_hash,
-                settings_hash,
-                passed,
-                report,
-                created_at,
-            )| {
-                Ok(CertificateRecord {
-                    id: parse_uuid(&id)?,
-                    provider,
-                    kind,
-                    template_hash,
-                    schema_hash,
-                    settings_hash,
-                    passed,
-                    report: parse_json(&report)?,
-                    created_at: parse_time(&created_at)?,
-                })
-            },
-        )
-        .collect()
+    rows.into_iter().map(record).collect()
+}
+
+/// Up to `limit` runs older than `before`, newest first (ids are UUIDv7, stored as
+/// lower-case text: text order is creation order).
+pub(super) async fn page(
+    store: &SqliteStore,
+    before: Option<Uuid>,
+    limit: u32,
+) -> Result<Vec<CertificateRecord>, StoreError> {
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT id, provider, kind, template_hash, schema_hash, settings_hash, passed, report, \
+         created_at FROM certificates WHERE (?1 IS NULL OR id < ?1) ORDER BY id DESC LIMIT ?2",
+    )
+    .bind(before.map(|id| id.to_string()))
+    .bind(i64::from(limit))
+    .fetch_all(store.pool())
+    .await?;
+    rows.into_iter().map(record).collect()
+}
+
+fn record(
+    (id, provider, kind, template_hash, schema_hash, settings_hash, passed, report, created_at): Row,
+) -> Result<CertificateRecord, StoreError> {
+    Ok(CertificateRecord {
+        id: parse_uuid(&id)?,
+        provider,
+        kind,
+        template_hash,
+        schema_hash,
+        settings_hash,
+        passed,
+        report: parse_json(&report)?,
+        created_at: parse_time(&created_at)?,
+    })
 }

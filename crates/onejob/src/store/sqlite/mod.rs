@@ -615,6 +615,14 @@ impl Store for SqliteStore {
         certificates::all(self).await
     }
 
+    async fn certificates_page(
+        &self,
+        before: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<CertificateRecord>, StoreError> {
+        certificates::page(self, before, limit).await
+    }
+
     async fn mark_unknown(
         &self,
         attempt_id: Uuid,
