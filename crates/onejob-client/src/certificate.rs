@@ -31,3 +31,15 @@ pub struct Certificate {
     #[serde(default)]
     pub report: Value,
 }
+
+/// One page of verification runs (`GET /v1/certificates?before=&limit=`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct CertificatePage {
+    /// Newest first.
+    pub certificates: Vec<Certificate>,
+    /// Where the next page starts (pass it as `before` to
+    /// [`crate::Client::certificates_page`]); `None` on the last page.
+    #[serde(default)]
+    pub next_before: Option<Uuid>,
+}

@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::{
-    Attempt, AttemptState, Certificate, ClientBuilder, Error, Event, Job, JobFilter, JobPage,
-    Resolution, Resolved, RetryPolicy, Submission,
+    Attempt, AttemptState, Certificate, CertificatePage, ClientBuilder, Error, Event, EventPage,
+    Job, JobFilter, JobPage, Resolution, Resolved, RetryPolicy, Submission,
     key::{self, validate_key},
     request::Resend,
 };
@@ -46,15 +46,9 @@ struct AttemptList {
     attempts: Vec<Attempt>,
 }
 
-#[derive(Deserialize)]
-struct EventList {
-    events: Vec<Event>,
-}
-
-#[derive(Deserialize)]
-struct CertificateList {
-    certificates: Vec<Certificate>,
-}
+/// The page size [`Client::events`] and [`Client::certificates`] ask for (the server's
+/// most).
+const WHOLE_PAGE: u32 = 500;
 
 impl Client {
     /// A client for the server at `base_url` (`http://127.0.0.1:8080`) acting with
@@ -143,14 +137,47 @@ impl Client {
         Ok(list.attempts)
     }
 
-    /// The job's event log, oldest first (`GET /v1/jobs/{id}/events`).
+    /// The job's whole event log, oldest first: follows the pages of
+    /// `GET /v1/jobs/{id}/events` (500 events each) until the last. A log grows with every
+    /// replay of the job's key; [`Client::events_page`] reads one page at a time instead.
     pub async fn events(&self, id: Uuid) -> Result<Vec<Event>, Error> {
+        let mut events = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self.events_page(id, after, Some(WHOLE_PAGE)).await?;
+            let last = page.events.last().map(|e| e.id);
+            events.extend(page.events);
+            // A page without events cannot move the cursor: stop rather than ask again.
+            match (page.next_after, last) {
+                (Some(next), Some(_)) if Some(next) > after => after = Some(next),
+                _ => return Ok(events),
+            }
+        }
+    }
+
+    /// One page of the job's event log, oldest first (`GET /v1/jobs/{id}/events`): the
+    /// events after the event id `after` (from the start when `None`; pass the previous
+    /// page's [`EventPage::next_after`]), at most `limit` (1–500; the server's default,
+    /// 100, when `None`).
+    pub async fn events_page(
+        &self,
+        id: Uuid,
+        after: Option<i64>,
+        limit: Option<u32>,
+    ) -> Result<EventPage, Error> {
         let path = format!("/v1/jobs/{id}/events");
-        let list: EventList = self
-            .send(Method::GET, &path, Resend::Safe, |request| request)
-            .await?
-            .json()?;
-        Ok(list.events)
+        let mut query: Vec<(&str, String)> = Vec::new();
+        if let Some(after) = after {
+            query.push(("after", after.to_string()));
+        }
+        if let Some(limit) = limit {
+            query.push(("limit", limit.to_string()));
+        }
+        self.send(Method::GET, &path, Resend::Safe, |request| {
+            request.query(&query)
+        })
+        .await?
+        .json()
     }
 
     /// Cancels the job (`POST /v1/jobs/{id}/cancel`); cancelling a cancelled job answers
@@ -199,15 +226,45 @@ impl Client {
         Ok(list.attempts)
     }
 
-    /// Every verification run, with whether it certifies its provider now
-    /// (`GET /v1/certificates`).
+    /// Every verification run, newest first, with whether it certifies its provider now:
+    /// follows the pages of `GET /v1/certificates` (500 runs each) until the last. Operator
+    /// keys only (any other key: a `403` [`Error::Problem`], `forbidden`).
     pub async fn certificates(&self) -> Result<Vec<Certificate>, Error> {
-        let list: CertificateList = self
-            .send(Method::GET, "/v1/certificates", Resend::Safe, |request| {
-                request
-            })
-            .await?
-            .json()?;
-        Ok(list.certificates)
+        let mut certificates = Vec::new();
+        let mut before = None;
+        loop {
+            let page = self.certificates_page(before, Some(WHOLE_PAGE)).await?;
+            let last = page.certificates.last().map(|c| c.id);
+            certificates.extend(page.certificates);
+            // A page without runs cannot move the cursor: stop rather than ask again.
+            match (page.next_before, last) {
+                (Some(next), Some(_)) if Some(next) != before => before = Some(next),
+                _ => return Ok(certificates),
+            }
+        }
+    }
+
+    /// One page of verification runs, newest first (`GET /v1/certificates`; operator keys
+    /// only): the runs older than `before` (from the newest when `None`; pass the previous
+    /// page's [`CertificatePage::next_before`]), at most `limit` (1–500; the server's
+    /// default, 100, when `None`). Each run's `valid` is decided over all runs, not only
+    /// the page's.
+    pub async fn certificates_page(
+        &self,
+        before: Option<Uuid>,
+        limit: Option<u32>,
+    ) -> Result<CertificatePage, Error> {
+        let mut query: Vec<(&str, String)> = Vec::new();
+        if let Some(before) = before {
+            query.push(("before", before.to_string()));
+        }
+        if let Some(limit) = limit {
+            query.push(("limit", limit.to_string()));
+        }
+        self.send(Method::GET, "/v1/certificates", Resend::Safe, |request| {
+            request.query(&query)
+        })
+        .await?
+        .json()
     }
 }

@@ -96,3 +96,17 @@ pub struct Event {
     #[serde(default)]
     pub detail: Value,
 }
+
+/// One page of a job's event log (`GET /v1/jobs/{id}/events?after=&limit=`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct EventPage {
+    /// The job.
+    pub job_id: Uuid,
+    /// Oldest first.
+    pub events: Vec<Event>,
+    /// Where the next page starts (pass it as `after` to [`crate::Client::events_page`]);
+    /// `None` on the last page.
+    #[serde(default)]
+    pub next_after: Option<i64>,
+}

@@ -38,7 +38,8 @@
 //! Enums carry an `Other` variant so that a newer server's states decode.
 //!
 //! Layout: [`Client`] (the calls) and [`ClientBuilder`] (its settings), [`RetryPolicy`],
-//! the models ([`Job`], [`Attempt`], [`Event`], [`Certificate`], [`JobPage`]), waiting
+//! the models ([`Job`], [`Attempt`], [`Event`], [`Certificate`], and the pages
+//! [`JobPage`], [`EventPage`], [`CertificatePage`]), waiting
 //! ([`WaitOptions`], [`Poll`]) and [`Error`].
 
 #![warn(missing_docs)]
@@ -61,10 +62,10 @@ mod wait;
 
 pub use attempt::{Attempt, AttemptState};
 pub use builder::ClientBuilder;
-pub use certificate::Certificate;
+pub use certificate::{Certificate, CertificatePage};
 pub use client::Client;
 pub use error::{Error, PROBLEM_BASE};
-pub use event::{Event, EventKind};
+pub use event::{Event, EventKind, EventPage};
 pub use job::{Job, JobState, UnknownJobState};
 pub use key::{KeyError, MAX_KEY_LEN, validate_key};
 pub use listing::{JobFilter, JobPage};

@@ -213,6 +213,13 @@ async fn certificates_list_verification_runs_with_their_validity() {
         ("fake-backup", "chat.completion")
     );
     assert!(certificate.passed && certificate.valid);
+    let page = client.certificates_page(None, Some(1)).await.unwrap();
+    assert_eq!(page.certificates, certificates);
+    assert_eq!(page.next_before, None, "the last page");
+
+    // Certificates describe the deployment's providers: operator keys only.
+    let error = server.client().certificates().await.unwrap_err();
+    expect_problem(error, 403, "forbidden");
 }
 
 #[tokio::test]
