@@ -8,8 +8,8 @@ use futures::future::join_all;
 use std::time::Duration;
 
 use onejob::store::{
-    Acknowledged, AttemptStart, Completion, FailOutcome, Intake, NewJob, Resolution, RetryPolicy,
-    StartOutcome, StartRefusal, Store, UnknownBy, Unsuccessful,
+    Acknowledged, AttemptStart, CancelOutcome, Completion, FailOutcome, Intake, NewJob, Resolution,
+    RetryPolicy, StartOutcome, StartRefusal, Store, UnknownBy, Unsuccessful,
 };
 use onejob_domain::AttemptState;
 use onejob_domain::{Fingerprint, IdempotencyKey, Principal};
@@ -32,6 +32,16 @@ backend_tests!(
     racing_completions_have_exactly_one_winner,
     a_result_is_written_once_in_the_database,
     a_failed_attempt_frees_the_job_for_the_next_within_max_attempts,
+    a_late_result_never_wins_over_a_resolution_racing_it,
+    the_winner_discards_its_unknown_siblings,
+    nul_characters_from_providers_and_operators_are_recorded,
+    a_task_id_is_stored_whatever_the_attempts_state,
+    acknowledging_an_attempt_of_a_cancelled_job_cancels_it,
+    the_send_fence_and_the_rescuer_respect_the_lease,
+    the_heartbeat_reports_attempts_of_cancelled_jobs,
+    a_failure_records_whether_it_spent_the_upstream_key,
+    a_pending_job_without_budget_is_settled_failed,
+    a_result_after_cancellation_is_discarded,
 );
 
 fn new_job(key: &str, prompt: &str) -> NewJob {
@@ -496,4 +506,405 @@ async fn a_failed_attempt_frees_the_job_for_the_next_within_max_attempts(backend
     );
     let job = store.job_for_dispatch(job_id).await.unwrap().unwrap();
     assert_eq!(job.error.unwrap()["attempts"], 3);
+}
+
+// ----- Issue 15: transitions that leave nothing unknown that proof can settle -----
+
+/// A job with one attempt made `unknown` by its worker.
+async fn unknown_attempt(store: &dyn Store, key: &str) -> (Uuid, Uuid) {
+    let job_id = created(store, key).await;
+    let attempt = started(store, &start_for(job_id, 0, "a", false)).await;
+    assert!(
+        store
+            .mark_unknown(attempt, &json!({"reason": "deadline"}), UnknownBy::Worker)
+            .await
+            .unwrap()
+    );
+    (job_id, attempt)
+}
+
+/// A late result racing an operator's (or the reconciler's) `failed` resolution of the same
+/// unknown attempt: whichever commits first decides, and the other changes nothing. Before
+/// PostgreSQL's completion locked the job first, it read the attempt's state and the job's
+/// version in two unlocked statements, and a resolution committing between them let the
+/// late result win over an attempt already recorded `failed`.
+async fn a_late_result_never_wins_over_a_resolution_racing_it(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let stores: [Arc<dyn Store>; 2] = [db.open_store().await, db.open_store().await];
+    let rounds = 2_000;
+    let (mut won, mut resolved) = (0, 0);
+    for round in 0..rounds {
+        let (job_id, attempt) = unknown_attempt(&*stores[0], &format!("race-{round}")).await;
+        let late = {
+            let store = stores[round % 2].clone();
+            tokio::spawn(async move {
+                store
+                    .complete_attempt(attempt, &json!({"text": "late"}), &Resolution::worker())
+                    .await
+            })
+        };
+        let resolve = {
+            let store = stores[(round + 1) % 2].clone();
+            tokio::spawn(async move {
+                store
+                    .fail_attempt(
+                        attempt,
+                        Unsuccessful::FailedKeyKept,
+                        &json!({"message": "the vendor says it never ran"}),
+                        RETRY,
+                        &Resolution::of_unknown("key:ops", "operator"),
+                    )
+                    .await
+            })
+        };
+        let (late, resolve) = (late.await.unwrap(), resolve.await.unwrap());
+        let job = stores[0].job_for_dispatch(job_id).await.unwrap().unwrap();
+        let state = stores[0].job_attempts(job_id).await.unwrap()[0].state;
+        match (late.unwrap(), resolve.unwrap()) {
+            (Completion::Won, FailOutcome::NotOpen(_)) => {
+                won += 1;
+                assert_eq!(state, AttemptState::Succeeded, "round {round}");
+                assert_eq!(job.completed_by, Some(attempt), "round {round}");
+            }
+            (Completion::Discarded { .. }, FailOutcome::Recorded(_)) => {
+                resolved += 1;
+                assert_eq!(state, AttemptState::Failed, "round {round}");
+                assert_eq!(job.completed_by, None, "round {round}: {job:?}");
+                assert_ne!(
+                    job.state,
+                    onejob_domain::JobState::Succeeded,
+                    "round {round}"
+                );
+            }
+            other => panic!("round {round}: both or neither took effect: {other:?}, {job:?}"),
+        }
+    }
+    assert_eq!(won + resolved, rounds);
+}
+
+/// When an attempt wins, the job's `unknown` attempts (a primary that went unknown beside a
+/// hedge) are discarded in the same transaction, with an event each: otherwise they wait
+/// for proof, and count as unknown, for ever.
+async fn the_winner_discards_its_unknown_siblings(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    let job_id = created(&*store, "siblings").await;
+    let primary = started(&*store, &start_for(job_id, 0, "a", false)).await;
+    store
+        .acknowledge_attempt(primary, None, Some(Duration::ZERO))
+        .await
+        .unwrap();
+    let hedge = started(&*store, &start_for(job_id, 1, "b", true)).await;
+    assert!(
+        store
+            .mark_unknown(primary, &json!({"reason": "deadline"}), UnknownBy::Worker)
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.count_unknown().await.unwrap(), 1);
+    let completion = store
+        .complete_attempt(hedge, &json!({"text": "hedge"}), &Resolution::worker())
+        .await
+        .unwrap();
+    assert_eq!(completion, Completion::Won);
+    let attempts = store.job_attempts(job_id).await.unwrap();
+    assert_eq!(attempts[0].state, AttemptState::Discarded);
+    assert_eq!(store.count_unknown().await.unwrap(), 0);
+    let discarded = db
+        .scalar(db.dialect(
+            "SELECT COUNT(*) FROM job_events WHERE kind = 'attempt_resolved' \
+             AND detail->>'outcome' = 'discarded'",
+            "SELECT COUNT(*) FROM job_events WHERE kind = 'attempt_resolved' \
+             AND json_extract(detail, '$.outcome') = 'discarded'",
+        ))
+        .await;
+    assert_eq!(discarded, 1);
+}
+
+/// U+0000 in a provider's error body, an unknown reason, an operator's reason or a task id
+/// cannot be stored in PostgreSQL as is: every one is recorded (with U+FFFD), on both
+/// stores alike, instead of failing the write and leaving the attempt open.
+async fn nul_characters_from_providers_and_operators_are_recorded(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    let job_id = created(&*store, "nul").await;
+    let attempt = started(&*store, &start_for(job_id, 0, "a", false)).await;
+    store
+        .acknowledge_attempt(attempt, Some("task\0id"), None)
+        .await
+        .unwrap();
+    assert!(
+        store
+            .mark_unknown(
+                attempt,
+                &json!({"reason": "reset\0", "internal": {"body\0": "\0"}}),
+                UnknownBy::Worker,
+            )
+            .await
+            .unwrap()
+    );
+    let outcome = store
+        .fail_attempt(
+            attempt,
+            Unsuccessful::Failed,
+            &json!({"message": "bad\0input", "internal": "HTTP 400: \0"}),
+            RETRY,
+            &Resolution::of_unknown("key:ops\0", "checked\0 the console"),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(outcome, FailOutcome::Recorded(_)), "{outcome:?}");
+    let attempts = store.job_attempts(job_id).await.unwrap();
+    assert_eq!(attempts[0].state, AttemptState::Failed);
+    assert_eq!(attempts[0].task_id.as_deref(), Some("task\u{FFFD}id"));
+    assert_eq!(
+        attempts[0].error.as_ref().unwrap()["message"],
+        "bad\u{FFFD}input"
+    );
+}
+
+/// The task id a provider answered is stored whatever the attempt's state: an attempt
+/// rescued as unknown before its acknowledgement came keeps what proves what happened to it,
+/// and the worker is told it no longer owns it.
+async fn a_task_id_is_stored_whatever_the_attempts_state(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    let (job_id, attempt) = unknown_attempt(&*store, "late-ack").await;
+    assert_eq!(
+        store
+            .acknowledge_attempt(attempt, Some("task-7"), None)
+            .await
+            .unwrap(),
+        Acknowledged::NotStarting(AttemptState::Unknown)
+    );
+    let attempts = store.job_attempts(job_id).await.unwrap();
+    assert_eq!(attempts[0].task_id.as_deref(), Some("task-7"));
+    assert_eq!(attempts[0].state, AttemptState::Unknown);
+}
+
+/// The acknowledgement of an attempt whose job was cancelled while it was being sent ends
+/// it `cancelled` (task id stored) and says so, so the worker asks the provider to cancel.
+async fn acknowledging_an_attempt_of_a_cancelled_job_cancels_it(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    let job_id = created(&*store, "cancel-while-starting").await;
+    let attempt = started(&*store, &start_for(job_id, 0, "a", false)).await;
+    let owner = Principal::new("acme", "alice");
+    let cancelled = store.cancel_job(&owner, job_id, "key:alice").await.unwrap();
+    assert!(matches!(cancelled, Some(CancelOutcome::Cancelled { .. })));
+    assert_eq!(
+        store
+            .acknowledge_attempt(attempt, Some("task-9"), None)
+            .await
+            .unwrap(),
+        Acknowledged::JobCancelled
+    );
+    let attempts = store.job_attempts(job_id).await.unwrap();
+    assert_eq!(attempts[0].state, AttemptState::Cancelled);
+    assert_eq!(attempts[0].task_id.as_deref(), Some("task-9"));
+}
+
+/// The fence before a send: the worker owns its `starting` attempt only with enough lease
+/// left and its job not cancelled; a rescuer takes an attempt only while its lease is still
+/// expired, so a renewal that came first keeps it.
+async fn the_send_fence_and_the_rescuer_respect_the_lease(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    let job_id = created(&*store, "fence").await;
+    let mut start = start_for(job_id, 0, "a", false);
+    start.lease = Duration::from_millis(300);
+    let attempt = started(&*store, &start).await;
+    let margin = Duration::from_millis(100);
+    assert!(
+        store
+            .owns_attempt(attempt, "test-worker", margin)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .owns_attempt(attempt, "another-worker", margin)
+            .await
+            .unwrap()
+    );
+    // Too little lease left to send safely.
+    assert!(
+        !store
+            .owns_attempt(attempt, "test-worker", Duration::from_secs(5))
+            .await
+            .unwrap()
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let expired = store
+        .expired_attempts(Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(expired.len(), 1, "{expired:?}");
+    // The owner renews before the rescuer acts on what it read: the rescue must not happen.
+    store
+        .heartbeat("test-worker", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let rescuer = UnknownBy::Rescuer {
+        grace: Duration::from_secs(5),
+    };
+    let why = json!({"reason": "lease expired"});
+    assert!(!store.mark_unknown(attempt, &why, rescuer).await.unwrap());
+    assert_eq!(
+        store.job_attempts(job_id).await.unwrap()[0].state,
+        AttemptState::Starting
+    );
+    // A cancelled job's attempt is not the worker's to send any more.
+    let owner = Principal::new("acme", "alice");
+    store.cancel_job(&owner, job_id, "key:alice").await.unwrap();
+    assert!(
+        !store
+            .owns_attempt(attempt, "test-worker", margin)
+            .await
+            .unwrap()
+    );
+}
+
+/// The heartbeat reports the attempts of cancelled jobs among the ones it renewed.
+async fn the_heartbeat_reports_attempts_of_cancelled_jobs(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    let kept = created(&*store, "kept").await;
+    let dropped = created(&*store, "dropped").await;
+    started(&*store, &start_for(kept, 0, "a", false)).await;
+    let doomed = started(&*store, &start_for(dropped, 0, "a", false)).await;
+    let lease = Duration::from_secs(30);
+    assert!(
+        store
+            .heartbeat("test-worker", lease)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let owner = Principal::new("acme", "alice");
+    store
+        .cancel_job(&owner, dropped, "key:alice")
+        .await
+        .unwrap();
+    assert_eq!(
+        store.heartbeat("test-worker", lease).await.unwrap(),
+        vec![doomed]
+    );
+    assert!(
+        store
+            .heartbeat("another-worker", lease)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// Only a failure the provider answered under the attempt's key spends it; the others keep
+/// it for the next attempt.
+async fn a_failure_records_whether_it_spent_the_upstream_key(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    let job_id = created(&*store, "keys").await;
+    for (n, end) in [Unsuccessful::FailedKeyKept, Unsuccessful::Failed]
+        .into_iter()
+        .enumerate()
+    {
+        let attempt = started(&*store, &start_for(job_id, n as i32, "a", false)).await;
+        store
+            .fail_attempt(
+                attempt,
+                end,
+                &json!({"message": "no"}),
+                RETRY,
+                &Resolution::worker(),
+            )
+            .await
+            .unwrap();
+    }
+    let attempts = store.job_attempts(job_id).await.unwrap();
+    assert!(
+        !attempts[0].key_spent && attempts[1].key_spent,
+        "{attempts:?}"
+    );
+    let key = onejob::worker::plan::upstream_key(job_id, &attempts, "a");
+    assert_eq!(key, format!("onejob:{job_id}:2"));
+}
+
+/// A pending job left without attempt budget (its kind's max_attempts lowered) is settled
+/// failed with an `exhausted` event; one with budget, or one still running, is not.
+async fn a_pending_job_without_budget_is_settled_failed(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    let job_id = created(&*store, "exhausted").await;
+    let attempt = started(&*store, &start_for(job_id, 0, "a", false)).await;
+    assert!(
+        !store.settle_exhausted(job_id, 1).await.unwrap(),
+        "still running"
+    );
+    store
+        .fail_attempt(
+            attempt,
+            Unsuccessful::Failed,
+            &json!({"message": "no"}),
+            RETRY,
+            &Resolution::worker(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        !store.settle_exhausted(job_id, 3).await.unwrap(),
+        "budget left"
+    );
+    assert!(store.settle_exhausted(job_id, 1).await.unwrap());
+    let job = store.job_for_dispatch(job_id).await.unwrap().unwrap();
+    assert_eq!(job.state, onejob_domain::JobState::Failed);
+    let reason = job.error.unwrap()["last_error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(reason.contains("max_attempts"), "{reason}");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM job_events WHERE kind = 'exhausted'")
+            .await,
+        1
+    );
+    assert!(
+        !store.settle_exhausted(job_id, 1).await.unwrap(),
+        "settled once"
+    );
+}
+
+/// A result arriving after the job was cancelled is discarded (never merged) and recorded.
+async fn a_result_after_cancellation_is_discarded(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    let job_id = created(&*store, "cancelled-late").await;
+    let attempt = started(&*store, &start_for(job_id, 0, "a", false)).await;
+    store
+        .acknowledge_attempt(attempt, None, None)
+        .await
+        .unwrap();
+    let owner = Principal::new("acme", "alice");
+    store.cancel_job(&owner, job_id, "key:alice").await.unwrap();
+    let completion = store
+        .complete_attempt(attempt, &json!({"text": "late"}), &Resolution::worker())
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            completion,
+            Completion::Discarded {
+                job_state: onejob_domain::JobState::Cancelled,
+                ..
+            }
+        ),
+        "{completion:?}"
+    );
+    let job = store.job_for_dispatch(job_id).await.unwrap().unwrap();
+    assert_eq!(job.result, None);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM job_events WHERE kind = 'race_lost'")
+            .await,
+        1
+    );
 }
