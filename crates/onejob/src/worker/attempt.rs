@@ -189,8 +189,10 @@ async fn run_attempt(
                 return unknown(&ctx, &attempt, json!({
                     "reason": "the worker shut down before the provider answered" })).await;
             }
-            () = stops.cancelled.cancelled() => {
-                // The job was cancelled while its request was in flight: the request is dropped.
+            // The job was cancelled while a synchronous request was in flight: it is
+            // dropped. An asynchronous submit is waited for instead: its acknowledgement
+            // sees the cancellation and the task it created is cancelled upstream.
+            () = stops.cancelled.cancelled(), if acknowledged => {
                 return cancelled(&ctx, &kind, &attempt, None).await;
             }
         }
@@ -217,12 +219,9 @@ async fn run_attempt(
             }
             match follow(&*provider, &task_id, &stops).await {
                 Followed::Output(output) => output,
-                Followed::Failed(message) => {
-                    let error = json!({
-                        "message": "the provider reports the task failed",
-                        "internal": message,
-                        "task_id": task_id,
-                    });
+                Followed::Failed { public, internal } => {
+                    let error =
+                        json!({ "message": public, "internal": internal, "task_id": task_id });
                     return fail(&ctx, &kind, &attempt, Unsuccessful::Failed, error).await;
                 }
                 Followed::Cancelled => {
@@ -273,7 +272,11 @@ async fn acknowledge(
 /// Where following a task ended.
 enum Followed {
     Output(Value),
-    Failed(String),
+    /// The task definitely has no usable result: what the owner and the operator read.
+    Failed {
+        public: String,
+        internal: String,
+    },
     /// The job was cancelled while the task ran.
     Cancelled,
     Unknown(String),
@@ -288,10 +291,19 @@ async fn follow(provider: &dyn Provider, task_id: &str, stops: &Stops<'_>) -> Fo
         tokio::select! {
             status = provider.status(task_id) => match status {
                 Ok(TaskStatus::Succeeded(output)) => return Followed::Output(output),
-                Ok(TaskStatus::Failed(message)) => return Followed::Failed(message),
+                Ok(TaskStatus::Failed(message)) => {
+                    return Followed::Failed {
+                        public: "the provider reports the task failed".into(),
+                        internal: message,
+                    };
+                }
                 Ok(TaskStatus::Running) => {}
                 Err(ProviderError::Unsupported(_)) => {
                     return Followed::Unknown("the provider cannot report the task's status".into());
+                }
+                // A finished task whose answer is too large to read has no usable result.
+                Err(error @ ProviderError::TooLarge { .. }) => {
+                    return Followed::Failed { public: error.public(), internal: error.to_string() };
                 }
                 // A status call that fails says nothing about the task: keep asking.
                 Err(error) => tracing::debug!(%error, "status poll failed"),

@@ -46,10 +46,10 @@ pub const RECONCILER: &str = "reconciler";
 /// First wait between checks of one attempt; doubles per check up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
-const BATCH: u32 = 32;
+const BATCH: usize = 32;
 
-/// How many claimed attempts are reconciled at once.
-const CONCURRENT: usize = 8;
+/// How many attempts one worker reconciles at once.
+const CONCURRENT: usize = 16;
 
 /// How long past its deadline a request may still be in flight somewhere (a slow network,
 /// a proxy's buffer) before "never received" is believed.
@@ -58,46 +58,82 @@ pub const IN_FLIGHT_MARGIN: Duration = Duration::from_secs(5);
 /// The least time one item gets (a re-send gets its kind's `attempt_timeout` on top).
 const ITEM_BUDGET: Duration = Duration::from_secs(15);
 
-/// Reconciles until `stop`.
+/// Reconciles until `stop`. Each claimed attempt is reconciled in a task of its own, up to
+/// [`CONCURRENT`] at once across passes: a slow provider holds one slot for at most its
+/// item's budget, and the other attempts go on being resolved meanwhile.
 pub async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
     let every = ctx
         .settings
         .poll_interval
         .clamp(Duration::from_millis(50), Duration::from_secs(1));
+    let mut items = tokio::task::JoinSet::new();
+    // Attempts being reconciled: a later claim of one (its backoff passed) is skipped.
+    let mut busy = std::collections::HashSet::new();
     loop {
         tokio::select! {
             () = tokio::time::sleep(every) => {}
-            () = stop.cancelled() => return,
+            () = stop.cancelled() => break,
         }
-        tokio::select! {
-            result = reconcile_once(&ctx) => {
-                if let Err(error) = result {
-                    tracing::warn!(error = %Chain(&error), "reconciliation pass failed");
+        while let Some(done) = items.try_join_next() {
+            if let Ok((attempt_id, outcome)) = done {
+                busy.remove(&attempt_id);
+                if let Err(error) = outcome {
+                    tracing::warn!(error = %Chain(&error), %attempt_id, "reconciling an attempt failed");
                 }
             }
-            () = stop.cancelled() => return,
+        }
+        offer_held(&ctx).await;
+        let free = CONCURRENT.saturating_sub(items.len()).min(BATCH);
+        if free == 0 {
+            continue;
+        }
+        let claimed = tokio::select! {
+            claimed = claim(&ctx, free) => claimed,
+            () = stop.cancelled() => break,
+        };
+        match claimed {
+            Ok((attempts, certified)) => {
+                for attempt in attempts {
+                    if !busy.insert(attempt.id) {
+                        continue;
+                    }
+                    let (ctx, certified) = (ctx.clone(), certified.clone());
+                    items.spawn(async move {
+                        let outcome = reconcile_within_budget(&ctx, &attempt, &certified).await;
+                        (attempt.id, outcome)
+                    });
+                }
+            }
+            Err(error) => tracing::warn!(error = %Chain(&error), "reconciliation pass failed"),
         }
     }
+    items.shutdown().await;
 }
 
-/// One pass over the held answers and the unknown attempts due for a check; returns how
-/// many unknown attempts were resolved.
-pub async fn reconcile_once(ctx: &WorkerContext) -> Result<usize, StoreError> {
-    offer_held(ctx).await;
+/// Claims up to `limit` unknown attempts due for a check, with the certificates their
+/// reconciliation may need (read only when some attempt lacks a task id).
+async fn claim(
+    ctx: &WorkerContext,
+    limit: usize,
+) -> Result<(Vec<AttemptRecord>, Arc<Certified>), StoreError> {
     let claimed = ctx
         .store
-        .claim_unknown(BATCH, FIRST_BACKOFF, MAX_BACKOFF)
+        .claim_unknown(limit as u32, FIRST_BACKOFF, MAX_BACKOFF)
         .await?;
-    if claimed.is_empty() {
-        return Ok(0);
-    }
-    // Dedupe proofs are read only when some attempt lacks a task id.
     let certified = if claimed.iter().any(|a| a.task_id.is_none()) {
         Certified::load(&*ctx.store, &ctx.kinds, ctx.providers.hashes()).await?
     } else {
         Certified::default()
     };
-    let certified = &certified;
+    Ok((claimed, Arc::new(certified)))
+}
+
+/// One pass over the held answers and the unknown attempts due for a check, waiting for
+/// every item (each within its budget); returns how many unknown attempts were resolved.
+pub async fn reconcile_once(ctx: &WorkerContext) -> Result<usize, StoreError> {
+    offer_held(ctx).await;
+    let (claimed, certified) = claim(ctx, BATCH).await?;
+    let certified = &*certified;
     let outcomes: Vec<Result<bool, StoreError>> = futures::stream::iter(claimed)
         .map(|attempt| async move { reconcile_within_budget(ctx, &attempt, certified).await })
         .buffer_unordered(CONCURRENT)
@@ -224,7 +260,7 @@ async fn reconcile(
             Ok(true)
         }
         Proof::Refused(error) => {
-            let by = Resolution::of_unknown(RECONCILER, "re-sent under the same key: refused");
+            let by = Resolution::of_unknown(RECONCILER, "the provider answered a definite failure");
             let end = if error.spends_key() {
                 Unsuccessful::Failed
             } else {
@@ -253,6 +289,8 @@ pub fn no_copy_in_flight(attempt: &AttemptRecord, now: OffsetDateTime) -> bool {
 async fn status(provider: &dyn Provider, task_id: &str) -> Proof {
     match provider.status(task_id).await {
         Ok(status) => Proof::Status(status),
+        // Its answer exists but is too large to read: no usable result, definitely.
+        Err(error @ ProviderError::TooLarge { .. }) => Proof::Refused(error),
         Err(error) => {
             tracing::debug!(%task_id, %error, "status check failed");
             Proof::Nothing

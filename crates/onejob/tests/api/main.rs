@@ -21,4 +21,5 @@ mod recovery;
 mod slow_clients;
 mod store_conformance;
 mod ui;
+mod unattended;
 mod worker;

@@ -299,7 +299,11 @@ async fn an_operator_can_resolve_an_unknown_as_succeeded_with_a_valid_result(bac
         &app,
         &operator,
         attempt,
-        json!({"outcome": "succeeded", "result": {"text": "found in the vendor's dashboard"}}),
+        json!({
+            "outcome": "succeeded",
+            "result": {"text": "found in the vendor's dashboard"},
+            "reason": "ticket 4711: the vendor confirmed it ran",
+        }),
     )
     .await;
     assert_eq!(status, 200, "{answer}");
@@ -312,6 +316,14 @@ async fn an_operator_can_resolve_an_unknown_as_succeeded_with_a_valid_result(bac
     );
     assert_eq!(job["completed_by"], attempt);
     assert_eq!(fakes.total(), 1);
+    // Who decided, what, and why: the reason is kept for a success too.
+    let events = app.events(&id).await;
+    let won = events.iter().find(|e| e["kind"] == "won").unwrap();
+    assert!(won["actor"].as_str().unwrap().starts_with("key:"), "{won}");
+    assert_eq!(
+        won["detail"]["note"],
+        "ticket 4711: the vendor confirmed it ran"
+    );
 }
 
 async fn settle_unknown_after_settles_as_failed_and_says_so(backend: Backend) {
