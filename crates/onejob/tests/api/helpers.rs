@@ -547,6 +547,21 @@ pub async fn json(response: Response) -> (u16, Value) {
     (status, body)
 }
 
+/// A submission of a `chat.completion` job with `prompt`, by `acme`/`alice` (the owner of
+/// [`TestApp::token`]), straight to a store.
+pub fn new_job(key: &str, prompt: &str) -> onejob::store::NewJob {
+    let params = serde_json::json!({ "prompt": prompt });
+    onejob::store::NewJob {
+        id: uuid::Uuid::now_v7(),
+        owner: Principal::new("acme", "alice"),
+        key_hash: onejob_domain::IdempotencyKey::parse(key).unwrap().hash(),
+        kind: "chat.completion".into(),
+        fingerprint: onejob_domain::Fingerprint::of("chat.completion", &params, None),
+        params,
+        actor: "test".into(),
+    }
+}
+
 /// A valid chat submission.
 pub fn chat(prompt: &str) -> Value {
     serde_json::json!({ "kind": "chat.completion", "params": { "prompt": prompt } })

@@ -8,15 +8,15 @@ use futures::future::join_all;
 use std::time::Duration;
 
 use onejob::store::{
-    Acknowledged, AttemptStart, CancelOutcome, Completion, FailOutcome, Intake, NewJob, Resolution,
+    Acknowledged, AttemptStart, CancelOutcome, Completion, FailOutcome, Intake, Resolution,
     RetryPolicy, StartOutcome, StartRefusal, Store, UnknownBy, Unsuccessful,
 };
 use onejob_domain::AttemptState;
-use onejob_domain::{Fingerprint, IdempotencyKey, Principal};
+use onejob_domain::Principal;
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::helpers::{Backend, TestDatabase, backend_tests};
+use crate::helpers::{Backend, TestDatabase, backend_tests, new_job};
 
 backend_tests!(
     racing_submissions_on_many_connections_create_one_job_per_key,
@@ -43,19 +43,6 @@ backend_tests!(
     a_pending_job_without_budget_is_settled_failed,
     a_result_after_cancellation_is_discarded,
 );
-
-fn new_job(key: &str, prompt: &str) -> NewJob {
-    let params = json!({ "prompt": prompt });
-    NewJob {
-        id: Uuid::now_v7(),
-        owner: Principal::new("acme", "alice"),
-        key_hash: IdempotencyKey::parse(key).unwrap().hash(),
-        kind: "chat.completion".into(),
-        fingerprint: Fingerprint::of("chat.completion", &params, None),
-        params,
-        actor: "test".into(),
-    }
-}
 
 async fn racing_submissions_on_many_connections_create_one_job_per_key(backend: Backend) {
     let db = TestDatabase::create(backend).await;

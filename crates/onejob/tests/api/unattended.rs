@@ -10,16 +10,15 @@ use std::{net::SocketAddr, time::Duration};
 use axum::{Router, http::StatusCode, response::IntoResponse, routing::get, routing::post};
 use onejob::{
     config::{Adapter, Config, ProviderConfig},
-    store::{AttemptStart, Intake, NewJob, StartOutcome},
+    store::{AttemptStart, Intake, StartOutcome},
 };
-use onejob_domain::{Fingerprint, IdempotencyKey, Principal};
 use onejob_fake::{Behaviour, FakeServer, Outcome, Rule};
 use serde_json::{Value, json};
 use time::{OffsetDateTime, format_description::well_known::Rfc3339};
 use uuid::Uuid;
 
 use crate::helpers::{
-    Backend, Fakes, TestApp, TestDatabase, backend_tests, chat, create_key, json,
+    Backend, Fakes, TestApp, TestDatabase, backend_tests, chat, create_key, json, new_job,
 };
 
 backend_tests!(
@@ -144,17 +143,7 @@ fn kinds_of(events: &[Value]) -> Vec<&str> {
 /// reached the provider.
 async fn job_whose_worker_died(db: &TestDatabase, key: &str, prompt: &str) -> Uuid {
     let store = db.open_store().await;
-    let params = json!({ "prompt": prompt });
-    let job = NewJob {
-        id: Uuid::now_v7(),
-        owner: Principal::new("acme", "alice"),
-        key_hash: IdempotencyKey::parse(key).unwrap().hash(),
-        kind: "chat.completion".into(),
-        fingerprint: Fingerprint::of("chat.completion", &params, None),
-        params,
-        actor: "test".into(),
-    };
-    let Intake::Created(job) = store.create_or_replay(job).await.unwrap() else {
+    let Intake::Created(job) = store.create_or_replay(new_job(key, prompt)).await.unwrap() else {
         panic!("a new key");
     };
     let start = AttemptStart {
@@ -818,27 +807,31 @@ async fn accept_job_updates(db: &TestDatabase) {
     db.exec("DELETE FROM test_refuse_writes").await.unwrap();
 }
 
-/// A synchronous provider's answer arrives while the database refuses writes for a moment:
-/// recording it is retried with backoff, and it wins. (Before, the answer was dropped; the
-/// chat attempt, which no provider can be asked about, stayed unknown for ever.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn postgres_recording_an_answer_is_retried_through_a_transient_failure() {
+/// A chat job whose answer comes after `answer_ms`, with `timeout`, on PostgreSQL: the
+/// database refuses job updates from the moment the attempt runs for `refused`, and the
+/// answer must still become the job's result, once, with no second attempt.
+async fn answer_survives_refused_writes(answer_ms: u64, timeout: Duration, refused: Duration) {
     let db = TestDatabase::create(Backend::Postgres).await;
     let fakes = Fakes::spawn().await;
     fakes.primary.add_rule(rule(
         "answer",
         Behaviour {
-            run_ms: 1_000,
+            run_ms: answer_ms,
             ..Default::default()
         },
     ));
     let provider = chat_provider("chat", &fakes.primary.base_url());
-    let app = TestApp::running(&db, &fakes, only(provider, Duration::from_secs(20))).await;
+    let app = TestApp::running(&db, &fakes, only(provider, timeout)).await;
     let id = id_of(&app.create("answer", &chat("answer")).await);
     app.wait_attempts(&id, WITHIN, |a| a[0]["state"] == "running")
         .await;
     refuse_job_updates(&db).await;
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    tokio::time::sleep(refused).await;
+    assert_eq!(
+        app.job(&id).await["state"],
+        "running",
+        "nothing recorded yet"
+    );
     accept_job_updates(&db).await;
     let job = app
         .wait_job(&id, WITHIN, |j| j["state"] == "succeeded")
@@ -848,33 +841,19 @@ async fn postgres_recording_an_answer_is_retried_through_a_transient_failure() {
     assert_eq!(fakes.primary.submissions().total, 1);
 }
 
-/// The database refuses writes for longer than the attempt's recording window: the answer
-/// is held, not dropped, and the reconciler records it once the database takes writes again.
+/// A synchronous provider's answer arrives while the database refuses writes for a moment:
+/// recording it is retried with backoff, and it wins. (Before, the answer was dropped; the
+/// chat attempt, which no provider can be asked about, stayed unknown for ever.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_recording_an_answer_is_retried_through_a_transient_failure() {
+    answer_survives_refused_writes(1_000, Duration::from_secs(20), Duration::from_millis(2_500))
+        .await;
+}
+
+/// The database refuses writes for longer than the attempt's recording window (past the
+/// answer, the deadline and the 3 s minimum window): the answer is held, not dropped, and the
+/// reconciler records it once the database takes writes again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_an_answer_not_recorded_in_time_is_held_and_recorded_later() {
-    let db = TestDatabase::create(Backend::Postgres).await;
-    let fakes = Fakes::spawn().await;
-    fakes.primary.add_rule(rule(
-        "answer",
-        Behaviour {
-            run_ms: 500,
-            ..Default::default()
-        },
-    ));
-    let provider = chat_provider("chat", &fakes.primary.base_url());
-    let app = TestApp::running(&db, &fakes, only(provider, Duration::from_secs(1))).await;
-    let id = id_of(&app.create("answer", &chat("answer")).await);
-    app.wait_attempts(&id, WITHIN, |a| a[0]["state"] == "running")
-        .await;
-    refuse_job_updates(&db).await;
-    // Past the answer, the deadline and the recording window (3 s at least).
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    assert_eq!(app.job(&id).await["state"], "running");
-    accept_job_updates(&db).await;
-    let job = app
-        .wait_job(&id, WITHIN, |j| j["state"] == "succeeded")
-        .await;
-    assert_eq!(job["result"], json!({"text": "fake answer: answer"}));
-    assert_eq!(app.attempts(&id).await.len(), 1);
-    assert_eq!(fakes.primary.submissions().total, 1);
+    answer_survives_refused_writes(500, Duration::from_secs(1), Duration::from_secs(6)).await;
 }
