@@ -197,4 +197,13 @@ mod tests {
         assert_eq!(body["title"], "Unknown job kind");
         assert_eq!(body["known_kinds"][0], "a");
     }
+
+    #[test]
+    fn a_contended_store_is_a_503_with_retry_after_on_both_stores() {
+        let problem = Problem::from(StoreError::Contended("completion"));
+        assert_eq!(problem.kind, ProblemType::Unavailable);
+        assert_eq!(problem.retry_after, Some(1));
+        let internal = Problem::from(StoreError::Corrupt("x".into()));
+        assert_eq!(internal.kind, ProblemType::Internal);
+    }
 }

@@ -108,3 +108,35 @@ impl std::fmt::Display for Chain<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exhausted_compare_and_swap_is_retryable_on_every_store() {
+        let error = StoreError::Contended("completion");
+        assert!(error.is_retryable());
+        assert_eq!(
+            error.to_string(),
+            "the job kept changing during completion; try again"
+        );
+    }
+
+    #[test]
+    fn database_errors_keep_what_they_are_and_copies_are_the_same_error() {
+        let lost = StoreError::from(sqlx::Error::Io(std::io::Error::from(
+            std::io::ErrorKind::ConnectionReset,
+        )));
+        assert!(matches!(lost, StoreError::Unavailable(_)));
+        let refused = StoreError::from(sqlx::Error::RowNotFound);
+        assert!(matches!(refused, StoreError::Database(_)));
+        assert!(!refused.is_retryable());
+        // A batch answers each of its callers with the failure itself, not a relabelled one.
+        for error in [lost, refused] {
+            let copy = error.clone();
+            assert_eq!(copy.is_retryable(), error.is_retryable());
+            assert_eq!(Chain(&copy).to_string(), Chain(&error).to_string());
+        }
+    }
+}
