@@ -25,6 +25,10 @@ pub enum StoreError {
     /// A stored value could not be read back into its type.
     #[error("stored data is not what onejob wrote: {0}")]
     Corrupt(String),
+    /// The database's schema is not what onejob expects (an index of onejob's name with
+    /// another definition, say); the message says what to do. Retrying will not fix it.
+    #[error("the database schema is not what onejob expects: {0}")]
+    Schema(String),
     /// Applying the schema migrations failed.
     #[error("migrating the schema failed")]
     Migrate(#[source] Arc<sqlx::migrate::MigrateError>),

@@ -219,7 +219,7 @@ fn wrong_index(index: &WideIndex, narrow: bool) -> StoreError {
              until the index is rebuilt"
         )
     };
-    StoreError::Corrupt(format!(
+    StoreError::Schema(format!(
         "index {KEY_SCOPE_INDEX} exists but is not the key index onejob builds: {}; \
          {boundary}; {fix} and run onejob migrate again",
         index.defects().join(", ")
@@ -323,7 +323,7 @@ async fn run_steps(conn: &mut PoolConnection<Postgres>) -> Result<KeyScope, Stor
         return Err(wrong_index(index, scope.narrow));
     }
     if !scope.wide_valid {
-        return Err(StoreError::Corrupt(format!(
+        return Err(StoreError::Schema(format!(
             "the index {KEY_SCOPE_INDEX} is not valid after its build; {NARROW_CONSTRAINT} \
              stays in force (run `onejob migrate` again)"
         )));
