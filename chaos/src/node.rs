@@ -44,13 +44,85 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// How a chaos node's `[[provider]]` speaks to its fake provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Adapter {
+    /// `adapter = "fake"`: the bundled adapter for the fake (task API, lookup by key).
+    Fake,
+    /// `adapter = "async-task"` on the fake's task API (`/v1/tasks`), submitting the job's
+    /// params only; `lookup` adds `lookup_url` (`/v1/tasks?idempotency_key={key}`).
+    AsyncTask {
+        /// Whether the provider can look tasks up by the forwarded idempotency key.
+        lookup: bool,
+    },
+    /// `adapter = "openai-chat"` on the fake's chat API (`base_url = "<fake>/v1"`).
+    OpenAiChat {
+        /// The model name sent upstream (the fake answers any).
+        model: String,
+    },
+}
+
+/// One `[[provider]]` of a chaos node: a fake provider's server, spoken to by an adapter.
+/// Every provider forwards an idempotency key (`idempotency_header = "Idempotency-Key"`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderSpec {
+    /// Its name (what kinds, attempts and certificates call it).
+    pub name: String,
+    /// The fake server's base URL, `http://IP:PORT`.
+    pub base_url: String,
+    /// The adapter.
+    pub adapter: Adapter,
+}
+
+impl ProviderSpec {
+    /// A provider named `name` on the fake at `base_url`.
+    pub fn new(name: &str, base_url: &str, adapter: Adapter) -> ProviderSpec {
+        ProviderSpec {
+            name: name.to_owned(),
+            base_url: base_url.trim_end_matches('/').to_owned(),
+            adapter,
+        }
+    }
+
+    /// Its `[[provider]]` table.
+    pub fn to_toml(&self) -> String {
+        let (name, base) = (&self.name, &self.base_url);
+        let head = format!("[[provider]]\nname = \"{name}\"\n");
+        let keyed = "idempotency_header = \"Idempotency-Key\"\n\n";
+        match &self.adapter {
+            Adapter::Fake => {
+                format!("{head}adapter = \"fake\"\nbase_url = \"{base}\"\n{keyed}")
+            }
+            Adapter::AsyncTask { lookup } => {
+                let lookup = if *lookup {
+                    format!("lookup_url = \"{base}/v1/tasks?idempotency_key={{key}}\"\n")
+                } else {
+                    String::new()
+                };
+                format!(
+                    "{head}adapter = \"async-task\"\nsubmit_url = \"{base}/v1/tasks\"\n\
+                     status_url = \"{base}/v1/tasks/{{task_id}}\"\n\
+                     cancel_url = \"{base}/v1/tasks/{{task_id}}/cancel\"\n{lookup}\
+                     task_id_pointer = \"/task_id\"\nstatus_pointer = \"/status\"\n\
+                     result_pointer = \"/result\"\nsucceeded = [\"succeeded\"]\n\
+                     failed = [\"failed\", \"cancelled\"]\n{keyed}"
+                )
+            }
+            Adapter::OpenAiChat { model } => format!(
+                "{head}adapter = \"openai-chat\"\nbase_url = \"{base}/v1\"\n\
+                 model = \"{model}\"\n{keyed}"
+            ),
+        }
+    }
+}
+
 /// The settings a chaos node's `onejob.toml` is written from.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
     /// The database URL.
     pub database: String,
-    /// The fake providers as `(name, base_url)`, in failover order.
-    pub providers: Vec<(String, String)>,
+    /// The providers, in failover order.
+    pub providers: Vec<ProviderSpec>,
     /// Attempts one process runs at once.
     pub concurrency: usize,
     /// The worker's lease.
@@ -62,11 +134,16 @@ pub struct NodeConfig {
 }
 
 impl NodeConfig {
-    /// Sensible chaos defaults on `database` with one fake provider.
+    /// Sensible chaos defaults on `database` with one fake provider (`adapter = "fake"`).
     pub fn new(database: &str, fake_url: &str) -> NodeConfig {
+        NodeConfig::with_provider(database, ProviderSpec::new("fake", fake_url, Adapter::Fake))
+    }
+
+    /// The same defaults with `provider` as the only provider.
+    pub fn with_provider(database: &str, provider: ProviderSpec) -> NodeConfig {
         NodeConfig {
             database: database.to_owned(),
-            providers: vec![("fake".into(), fake_url.to_owned())],
+            providers: vec![provider],
             concurrency: 16,
             lease: Duration::from_secs(2),
             poll_interval: Duration::from_millis(200),
@@ -74,7 +151,8 @@ impl NodeConfig {
         }
     }
 
-    /// The TOML text: `chat.completion` on the fake providers, forwarding an idempotency key.
+    /// The TOML text: `chat.completion` on the providers, each forwarding an idempotency
+    /// key, with one contract case (`onejob verify` runs it; nothing else does).
     pub fn to_toml(&self) -> String {
         let ms = |d: Duration| format!("{}ms", d.as_millis());
         let mut text = format!(
@@ -85,16 +163,13 @@ impl NodeConfig {
             lease = ms(self.lease),
             poll = ms(self.poll_interval),
         );
-        for (name, url) in &self.providers {
-            text.push_str(&format!(
-                "[[provider]]\nname = \"{name}\"\nadapter = \"fake\"\nbase_url = \"{url}\"\n\
-                 idempotency_header = \"Idempotency-Key\"\n\n"
-            ));
+        for provider in &self.providers {
+            text.push_str(&provider.to_toml());
         }
         let names: Vec<String> = self
             .providers
             .iter()
-            .map(|(n, _)| format!("\"{n}\""))
+            .map(|p| format!("\"{}\"", p.name))
             .collect();
         text.push_str(&format!(
             "[[kind]]\nname = \"chat.completion\"\nproviders = [{providers}]\n\
@@ -104,7 +179,9 @@ impl NodeConfig {
              type = \"string\"\nminLength = 1\n\n\
              [kind.output_schema]\ntype = \"object\"\nrequired = [\"text\"]\n\
              additionalProperties = false\n[kind.output_schema.properties.text]\n\
-             type = \"string\"\nminLength = 1\n",
+             type = \"string\"\nminLength = 1\n\n\
+             [[kind.contract]]\nname = \"describe a fox\"\n\
+             params = {{ prompt = \"Describe a red fox.\" }}\nmust_contain = [\"fox\"]\n",
             providers = names.join(", "),
             timeout = ms(self.attempt_timeout),
         ));
@@ -136,6 +213,9 @@ pub struct Node {
     pub name: String,
     /// Where its API listens (workers have none).
     pub addr: Option<SocketAddr>,
+    role: Role,
+    config: PathBuf,
+    env: Vec<(String, String)>,
     child: Child,
 }
 
@@ -143,37 +223,34 @@ impl Node {
     /// Starts `onejob` in `role` with the config at `config`; `env` adds variables (such as
     /// `ONEJOB_FAULT`). Its log goes to `log`.
     pub fn start(name: &str, role: Role, config: &Path, env: &[(&str, &str)], log: &Path) -> Node {
-        let mut command = Command::new(onejob_binary());
         let addr = match role {
-            Role::Worker => {
-                command.arg("worker");
-                None
-            }
-            Role::Serve | Role::Api => {
-                let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
-                command.arg("serve").arg("--listen").arg(addr.to_string());
-                if role == Role::Api {
-                    command.arg("--no-worker");
-                }
-                Some(addr)
-            }
+            Role::Worker => None,
+            Role::Serve | Role::Api => Some(SocketAddr::from(([127, 0, 0, 1], free_port()))),
         };
-        let log = std::fs::File::create(log).expect("node log file");
-        command
-            .arg("--config")
-            .arg(config)
-            .env("RUST_LOG", "warn")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log handle"))
-            .stderr(log)
-            .kill_on_drop(true);
-        let child = command.spawn().expect("start onejob");
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let child = spawn(role, addr, config, &env, log);
         Node {
             name: name.to_owned(),
             addr,
+            role,
+            config: config.to_owned(),
+            env,
             child,
         }
+    }
+
+    /// Starts the same process again (same role, configuration, variables and API
+    /// address), after it was killed or stopped; its log goes to `log`.
+    pub fn restart(&mut self, log: &Path) {
+        self.child = spawn(self.role, self.addr, &self.config, &self.env, log);
+    }
+
+    /// The process id while it runs (part of its worker id, `host:pid:suffix`).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
     }
 
     /// The API's base URL.
@@ -230,6 +307,40 @@ impl Node {
     }
 }
 
+/// Spawns `onejob` in `role` (an API node listening on `addr`), its output going to `log`.
+fn spawn(
+    role: Role,
+    addr: Option<SocketAddr>,
+    config: &Path,
+    env: &[(String, String)],
+    log: &Path,
+) -> Child {
+    let mut command = Command::new(onejob_binary());
+    match role {
+        Role::Worker => {
+            command.arg("worker");
+        }
+        Role::Serve | Role::Api => {
+            let addr = addr.expect("an API node has an address");
+            command.arg("serve").arg("--listen").arg(addr.to_string());
+            if role == Role::Api {
+                command.arg("--no-worker");
+            }
+        }
+    }
+    let log = std::fs::File::create(log).expect("node log file");
+    command
+        .arg("--config")
+        .arg(config)
+        .env("RUST_LOG", "warn")
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log handle"))
+        .stderr(log)
+        .kill_on_drop(true);
+    command.spawn().expect("start onejob")
+}
+
 /// Creates an API key with `onejob keys create` and returns it.
 pub async fn create_key(database: &str, tenant: &str, user: &str, operator: bool) -> String {
     let mut command = Command::new(onejob_binary());
@@ -249,4 +360,27 @@ pub async fn create_key(database: &str, tenant: &str, user: &str, operator: bool
         .expect("utf-8 key")
         .trim()
         .to_owned()
+}
+
+/// Runs `onejob verify --provider P --kind K --config CONFIG --json` (the real binary, so
+/// the certificate lands in the configuration's database as an operator's would) and
+/// returns whether it passed (its exit status) and the report it printed.
+pub async fn verify(config: &Path, provider: &str, kind: &str) -> (bool, serde_json::Value) {
+    let output = Command::new(onejob_binary())
+        .arg("verify")
+        .arg("--config")
+        .arg(config)
+        .args(["--provider", provider, "--kind", kind, "--json"])
+        .env("RUST_LOG", "warn")
+        .output()
+        .await
+        .expect("run onejob verify");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let report = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "onejob verify printed no JSON report ({e}): {stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    (output.status.success(), report)
 }
