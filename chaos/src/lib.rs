@@ -12,7 +12,9 @@
 //! * [`readback`]: the final read-back of every job and of the fake providers' side effects;
 //! * [`checker`]: the offline checker of DESIGN §2 over a history (also the
 //!   `onejob-chaos-check` binary);
-//! * [`scale`]: quick (CI) or full (`RELIABILITY.md`) sizes.
+//! * [`scale`]: quick (CI) or full (`RELIABILITY.md`) sizes;
+//! * [`slownet`]: a slow network in front of a provider, which loses the requests it holds
+//!   when their sender dies.
 
 #![warn(missing_docs)]
 
@@ -23,3 +25,4 @@ pub mod node;
 pub mod postgres;
 pub mod readback;
 pub mod scale;
+pub mod slownet;
