@@ -70,7 +70,8 @@ pub enum Record {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
-    /// One side effect at the fake provider: a submit it received and ran.
+    /// One side effect at the fake provider: a submit it received and ran (a task, or a
+    /// chat completion).
     SideEffect {
         /// Which fake provider (its configured name).
         provider: String,
@@ -84,7 +85,9 @@ pub enum Record {
         /// The task it created.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         task_id: Option<String>,
-        /// The task's status document at the end of the run (`result` once succeeded).
+        /// The task's status document at the end of the run (`result` once succeeded); for
+        /// a chat completion, its cached answer in that shape (see
+        /// [`crate::readback::record_side_effects`]).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         task: Option<Value>,
     },

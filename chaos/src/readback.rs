@@ -133,20 +133,27 @@ impl Reader {
     }
 }
 
-/// Writes a [`Record::SideEffect`] for every submit `fake` received, with its task's final
-/// status document.
+/// Writes a [`Record::SideEffect`] for every submit `fake` received, with its outcome as a
+/// task status document (`status`, and `result` once succeeded): for a task, its status
+/// document; for a chat completion sent under an idempotency key, the answer the fake cached
+/// for that key (asked for again under the key, which the fake counts as an idempotent
+/// replay, not a side effect), its content parsed as the output onejob reads from it.
+/// `provider` is the configured name of the provider that talks to `fake`.
 pub async fn record_side_effects(history: &History, provider: &str, fake: &FakeServer) {
     let http = crate::client::http_client(Duration::from_secs(30));
     for request in fake.submissions().requests {
-        let task = match &request.task_id {
-            Some(task_id) => {
+        let task = match (&request.task_id, &request.idempotency_key) {
+            (Some(task_id), _) => {
                 let url = format!("{}/v1/tasks/{task_id}", fake.base_url());
                 match http.get(url).send().await {
                     Ok(response) => response.json().await.ok(),
                     Err(_) => None,
                 }
             }
-            None => None,
+            (None, Some(key)) if request.endpoint == "chat" => {
+                cached_chat_answer(&http, fake, key, &request.input).await
+            }
+            (None, _) => None,
         };
         history.write(&Record::SideEffect {
             provider: provider.to_owned(),
@@ -157,6 +164,41 @@ pub async fn record_side_effects(history: &History, provider: &str, fake: &FakeS
             task,
         });
     }
+}
+
+/// The chat answer the fake cached under `key`, as a status document: `succeeded` with the
+/// message content (parsed as JSON, as onejob reads a kind with an output schema) as
+/// `result` and the answer's `id`, or `failed` with the error body. `None` when the fake
+/// did not answer from its cache (then the read-back itself ran the request: nothing to
+/// compare with).
+async fn cached_chat_answer(
+    http: &reqwest::Client,
+    fake: &FakeServer,
+    key: &str,
+    messages: &Value,
+) -> Option<Value> {
+    let response = http
+        .post(format!("{}/v1/chat/completions", fake.base_url()))
+        .header("Idempotency-Key", key)
+        .json(&serde_json::json!({"model": "chaos-readback", "messages": messages}))
+        .send()
+        .await
+        .ok()?;
+    let replayed = response
+        .headers()
+        .get("idempotent-replayed")
+        .is_some_and(|v| v == "true");
+    let ok = response.status().is_success();
+    let body: Value = response.json().await.ok()?;
+    if !replayed {
+        return None;
+    }
+    if !ok {
+        return Some(serde_json::json!({"status": "failed", "error": body}));
+    }
+    let content = body.pointer("/choices/0/message/content")?.as_str()?;
+    let result = serde_json::from_str(content).unwrap_or_else(|_| Value::String(content.into()));
+    Some(serde_json::json!({"status": "succeeded", "result": result, "answer_id": body["id"]}))
 }
 
 /// Percent-encodes a key for a query string (keys are visible ASCII).

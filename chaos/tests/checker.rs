@@ -339,3 +339,60 @@ fn a_failed_attempt_whose_task_succeeded_breaks_proof() {
     });
     assert_eq!(report, vec!["proof"], "only the proof rule is broken");
 }
+
+/// A synchronous (chat) winner has no task id: it is checked against the answer its upstream
+/// cached under the job's key, the one side effect carrying that key.
+fn synchronous(history: &mut [Record]) {
+    for record in history.iter_mut() {
+        match record {
+            Record::SideEffect {
+                provider,
+                task_id,
+                task,
+                ..
+            } => {
+                *provider = "chat".into();
+                *task_id = None;
+                *task = Some(
+                    json!({"status": "succeeded", "result": result(), "answer_id": "chatcmpl-1"}),
+                );
+            }
+            Record::Job { attempts, .. } => {
+                let attempt = attempts[0].as_object_mut().expect("an attempt object");
+                attempt.remove("task_id");
+                attempt.insert("provider".into(), json!("chat"));
+            }
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn a_synchronous_winner_is_checked_against_the_answer_cached_under_its_key() {
+    assert!(broken(|h| synchronous(h)).is_empty());
+    let report = broken(|h| {
+        synchronous(h);
+        for record in h.iter_mut() {
+            if let Record::SideEffect { task, .. } = record {
+                *task = Some(json!({"status": "succeeded", "result": {"text": "other"}}));
+            }
+        }
+    });
+    assert_eq!(report, vec!["winner-output"], "{report:?}");
+    // A second answer under the job's key: which one won is unknowable, and one too many ran.
+    let report = broken(|h| {
+        synchronous(h);
+        h.push(Record::SideEffect {
+            provider: "chat".into(),
+            input_hash: "h".into(),
+            input: body(),
+            idempotency_key: Some(format!("onejob:{JOB}:2")),
+            task_id: None,
+            task: Some(json!({"status": "succeeded", "result": result()})),
+        });
+    });
+    assert!(
+        report.contains(&"winner-output") && report.contains(&"side-effects"),
+        "{report:?}"
+    );
+}
