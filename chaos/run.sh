@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # onejob's fault suite (RELIABILITY.md): storm across nodes, crashes mid-attempt, database
-# restarts, the offline history checker, and hostile input.
+# restarts, a node killed mid-storm, the offline history checker, and hostile input.
 #
 #   chaos/run.sh [--quick|--full] [TEST-NAME-FILTER]
 #
@@ -29,7 +29,7 @@ echo "== build (onejob, the suite, the checker)"
 cargo build --locked -p onejob --bins
 cargo build --locked -p onejob-chaos --bins --tests
 
-echo "== fault scenarios ($scale): storm, crash, restart"
+echo "== fault scenarios ($scale): storm, crash, restart, killstorm"
 cargo test --locked -p onejob-chaos --test chaos -- --ignored --test-threads=1 --nocapture "$@"
 
 echo "== offline history checker over the recorded histories"

@@ -18,6 +18,10 @@ pub struct Scale {
     pub restart_keys: usize,
     /// Restart: PostgreSQL restarts.
     pub restarts: usize,
+    /// Kill storm: distinct idempotency keys (per adapter run).
+    pub killstorm_keys: usize,
+    /// Kill storm: concurrent submissions of each key.
+    pub killstorm_copies: usize,
 }
 
 impl Scale {
@@ -30,6 +34,8 @@ impl Scale {
         crash_kills: 3,
         restart_keys: 300,
         restarts: 1,
+        killstorm_keys: 120,
+        killstorm_copies: 6,
     };
 
     /// The full scale (`RELIABILITY.md`).
@@ -41,6 +47,8 @@ impl Scale {
         crash_kills: 8,
         restart_keys: 2000,
         restarts: 3,
+        killstorm_keys: 300,
+        killstorm_copies: 6,
     };
 
     /// From `ONEJOB_CHAOS_SCALE` (`quick` when unset).

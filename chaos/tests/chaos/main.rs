@@ -7,5 +7,6 @@
 
 mod crash;
 mod harness;
+mod killstorm;
 mod restart;
 mod storm;
