@@ -53,6 +53,8 @@ pub struct App {
     pub jobs: Jobs,
     /// The providers (bundled fakes started).
     pub providers: Providers,
+    /// What the gateway's callers and this process's worker share.
+    pub hub: crate::gateway::Hub,
 }
 
 impl App {
@@ -71,6 +73,7 @@ impl App {
             store,
             jobs,
             providers,
+            hub: crate::gateway::Hub::default(),
         })
     }
 
@@ -88,6 +91,7 @@ impl App {
             self.jobs.kinds().clone(),
             self.providers.clone(),
             settings,
+            self.hub.clone(),
         ))
     }
 
@@ -111,6 +115,8 @@ impl App {
             providers: self.providers.clone(),
             keys: crate::api_key::KeyRing::new(self.store.clone()),
             request_timeout: self.config.http.request_timeout,
+            hub: self.hub.clone(),
+            gateway: self.config.gateway.clone(),
         });
         let limits = http::server::ServerLimits {
             header_read_timeout: self.config.http.header_read_timeout,

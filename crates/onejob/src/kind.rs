@@ -102,6 +102,10 @@ pub struct Kind {
     pub temperature: Option<f64>,
     /// Providers in failover order.
     pub providers: Vec<String>,
+    /// The model names it serves at the OpenAI-compatible gateway (empty: not a gateway
+    /// kind). A gateway kind's params are an OpenAI chat request, its result the winning
+    /// upstream `chat.completion`.
+    pub openai_models: Vec<String>,
     /// Deadline of one attempt.
     pub attempt_timeout: Duration,
     /// Most attempts per job.
@@ -117,10 +121,17 @@ pub struct Kind {
 }
 
 impl Kind {
-    /// Checks params against the kind's schema (or, without one, that they are an object).
+    /// Whether the kind is served at the OpenAI-compatible gateway.
+    pub fn is_gateway(&self) -> bool {
+        !self.openai_models.is_empty()
+    }
+
+    /// Checks params against the kind's schema (or, without one, that they are an object;
+    /// for a gateway kind, a chat request with messages).
     pub fn check_params(&self, params: &Value) -> Result<(), Vec<FieldError>> {
         match &self.params_schema {
             Some(schema) => schema.check(params),
+            None if self.is_gateway() => crate::gateway::check_request(params),
             None if params.is_object() => Ok(()),
             None => Err(vec![FieldError {
                 path: "/".into(),
@@ -142,6 +153,7 @@ impl Kind {
         }
         match &self.output_schema {
             Some(schema) => schema.check(output),
+            None if self.is_gateway() => crate::gateway::check_completion(output),
             None if !has_artifact(output) => Err(vec![FieldError {
                 path: "/".into(),
                 message: "the provider returned no artifact (an empty or blank output such as \
@@ -196,8 +208,17 @@ impl Kinds {
     /// references. Errors name the offending key.
     pub fn compile(config: &Config) -> Result<Self, ConfigError> {
         let mut by_name = HashMap::new();
+        let mut models: HashMap<&str, &str> = HashMap::new();
         for (index, raw) in config.kinds.iter().enumerate() {
             let kind = compile_kind(raw, index, config)?;
+            for model in &raw.openai_models {
+                if let Some(other) = models.insert(model, &raw.name) {
+                    return Err(ConfigError::invalid(
+                        format!("kind[{}].openai_models", raw.name),
+                        format!("model {model:?} is already served by kind {other:?}"),
+                    ));
+                }
+            }
             if by_name.insert(kind.name.clone(), Arc::new(kind)).is_some() {
                 return Err(ConfigError::invalid(
                     format!("kind[{index}].name"),
@@ -216,6 +237,24 @@ impl Kinds {
     /// The kind with this name.
     pub fn get(&self, name: &str) -> Option<&Arc<Kind>> {
         self.by_name.get(name)
+    }
+
+    /// The gateway kind serving `model`.
+    pub fn by_model(&self, model: &str) -> Option<&Arc<Kind>> {
+        self.by_name
+            .values()
+            .find(|kind| kind.openai_models.iter().any(|m| m == model))
+    }
+
+    /// Every model name the gateway serves, sorted.
+    pub fn models(&self) -> Vec<&str> {
+        let mut models: Vec<&str> = self
+            .by_name
+            .values()
+            .flat_map(|kind| kind.openai_models.iter().map(String::as_str))
+            .collect();
+        models.sort_unstable();
+        models
     }
 
     /// Kind names, sorted.
@@ -267,6 +306,9 @@ fn compile_kind(raw: &KindConfig, index: usize, config: &Config) -> Result<Kind,
             "list at least one param name, or leave the key out to use all params",
         ));
     }
+    if !raw.openai_models.is_empty() {
+        check_gateway_kind(raw, config)?;
+    }
     let params_schema = raw
         .params_schema
         .as_ref()
@@ -298,6 +340,7 @@ fn compile_kind(raw: &KindConfig, index: usize, config: &Config) -> Result<Kind,
         intent_fields: raw.fingerprint.clone(),
         temperature: raw.temperature,
         providers: raw.providers.clone(),
+        openai_models: raw.openai_models.clone(),
         attempt_timeout: raw.attempt_timeout,
         max_attempts: raw.max_attempts,
         retry_backoff: raw.retry_backoff,
@@ -305,6 +348,58 @@ fn compile_kind(raw: &KindConfig, index: usize, config: &Config) -> Result<Kind,
         settle_unknown_after: raw.settle_unknown_after,
         contract: raw.contract.clone(),
     })
+}
+
+/// A gateway kind passes the caller's chat request through: its providers must speak the
+/// OpenAI chat API, and a template or output schema (which would rewrite the request) has
+/// no place in it.
+fn check_gateway_kind(raw: &KindConfig, config: &Config) -> Result<(), ConfigError> {
+    let key = |field: &str| format!("kind[{}].{field}", raw.name);
+    if let Some(model) = raw
+        .openai_models
+        .iter()
+        .find(|m| m.is_empty() || m.chars().any(|c| c.is_whitespace() || c.is_control()))
+    {
+        return Err(ConfigError::invalid(
+            key("openai_models"),
+            format!("{model:?} is not a model name (a non-empty word, like \"fast\")"),
+        ));
+    }
+    if raw.template.is_some() {
+        return Err(ConfigError::invalid(
+            key("template"),
+            "a gateway kind (openai_models) passes the caller's messages through: remove the \
+             template",
+        ));
+    }
+    if raw.output_schema.is_some() {
+        return Err(ConfigError::invalid(
+            key("output_schema"),
+            "a gateway kind's result is the upstream's chat.completion, checked for a message \
+             or tool calls: remove the output_schema (callers ask for JSON with response_format)",
+        ));
+    }
+    for (i, name) in raw.providers.iter().enumerate() {
+        let adapter = config
+            .providers
+            .iter()
+            .find(|p| &p.name == name)
+            .map(|p| p.adapter);
+        if !matches!(
+            adapter,
+            Some(crate::config::Adapter::OpenaiChat | crate::config::Adapter::Fake)
+        ) {
+            return Err(ConfigError::invalid(
+                key(&format!("providers[{i}]")),
+                format!(
+                    "{name:?} is not an openai-chat (or fake) provider; a gateway kind \
+                     (openai_models) sends the caller's chat request, so every provider must \
+                     take one"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn load_schema(source: &SchemaSource, base: &Path, key: &str) -> Result<Schema, ConfigError> {

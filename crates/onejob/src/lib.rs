@@ -20,6 +20,7 @@ pub mod certification;
 pub mod cli;
 pub mod config;
 pub mod fault;
+pub mod gateway;
 pub mod http;
 pub mod jobs;
 pub mod kind;

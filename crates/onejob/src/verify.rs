@@ -318,8 +318,14 @@ async fn run_case(
         }
         return (report, None);
     }
-    // Everything the model reads counts: the system message (if any) and the prompt.
-    let text = render_prompt(kind, &case.params).map(|prompt| {
+    // Everything the model reads counts: the system message (if any) and the prompt; for a
+    // gateway kind, the text of every message.
+    let text = if kind.is_gateway() {
+        Ok(message_text(&case.params))
+    } else {
+        render_prompt(kind, &case.params)
+    }
+    .map(|prompt| {
         match case
             .params
             .get("system")
@@ -442,6 +448,29 @@ async fn round_trip(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// The text of a chat request's messages (string contents and text parts), one per line.
+fn message_text(request: &Value) -> String {
+    let mut lines = Vec::new();
+    for message in request
+        .get("messages")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        match message.get("content") {
+            Some(Value::String(text)) => lines.push(text.clone()),
+            Some(Value::Array(parts)) => lines.extend(
+                parts
+                    .iter()
+                    .filter_map(|p| p.get("text").and_then(Value::as_str))
+                    .map(str::to_owned),
+            ),
+            _ => {}
+        }
+    }
+    lines.join("\n")
 }
 
 /// The contract's checks on one output.

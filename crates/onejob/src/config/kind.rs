@@ -53,6 +53,11 @@ pub struct KindConfig {
     /// Provider names in failover order.
     #[serde(default)]
     pub providers: Vec<String>,
+    /// Model names this kind serves at `POST /v1/chat/completions` (the OpenAI-compatible
+    /// gateway): a call naming one is a job of this kind whose params are the request body.
+    /// Its providers must be `openai-chat` ones, each sending its own upstream `model`.
+    #[serde(default)]
+    pub openai_models: Vec<String>,
     /// How long one attempt may take before its outcome is unknown.
     #[serde(default = "default_attempt_timeout", with = "humantime_serde")]
     pub attempt_timeout: Duration,

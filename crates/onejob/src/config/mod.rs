@@ -7,6 +7,7 @@
 //! result is checked as a whole ([`Config::validate`]) into the [`crate::kind::Kinds`] the
 //! service runs with.
 
+mod gateway;
 mod http;
 mod kind;
 mod provider;
@@ -23,6 +24,7 @@ use figment::{
 };
 use serde::{Deserialize, Serialize};
 
+pub use gateway::GatewayConfig;
 pub use http::HttpConfig;
 pub use kind::{ContractCase, KindConfig, SchemaSource};
 pub use provider::{Adapter, DEFAULT_CONNECT_TIMEOUT, ProviderConfig, StructuredOutput};
@@ -128,6 +130,9 @@ pub struct Config {
     /// HTTP server bounds (slow clients).
     #[serde(default)]
     pub http: HttpConfig,
+    /// The OpenAI-compatible gateway.
+    #[serde(default)]
+    pub gateway: GatewayConfig,
     /// Directory relative paths (schemas, templates) are resolved against.
     #[serde(skip)]
     pub base_dir: PathBuf,

@@ -28,7 +28,51 @@ fn the_demo_config_loads_and_compiles() {
     assert_eq!(config.listen.to_string(), DEFAULT_LISTEN);
     assert_eq!(config.max_body_bytes, DEFAULT_MAX_BODY_BYTES);
     let kinds = Kinds::compile(&config).unwrap();
-    assert_eq!(kinds.names(), vec!["chat.completion", "image.generate"]);
+    assert_eq!(
+        kinds.names(),
+        vec!["chat.completion", "chat.fast", "image.generate"]
+    );
+    assert_eq!(kinds.models(), vec!["fast"]);
+}
+
+#[test]
+fn a_gateway_kind_takes_only_chat_providers_and_no_template_or_output_schema() {
+    let base = r#"
+[[provider]]
+name = "tasks"
+adapter = "async-task"
+submit_url = "http://x/t"
+status_url = "http://x/t/{task_id}"
+task_id_pointer = "/id"
+status_pointer = "/s"
+result_pointer = "/r"
+succeeded = ["ok"]
+
+[[provider]]
+name = "chat"
+adapter = "openai-chat"
+base_url = "http://x/v1"
+model = "m"
+"#;
+    let compile = |kind: &str| {
+        let config = parse(&format!("{base}\n{kind}")).unwrap();
+        Kinds::compile(&config)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    assert!(
+        compile("[[kind]]\nname = \"k\"\nopenai_models = [\"m\"]\nproviders = [\"chat\"]").is_ok()
+    );
+    let tasks = compile("[[kind]]\nname = \"k\"\nopenai_models = [\"m\"]\nproviders = [\"tasks\"]");
+    assert!(tasks.unwrap_err().contains("not an openai-chat"));
+    let schema = compile(
+        "[[kind]]\nname = \"k\"\nopenai_models = [\"m\"]\nproviders = [\"chat\"]\n[kind.output_schema]\ntype = \"object\"",
+    );
+    assert!(schema.unwrap_err().contains("output_schema"));
+    let twice = compile(
+        "[[kind]]\nname = \"a\"\nopenai_models = [\"m\"]\nproviders = [\"chat\"]\n[[kind]]\nname = \"b\"\nopenai_models = [\"m\"]\nproviders = [\"chat\"]",
+    );
+    assert!(twice.unwrap_err().contains("already served"));
 }
 
 #[test]

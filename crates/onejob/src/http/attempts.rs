@@ -190,6 +190,7 @@ pub async fn resolve_unknown(
             }
         }
     };
+    state.hub.watch.changed(job.id);
     let attempts = store.job_attempts(job.id).await?;
     let attempt = attempts
         .into_iter()

@@ -50,7 +50,17 @@ impl FromRequestParts<Arc<AppState>> for Caller {
         parts: &mut Parts,
         state: &Arc<AppState>,
     ) -> Result<Self, Self::Rejection> {
-        let Some(value) = parts.headers.get(axum::http::header::AUTHORIZATION) else {
+        Caller::from_headers(&parts.headers, state).await
+    }
+}
+
+impl Caller {
+    /// The caller a request's `Authorization: Bearer` header authenticates.
+    pub async fn from_headers(
+        headers: &axum::http::HeaderMap,
+        state: &AppState,
+    ) -> Result<Caller, Problem> {
+        let Some(value) = headers.get(axum::http::header::AUTHORIZATION) else {
             return Err(Problem::new(
                 ProblemType::Unauthorized,
                 "send your API key as `Authorization: Bearer oj_…`",

@@ -453,7 +453,8 @@ pub fn parse_id(raw: &str) -> Result<Uuid, Problem> {
     })
 }
 
-fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, Problem> {
+/// The request's `Idempotency-Key` (exactly one, well formed).
+pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, Problem> {
     let mut values = headers.get_all(IDEMPOTENCY_KEY).iter();
     let Some(value) = values.next() else {
         return Err(Problem::new(
@@ -475,7 +476,8 @@ fn key_problem(error: KeyError) -> Problem {
     Problem::new(ProblemType::IdempotencyKeyInvalid, error.to_string())
 }
 
-fn submit_problem(error: SubmitError) -> Problem {
+/// The problem a refused submission answers.
+pub(crate) fn submit_problem(error: SubmitError) -> Problem {
     match error {
         SubmitError::UnknownKind { kind, known } => Problem::new(
             ProblemType::UnknownKind,

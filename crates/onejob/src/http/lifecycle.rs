@@ -55,6 +55,7 @@ pub async fn cancel(
         )
         .with("state", job.state.as_str())),
         CancelOutcome::Cancelled { job, live } => {
+            state.hub.watch.changed(job.id);
             for attempt in live {
                 tokio::spawn(cancel_upstream(state.clone(), attempt));
             }

@@ -6,6 +6,7 @@ mod auth;
 mod body;
 mod certificates;
 pub mod deadline;
+pub mod gateway;
 mod health;
 mod jobs;
 mod lifecycle;
@@ -46,6 +47,10 @@ pub struct AppState {
     pub keys: KeyRing,
     /// How long one request may take, body upload included ([`deadline`]).
     pub request_timeout: Duration,
+    /// Live streams and job notices, shared with this process's worker.
+    pub hub: crate::gateway::Hub,
+    /// The gateway's settings.
+    pub gateway: crate::config::GatewayConfig,
 }
 
 /// Builds the API's router.
@@ -60,6 +65,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/attempts", get(jobs::list_attempts))
         .route("/v1/attempts/{id}/resolve", post(attempts::resolve))
         .route("/v1/certificates", get(certificates::list))
+        .route("/v1/chat/completions", post(gateway::chat_completions))
+        .route("/v1/models", get(gateway::models))
         .route("/openapi.json", get(openapi::document))
         .route("/metrics", get(metrics::render))
         .route("/healthz", get(health::healthz))

@@ -13,7 +13,7 @@ use utoipa::{
 };
 
 use super::{
-    attempts, certificates, health, jobs, lifecycle, metrics,
+    attempts, certificates, gateway, health, jobs, lifecycle, metrics,
     openapi_links::Links,
     problem::{PROBLEM_BASE, ProblemType},
     ui::openapi::Dashboard,
@@ -42,6 +42,8 @@ use super::{
         jobs::list_attempts,
         attempts::resolve,
         certificates::list,
+        gateway::chat_completions,
+        gateway::models,
         health::healthz,
         health::readyz,
         metrics::render,
@@ -67,6 +69,7 @@ use super::{
     tags(
         (name = "jobs", description = "Submitting and following jobs"),
         (name = "operators", description = "Out-of-band resolution (operator keys)"),
+        (name = "gateway", description = "OpenAI-compatible: one Idempotency-Key makes an OpenAI SDK call one job; errors in OpenAI's shape"),
         (name = "health", description = "Liveness and readiness"),
     )
 )]

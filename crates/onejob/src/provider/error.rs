@@ -86,9 +86,25 @@ impl ProviderError {
         }
     }
 
-    /// `{"message": public, "internal": full}`: the error as an attempt records it.
+    /// `{"message": public, "internal": full}`: the error as an attempt records it. A refusal
+    /// also keeps its HTTP `status`, and, for a refusal of the request itself (400, 404, 413,
+    /// 422), the upstream's own `error.message` where it sent one in OpenAI's shape: that is
+    /// the upstream speaking to the caller about the caller's request (the gateway passes it
+    /// on), unlike a 401 or 429, which are about onejob's account there.
     pub fn to_json(&self) -> Value {
-        json!({ "message": self.public(), "internal": self.to_string() })
+        let mut error = json!({ "message": self.public(), "internal": self.to_string() });
+        if let ProviderError::Rejected { status, message } = self {
+            error["status"] = json!(status);
+            if matches!(status, 400 | 404 | 413 | 422)
+                && let Some(said) = serde_json::from_str::<Value>(message)
+                    .ok()
+                    .and_then(|body| body.pointer("/error/message").cloned())
+                    .filter(Value::is_string)
+            {
+                error["upstream_message"] = said;
+            }
+        }
+        error
     }
 
     /// Classifies a transport error from reqwest.

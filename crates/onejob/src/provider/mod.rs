@@ -126,6 +126,20 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
         sent: Option<Sent>,
     ) -> Result<Submitted, ProviderError>;
 
+    /// Sends the attempt upstream asking for a stream (a gateway job with a caller reading
+    /// it live), relaying every `chat.completion.chunk` to `sink` as it comes, and answers
+    /// the completion they add up to. Adapters that cannot stream answer `Unsupported`, and
+    /// the caller sends an ordinary [`Provider::submit`].
+    async fn submit_streaming(
+        &self,
+        request: &AttemptRequest<'_>,
+        sent: Option<Sent>,
+        sink: &crate::gateway::streams::StreamSink,
+    ) -> Result<Submitted, ProviderError> {
+        let _ = (request, sent, sink);
+        Err(ProviderError::Unsupported("streaming"))
+    }
+
     /// The status of an accepted task, where the upstream can report it.
     async fn status(&self, task_id: &str) -> Result<TaskStatus, ProviderError> {
         let _ = task_id;

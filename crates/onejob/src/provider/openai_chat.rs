@@ -9,6 +9,14 @@
 //! takes it, `json_object` with a `schema` as llama-cpp-python takes it, or `none`). The
 //! call is synchronous: the attempt is acknowledged once the request body has been handed to
 //! the connection.
+//!
+//! For a gateway kind (`openai_models`) the job's params *are* the caller's chat request:
+//! it is sent as it came (messages, tools, tool_choice, response_format, temperature,
+//! max_tokens, seed, …) with `model` replaced by the provider's own, and the upstream's whole
+//! `chat.completion` is the output. Such a request can also be streamed
+//! ([`Provider::submit_streaming`]): the upstream's server-sent chunks are relayed as they
+//! come and assembled into the completion, the whole stream counted against
+//! `max_response_bytes`.
 
 use std::path::PathBuf;
 
@@ -87,6 +95,9 @@ impl OpenAiChat {
         params: &Value,
         temperature: Option<f64>,
     ) -> Result<Value, ProviderError> {
+        if kind.is_gateway() {
+            return Ok(self.pass_through(params, temperature));
+        }
         let mut messages = Vec::new();
         if let Some(system) = params.get("system").and_then(Value::as_str) {
             messages.push(json!({ "role": "system", "content": system }));
@@ -127,6 +138,112 @@ impl OpenAiChat {
     }
 }
 
+impl OpenAiChat {
+    /// A gateway job's request: the caller's, with this provider's `model` (and, where the
+    /// caller set no limit, its `max_tokens`; `onejob verify`'s temperature override).
+    fn pass_through(&self, params: &Value, temperature: Option<f64>) -> Value {
+        let mut body = params.clone();
+        body["model"] = json!(self.model);
+        if let Some(temperature) = temperature {
+            body["temperature"] = json!(temperature);
+        }
+        let limited =
+            body.get("max_tokens").is_some() || body.get("max_completion_tokens").is_some();
+        if let (Some(max_tokens), false) = (self.max_tokens, limited) {
+            body["max_tokens"] = json!(max_tokens);
+        }
+        body
+    }
+
+    /// The POST of `body` to the upstream, with its headers.
+    fn call(
+        &self,
+        request: &AttemptRequest<'_>,
+        body: Value,
+        sent: Option<Sent>,
+    ) -> Result<reqwest::RequestBuilder, ProviderError> {
+        let body = serde_json::to_vec(&body).map_err(|e| ProviderError::Invalid(e.to_string()))?;
+        let body = reqwest::Body::wrap(SentBody {
+            data: Some(Bytes::from(body)),
+            sent,
+        });
+        let mut call = self
+            .http
+            .post(&self.url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .timeout(request.kind.attempt_timeout)
+            .body(body);
+        if let Some(key) = &self.api_key {
+            call = call.bearer_auth(key);
+        }
+        if let Some(header) = &self.idempotency_header {
+            call = call.header(header.as_str(), &request.idempotency_key);
+        }
+        Ok(call)
+    }
+}
+
+/// Reads an upstream's server-sent events, relaying each chunk to `sink` and assembling the
+/// completion; the whole stream is bounded by `limit` bytes.
+async fn relay_stream(
+    response: reqwest::Response,
+    limit: u64,
+    sink: &crate::gateway::streams::StreamSink,
+) -> Result<Value, ProviderError> {
+    use eventsource_stream::Eventsource;
+    use futures::StreamExt;
+
+    let mut read = 0u64;
+    let bytes = response.bytes_stream().map(move |piece| {
+        let piece = piece?;
+        read += piece.len() as u64;
+        Ok::<_, StreamError>(if read > limit {
+            return Err(StreamError::TooLarge);
+        } else {
+            piece
+        })
+    });
+    let mut events = bytes.eventsource();
+    let mut assembler = crate::gateway::completion::Assembler::default();
+    while let Some(event) = events.next().await {
+        let event = match event {
+            Ok(event) => event,
+            Err(eventsource_stream::EventStreamError::Transport(StreamError::TooLarge)) => {
+                return Err(ProviderError::TooLarge { limit });
+            }
+            Err(error) => {
+                return Err(ProviderError::Ambiguous(format!(
+                    "the stream broke off: {error}"
+                )));
+            }
+        };
+        if event.data.trim() == "[DONE]" {
+            return Ok(assembler.completion());
+        }
+        let chunk: Value = serde_json::from_str(&event.data)
+            .map_err(|e| ProviderError::BadAnswer(format!("a streamed chunk is not JSON: {e}")))?;
+        if let Some(error) = chunk.get("error") {
+            return Err(ProviderError::BadAnswer(format!(
+                "the upstream's stream ended with an error: {error}"
+            )));
+        }
+        assembler.push(&chunk);
+        sink.push(chunk);
+    }
+    Err(ProviderError::Ambiguous(
+        "the stream ended without [DONE]: the upstream's answer is incomplete".into(),
+    ))
+}
+
+/// Why reading a stream's bytes stopped.
+#[derive(Debug, thiserror::Error)]
+enum StreamError {
+    #[error(transparent)]
+    Transport(#[from] reqwest::Error),
+    #[error("the stream is larger than max_response_bytes")]
+    TooLarge,
+}
+
 /// The user prompt: the kind's template rendered over the params, else `params.prompt`,
 /// else the params as JSON.
 pub fn render_prompt(kind: &Kind, params: &Value) -> Result<String, ProviderError> {
@@ -142,8 +259,11 @@ pub fn render_prompt(kind: &Kind, params: &Value) -> Result<String, ProviderErro
     })
 }
 
-/// Reads the output out of a chat completion answer.
+/// Reads the output out of a chat completion answer (for a gateway kind, the answer itself).
 pub fn output_of(kind: &Kind, answer: &Value) -> Result<Value, ProviderError> {
+    if kind.is_gateway() {
+        return Ok(answer.clone());
+    }
     let choice = answer
         .pointer("/choices/0")
         .ok_or_else(|| ProviderError::BadAnswer("the answer has no choices".into()))?;
@@ -218,26 +338,39 @@ impl Provider for OpenAiChat {
         sent: Option<Sent>,
     ) -> Result<Submitted, ProviderError> {
         let body = self.request_body(request.kind, request.params, request.temperature)?;
-        let body = serde_json::to_vec(&body).map_err(|e| ProviderError::Invalid(e.to_string()))?;
-        let body = reqwest::Body::wrap(SentBody {
-            data: Some(Bytes::from(body)),
-            sent,
-        });
-        let mut call = self
-            .http
-            .post(&self.url)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .timeout(request.kind.attempt_timeout)
-            .body(body);
-        if let Some(key) = &self.api_key {
-            call = call.bearer_auth(key);
-        }
-        if let Some(header) = &self.idempotency_header {
-            call = call.header(header.as_str(), &request.idempotency_key);
-        }
+        let call = self.call(request, body, sent)?;
         let answer = super::answer::call_json(call, self.max_response_bytes).await?;
         let output = output_of(request.kind, &answer)?;
         let receipt = answer.get("id").and_then(Value::as_str).map(str::to_owned);
+        Ok(Submitted::Output { output, receipt })
+    }
+
+    async fn submit_streaming(
+        &self,
+        request: &AttemptRequest<'_>,
+        sent: Option<Sent>,
+        sink: &crate::gateway::streams::StreamSink,
+    ) -> Result<Submitted, ProviderError> {
+        if !request.kind.is_gateway() {
+            return Err(ProviderError::Unsupported("streaming"));
+        }
+        let mut body = self.request_body(request.kind, request.params, request.temperature)?;
+        body["stream"] = json!(true);
+        body["stream_options"] = json!({ "include_usage": true });
+        let response = self
+            .call(request, body, sent)?
+            .send()
+            .await
+            .map_err(|e| ProviderError::from_transport(&e))?;
+        let status = response.status();
+        if !status.is_success() {
+            let text = super::answer::read_body(response, self.max_response_bytes).await?;
+            let text = String::from_utf8_lossy(&text);
+            return Err(ProviderError::from_status(status, &text)
+                .unwrap_or_else(|| ProviderError::BadAnswer(format!("HTTP {status}"))));
+        }
+        let output = relay_stream(response, self.max_response_bytes, sink).await?;
+        let receipt = output.get("id").and_then(Value::as_str).map(str::to_owned);
         Ok(Submitted::Output { output, receipt })
     }
 

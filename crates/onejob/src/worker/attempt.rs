@@ -25,6 +25,7 @@ use super::{
 };
 use crate::{
     certification::Certified,
+    gateway::streams::{StreamEnd, StreamSink},
     kind::Kind,
     outcome::{self, Offered},
     provider::{AttemptRequest, Provider, ProviderError, Submitted, TaskStatus},
@@ -75,9 +76,40 @@ pub async fn run(
     abandon: CancellationToken,
 ) -> Ending {
     let span = tracing::info_span!("attempt", job = %job.id, attempt = %attempt.id, provider = %attempt.provider);
-    run_attempt(ctx, job, kind, attempt, abandon)
+    let job_id = job.id;
+    // A gateway job with a caller reading it live streams this attempt to them.
+    let sink = kind
+        .is_gateway()
+        .then(|| ctx.hub.streams.start(&job.owner, &job.key_hash, attempt.id))
+        .flatten();
+    let ending = run_attempt(ctx.clone(), job, kind, attempt, abandon, sink.as_ref())
         .instrument(span)
-        .await
+        .await;
+    if let Some(sink) = sink {
+        sink.end(match &ending {
+            Ending::Won => StreamEnd::Done,
+            other => StreamEnd::Failed(stream_failure(job_id, other)),
+        });
+    }
+    ctx.hub.watch.changed(job_id);
+    ending
+}
+
+/// What a caller reading a stream is told when its attempt ended without relaying an answer.
+fn stream_failure(job_id: uuid::Uuid, ending: &Ending) -> String {
+    let what = match ending {
+        Ending::Won => "won",
+        Ending::Discarded => "lost to another attempt, whose answer is the job's result",
+        Ending::Failed(_) => "failed",
+        Ending::Cancelled => "was cancelled with its job",
+        Ending::Unknown(_) | Ending::Abandoned(_) | Ending::Unrecorded(_) => {
+            "ended with its outcome unknown (the job awaits proof)"
+        }
+    };
+    format!(
+        "the attempt streaming job {job_id} {what}; send the request again with the same \
+         Idempotency-Key to attach to the job's next attempt or its answer"
+    )
 }
 
 /// What may stop an attempt before its provider answers.
@@ -95,6 +127,7 @@ async fn run_attempt(
     kind: Arc<Kind>,
     attempt: AttemptRecord,
     abandon: CancellationToken,
+    sink: Option<&StreamSink>,
 ) -> Ending {
     let running = ctx.live.enter(attempt.id);
     let deadline = Instant::now() + kind.attempt_timeout;
@@ -109,8 +142,9 @@ async fn run_attempt(
         return not_sent(&ctx, &kind, &attempt, error).await;
     };
     // Only a first (non-hedge) attempt asks for a hedge once it runs, and only if a
-    // certified provider can take it; a refused one is logged now, once.
-    let hedge_after = if attempt.hedge || kind.hedge_after.is_none() {
+    // certified provider can take it; a refused one is logged now, once. No hedge starts
+    // beside an attempt streamed to a caller: a stream relays one attempt.
+    let hedge_after = if attempt.hedge || kind.hedge_after.is_none() || sink.is_some() {
         None
     } else {
         let attempts = ctx.store.job_attempts(job.id).await.unwrap_or_default();
@@ -162,7 +196,16 @@ async fn run_attempt(
     }
     let sent_at = Instant::now();
     let (sent_tx, mut sent_rx) = oneshot::channel();
-    let submit = provider.submit(&request, Some(sent_tx));
+    let submit = async {
+        match sink {
+            Some(sink) => {
+                provider
+                    .submit_streaming(&request, Some(sent_tx), sink)
+                    .await
+            }
+            None => provider.submit(&request, Some(sent_tx)).await,
+        }
+    };
     tokio::pin!(submit);
     let mut acknowledged = false;
     let submitted = loop {

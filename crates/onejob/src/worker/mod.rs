@@ -84,6 +84,8 @@ pub struct WorkerContext {
     pub live: Live,
     /// Answers not recorded yet, offered again by the reconciler.
     pub held: Held,
+    /// The gateway's live streams and job notices, shared with this process's HTTP API.
+    pub hub: crate::gateway::Hub,
 }
 
 impl WorkerContext {
@@ -93,6 +95,7 @@ impl WorkerContext {
         kinds: Kinds,
         providers: Providers,
         settings: WorkerSettings,
+        hub: crate::gateway::Hub,
     ) -> Self {
         Self {
             store,
@@ -101,6 +104,7 @@ impl WorkerContext {
             settings,
             live: Live::default(),
             held: Held::default(),
+            hub,
         }
     }
 }

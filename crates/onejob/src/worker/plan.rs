@@ -178,6 +178,7 @@ mod tests {
             intent_fields: None,
             temperature: None,
             providers: providers.iter().map(|p| (*p).to_owned()).collect(),
+            openai_models: Vec::new(),
             attempt_timeout: Duration::from_secs(1),
             max_attempts: 3,
             retry_backoff: Duration::from_millis(10),

@@ -1,0 +1,446 @@
+//! `POST /v1/chat/completions` and `GET /v1/models`: the OpenAI-compatible gateway (DESIGN
+//! §9), a thin adapter over the job use cases and [`crate::gateway`].
+//!
+//! A call is a job of the kind serving its `model`, under the caller's `Idempotency-Key`;
+//! the answer is the job's outcome: `200` with the winning upstream's `chat.completion` (or
+//! its stream), `409` with `Retry-After` while it still runs after `[gateway] wait` (OpenAI
+//! SDKs retry a 409 with the same headers, so the retry attaches to the same job), `409`
+//! for an outcome awaiting proof, the upstream's definite status for a failure. Every error
+//! is in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`, so SDKs raise
+//! it with onejob's message.
+
+use std::{convert::Infallible, sync::Arc, time::Duration};
+
+use axum::{
+    Json,
+    body::Body,
+    extract::State,
+    http::{HeaderMap, HeaderValue, StatusCode, header},
+    response::{
+        IntoResponse, Response,
+        sse::{Event, KeepAlive, Sse},
+    },
+};
+use futures::{Stream, StreamExt, stream};
+use onejob_domain::{IdempotencyKey, JobState};
+use serde_json::{Map, Value, json};
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::{
+    AppState,
+    auth::Caller,
+    body::read_json,
+    jobs::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, idempotency_key, submit_problem},
+    problem::{Problem, ProblemType},
+};
+use crate::{
+    gateway::{
+        Delivery,
+        completion::chunks_of,
+        split_request,
+        streams::{Next, StreamEnd, Wanted},
+    },
+    jobs::{Submission, Submitted},
+    store::JobRecord,
+};
+
+/// The header naming the job a gateway answer belongs to.
+pub const JOB_ID_HEADER: &str = "onejob-job-id";
+
+/// How often a waiting call looks at its job when no notice came (a job worked by another
+/// process sends none).
+const POLL: Duration = Duration::from_millis(250);
+
+/// An error in OpenAI's shape, with onejob's problem type as its `code` and its extension
+/// members (`job_id`, `changed`, …) beside.
+fn openai_error(problem: Problem) -> Response {
+    let status = problem.kind.status();
+    let kind = match status.as_u16() {
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        409 => "conflict_error",
+        429 => "rate_limit_error",
+        400..=499 => "invalid_request_error",
+        _ => "api_error",
+    };
+    let mut error = Map::new();
+    error.insert("message".into(), json!(problem.detail));
+    error.insert("type".into(), json!(kind));
+    error.insert("param".into(), Value::Null);
+    error.insert("code".into(), json!(problem.kind.slug()));
+    for (key, value) in problem.extensions {
+        error.entry(key).or_insert(value);
+    }
+    let mut response = (status, Json(json!({ "error": error }))).into_response();
+    if let Some(seconds) = problem.retry_after {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    response
+}
+
+/// The same, for an error that is not one of onejob's problem types: an upstream's status.
+fn upstream_error(status: StatusCode, message: String, job_id: Uuid) -> Response {
+    let kind = match status.as_u16() {
+        429 => "rate_limit_error",
+        400..=499 => "invalid_request_error",
+        _ => "api_error",
+    };
+    let body = json!({ "error": {
+        "message": message,
+        "type": kind,
+        "param": null,
+        "code": "upstream_error",
+        "job_id": job_id,
+    }});
+    with_job((status, Json(body)).into_response(), job_id, false)
+}
+
+fn with_job(mut response: Response, job_id: Uuid, replayed: bool) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(
+        JOB_ID_HEADER,
+        HeaderValue::try_from(job_id.to_string()).expect("a uuid is a valid header"),
+    );
+    if replayed {
+        headers.insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    }
+    response
+}
+
+/// `POST /v1/chat/completions`.
+#[utoipa::path(
+    post,
+    path = "/v1/chat/completions",
+    tag = "gateway",
+    operation_id = "create_chat_completion",
+    params(("Idempotency-Key" = String, Header, pattern = r#"^(?:[!-~]|[!#-~][!-~]{0,253}[!-~]|"[!-~]{0,253}[!#-~]|"(?:[!#-\[\]-~]|\\[\\"]){1,255}")$"#, description = "Your name for this call, the same on every retry of it (an OpenAI SDK's `extra_headers`)")),
+    request_body(content = Object, content_type = "application/json", description = "An OpenAI chat completion request whose `model` is one of GET /v1/models"),
+    responses(
+        (status = 200, description = "The winning attempt's chat.completion (or, with `stream: true`, its chat.completion.chunk events ending [DONE])", content(
+            (Object = "application/json"),
+            (String = "text/event-stream"),
+        ), headers(
+            ("onejob-job-id" = String, description = "The job"),
+            ("Idempotent-Replayed" = String, description = "`true` when the key already named the job"))),
+        (status = 400, description = "No or a malformed Idempotency-Key, bad JSON, or not a chat request", body = Object),
+        (status = 401, description = "Missing or invalid API key", body = Object),
+        (status = 404, description = "No kind serves this model", body = Object),
+        (status = 409, description = "Still running after the wait (retry with the same key after Retry-After), awaiting proof (unknown), or cancelled", body = Object),
+        (status = 413, description = "Body over max_body_bytes", body = Object),
+        (status = 415, description = "Not JSON", body = Object),
+        (status = 422, description = "The key names a call with another body", body = Object),
+        (status = 502, description = "Every attempt failed without a definite upstream status", body = Object),
+        (status = 503, description = "The database is unavailable; retry after Retry-After", body = Object),
+    )
+)]
+pub async fn chat_completions(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    match call(&state, &headers, body).await {
+        Ok(response) => response,
+        Err(problem) => openai_error(problem),
+    }
+}
+
+async fn call(state: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<Response, Problem> {
+    let caller = Caller::from_headers(headers, state).await?;
+    let key = match (
+        headers.contains_key(IDEMPOTENCY_KEY),
+        state.gateway.allow_keyless,
+    ) {
+        // Each keyless call its own job, under a key nobody can send again.
+        (false, true) => IdempotencyKey::parse(&format!("keyless:{}", Uuid::now_v7()))
+            .expect("a generated key is valid"),
+        _ => idempotency_key(headers)?,
+    };
+    let document = read_json(headers, body, state.max_body_bytes).await?;
+    let Value::Object(request) = document else {
+        return Err(Problem::new(
+            ProblemType::InvalidRequest,
+            "the body must be an OpenAI chat completion request (a JSON object)",
+        ));
+    };
+    let model = match request.get("model") {
+        Some(Value::String(model)) => model.clone(),
+        _ => {
+            return Err(Problem::new(
+                ProblemType::InvalidRequest,
+                "the request needs a `model` (one of GET /v1/models)",
+            ));
+        }
+    };
+    let kind = state
+        .jobs
+        .kinds()
+        .by_model(&model)
+        .cloned()
+        .ok_or_else(|| {
+            Problem::new(
+                ProblemType::NotFound,
+                format!(
+                    "the model {model:?} does not exist here; GET /v1/models lists the ones served"
+                ),
+            )
+            .with("models", state.jobs.kinds().models())
+        })?;
+    let (params, delivery) = split_request(request);
+    // Registered before the job exists, so whichever attempt starts finds the reader.
+    let wanted = delivery
+        .stream
+        .then(|| state.hub.streams.want(&caller.principal, &key.hash()));
+    let submitted = state
+        .jobs
+        .submit(
+            &caller.principal,
+            &caller.actor(),
+            &key,
+            Submission {
+                kind: kind.name.clone(),
+                params,
+            },
+        )
+        .await
+        .map_err(submit_problem)?;
+    let (job, replayed) = match submitted {
+        Submitted::Created(job) => (job, false),
+        Submitted::Replayed(job) => (job, true),
+    };
+    let deadline = Instant::now() + wait_for(state);
+    match wanted {
+        Some(wanted) => {
+            stream_answer(state, &caller, job, replayed, delivery, wanted, deadline).await
+        }
+        None => {
+            let job = settled(state, &caller, job, deadline, None).await?;
+            Ok(answer(job, replayed))
+        }
+    }
+}
+
+/// How long a call waits for its job: `[gateway] wait`, kept a second inside the request
+/// deadline so the answer is ours, not a 408.
+fn wait_for(state: &AppState) -> Duration {
+    state
+        .gateway
+        .wait
+        .min(state.request_timeout.saturating_sub(Duration::from_secs(1)))
+}
+
+/// The job once it is finished or unknown, or (at `deadline`, or once `stream` has an
+/// attempt streaming into it) as it is then.
+async fn settled(
+    state: &AppState,
+    caller: &Caller,
+    mut job: JobRecord,
+    deadline: Instant,
+    stream: Option<&Wanted>,
+) -> Result<JobRecord, Problem> {
+    let mut watcher = state.hub.watch.subscribe();
+    loop {
+        if job.state.is_terminal() || job.state == JobState::Unknown {
+            return Ok(job);
+        }
+        if stream.is_some_and(|s| s.stream().attempt().is_some()) {
+            return Ok(job);
+        }
+        let started = async {
+            match stream {
+                Some(wanted) => {
+                    wanted.stream().started().await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = watcher.changed(job.id) => {}
+            () = tokio::time::sleep(POLL) => {}
+            () = started => {}
+            () = tokio::time::sleep_until(deadline) => return Ok(job),
+        }
+        job = state
+            .jobs
+            .get(&caller.principal, job.id)
+            .await?
+            .ok_or_else(|| Problem::not_found("job"))?;
+    }
+}
+
+/// The answer for a job as it is now.
+fn answer(job: JobRecord, replayed: bool) -> Response {
+    let id = job.id;
+    match job.state {
+        JobState::Succeeded => {
+            let completion = job.result.unwrap_or(Value::Null);
+            with_job(
+                (StatusCode::OK, Json(completion)).into_response(),
+                id,
+                replayed,
+            )
+        }
+        JobState::Failed => failed(&job),
+        state => with_job(openai_error(waiting(id, state)), id, replayed),
+    }
+}
+
+/// The problem of a job that has no answer yet: still running, awaiting proof, cancelled.
+fn waiting(job_id: Uuid, state: JobState) -> Problem {
+    let (detail, retry_after) = match state {
+        JobState::Unknown => (
+            format!(
+                "job {job_id}: the outcome of its attempt is unknown and awaits proof from the \
+                 provider (or an operator); retry later with the same Idempotency-Key"
+            ),
+            Some(5),
+        ),
+        JobState::Cancelled => (format!("job {job_id} was cancelled"), None),
+        _ => (
+            format!(
+                "job {job_id} is still running; retry with the same Idempotency-Key to attach \
+                 to it"
+            ),
+            Some(1),
+        ),
+    };
+    let mut problem = Problem::new(ProblemType::InvalidState, detail)
+        .with("job_id", job_id.to_string())
+        .with("state", state.as_str());
+    problem.retry_after = retry_after;
+    problem
+}
+
+/// A failed job: its last definite upstream status and message, else 502.
+fn failed(job: &JobRecord) -> Response {
+    let last = job
+        .error
+        .as_ref()
+        .and_then(|e| e.get("last_error"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    let status = last
+        .get("status")
+        .and_then(Value::as_u64)
+        .and_then(|s| u16::try_from(s).ok())
+        .and_then(|s| StatusCode::from_u16(s).ok())
+        .filter(|s| s.is_client_error() || s.is_server_error())
+        .unwrap_or(StatusCode::BAD_GATEWAY);
+    let said = last
+        .get("upstream_message")
+        .or_else(|| last.get("message"))
+        .and_then(Value::as_str)
+        .unwrap_or("no attempt succeeded");
+    let message = format!("job {} failed: {said}", job.id);
+    upstream_error(status, message, job.id)
+}
+
+/// A streamed answer: the live stream of the job's attempt from its first chunk, or the
+/// stored completion as a stream once the job finished.
+async fn stream_answer(
+    state: &AppState,
+    caller: &Caller,
+    job: JobRecord,
+    replayed: bool,
+    delivery: Delivery,
+    wanted: Wanted,
+    deadline: Instant,
+) -> Result<Response, Problem> {
+    let job = settled(state, caller, job, deadline, Some(&wanted)).await?;
+    let id = job.id;
+    if wanted.stream().attempt().is_some() && !job.state.is_terminal() {
+        return Ok(sse(live(wanted, id), id, replayed));
+    }
+    match job.state {
+        JobState::Succeeded => {
+            let completion = job.result.unwrap_or(Value::Null);
+            let chunks = chunks_of(&completion, delivery.include_usage);
+            let events =
+                stream::iter(chunks.into_iter().map(data)).chain(stream::once(async { done() }));
+            Ok(sse(events, id, replayed))
+        }
+        _ => Ok(answer(job, replayed)),
+    }
+}
+
+fn data(chunk: Value) -> Result<Event, Infallible> {
+    Ok(Event::default().data(chunk.to_string()))
+}
+
+fn done() -> Result<Event, Infallible> {
+    Ok(Event::default().data("[DONE]"))
+}
+
+/// The chunks of a live stream from the first, then `[DONE]`, or an error event naming the
+/// job if the attempt ended without an answer. The reader holds `wanted` while it reads; a
+/// reader that goes away (the client disconnected) stops reading, and the job goes on.
+fn live(wanted: Wanted, job_id: Uuid) -> impl Stream<Item = Result<Event, Infallible>> {
+    stream::unfold(
+        (wanted, 0usize, false),
+        move |(wanted, read, over)| async move {
+            if over {
+                return None;
+            }
+            match wanted.stream().next(read).await {
+                Next::Chunks(chunks) => {
+                    let read = read + chunks.len();
+                    let events: Vec<_> = chunks.into_iter().map(data).collect();
+                    Some((stream::iter(events), (wanted, read, false)))
+                }
+                Next::End(StreamEnd::Done) => {
+                    Some((stream::iter(vec![done()]), (wanted, read, true)))
+                }
+                Next::End(StreamEnd::Failed(message)) => {
+                    let error = json!({ "error": {
+                        "message": message,
+                        "type": "api_error",
+                        "param": null,
+                        "code": "attempt_failed",
+                        "job_id": job_id,
+                    }});
+                    Some((stream::iter(vec![data(error)]), (wanted, read, true)))
+                }
+            }
+        },
+    )
+    .flatten()
+}
+
+fn sse<S>(events: S, job_id: Uuid, replayed: bool) -> Response
+where
+    S: Stream<Item = Result<Event, Infallible>> + Send + 'static,
+{
+    let response = Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response();
+    with_job(response, job_id, replayed)
+}
+
+/// `GET /v1/models`: the model names the gateway serves, in OpenAI's list shape.
+#[utoipa::path(
+    get,
+    path = "/v1/models",
+    tag = "gateway",
+    operation_id = "list_models",
+    responses(
+        (status = 200, description = "The models served at POST /v1/chat/completions", body = Object),
+        (status = 401, description = "Missing or invalid API key", body = Object),
+        (status = 503, description = "The database is unavailable; retry after Retry-After", body = Object),
+    )
+)]
+pub async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if let Err(problem) = Caller::from_headers(&headers, &state).await {
+        return openai_error(problem);
+    }
+    let data: Vec<Value> = state
+        .jobs
+        .kinds()
+        .models()
+        .into_iter()
+        .map(|model| json!({ "id": model, "object": "model", "created": 0, "owned_by": "onejob" }))
+        .collect();
+    Json(json!({ "object": "list", "data": data })).into_response()
+}
