@@ -34,12 +34,12 @@ pub(crate) async fn completions(
 ) -> Result<Response, FakeError> {
     let request = parse_json(&body)?;
     let key = idempotency_key(&headers)?;
-    let Some(messages) = request.get("messages").filter(|m| m.is_array()) else {
+    if request.get("messages").filter(|m| m.is_array()).is_none() {
         return Err(FakeError::BadRequest(
             "the request needs a `messages` array".into(),
         ));
     };
-    match shared.admit_chat(messages, key) {
+    match shared.admit_chat(&request, key) {
         ChatAdmission::Replay(waiting) => {
             let reply = wait_for_reply(&shared, waiting).await?;
             Ok(mark_replayed(reply_response(reply)))

@@ -11,8 +11,9 @@
 //! acknowledgement, failures, missing artifacts, drifted keys, malformed output, HTTP
 //! statuses), added in-process with [`FakeServer::add_rule`] or over HTTP through the
 //! [`control`] endpoints under `/_fake`. Every submit that reaches the server is counted as a
-//! side effect in [`Submissions`], keyed by the [`input_hash`] of its input, so a test can
-//! prove that nothing ran twice.
+//! side effect in [`Submissions`], keyed by the [`input_hash`] of its input and with its
+//! whole request body, so a test can prove that nothing ran twice and see exactly what was
+//! sent.
 //!
 //! Module map: [`behaviour`] (rules and what they script), [`submissions`] (the side-effect
 //! log), [`task`] (one task's timeline and result), [`idempotency`] (the upstream

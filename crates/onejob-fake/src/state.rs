@@ -107,8 +107,9 @@ impl Shared {
         self.lock().log.clone()
     }
 
-    /// Admits a chat submit whose input is `messages`.
-    pub(crate) fn admit_chat(&self, messages: &Value, key: Option<String>) -> ChatAdmission {
+    /// Admits a chat submit with this body; its input is the body's `messages`.
+    pub(crate) fn admit_chat(&self, request: &Value, key: Option<String>) -> ChatAdmission {
+        let messages = request.get("messages").unwrap_or(&Value::Null);
         let mut inner = self.lock();
         if let Some(slot) = key.as_ref().and_then(|k| inner.chat_keys.get(k)) {
             let waiting = slot.subscribe();
@@ -118,7 +119,7 @@ impl Shared {
         let behaviour = inner.rules.pick(&canonical_text(messages));
         inner
             .log
-            .record(record("chat", messages, key.clone(), None));
+            .record(record("chat", messages, request, key.clone(), None));
         if let Some(status) = behaviour.http_status {
             return ChatAdmission::Scripted(status);
         }
@@ -143,7 +144,7 @@ impl Shared {
         }
         let behaviour = inner.rules.pick(&canonical_text(body));
         if let Some(status) = behaviour.http_status {
-            inner.log.record(record("tasks", body, key, None));
+            inner.log.record(record("tasks", body, body, key, None));
             return TaskAdmission::Scripted(status);
         }
         let task_id = new_task_id();
@@ -154,7 +155,7 @@ impl Shared {
         }
         inner
             .log
-            .record(record("tasks", body, key, Some(task_id.clone())));
+            .record(record("tasks", body, body, key, Some(task_id.clone())));
         TaskAdmission::Accepted { task_id, behaviour }
     }
 
@@ -196,6 +197,7 @@ impl Shared {
 fn record(
     endpoint: &str,
     input: &Value,
+    request: &Value,
     idempotency_key: Option<String>,
     task_id: Option<String>,
 ) -> SubmissionRecord {
@@ -203,6 +205,7 @@ fn record(
         endpoint: endpoint.into(),
         input_hash: input_hash(input),
         input: input.clone(),
+        request: request.clone(),
         idempotency_key,
         task_id,
     }

@@ -34,6 +34,11 @@ pub struct SubmissionRecord {
     pub input_hash: String,
     /// Chat: the request's `messages`; tasks: the whole request body.
     pub input: Value,
+    /// The whole request body as received (both endpoints), so a test can see every field
+    /// that reached the upstream (`model`, `tools`, `stream`, …). Absent from documents
+    /// written before it existed: it then reads as `null`.
+    #[serde(default)]
+    pub request: Value,
     /// The `Idempotency-Key` header, if the request had one.
     pub idempotency_key: Option<String>,
     /// The task created for it (tasks endpoint only; none when a status was scripted).
@@ -90,6 +95,7 @@ mod tests {
                 endpoint: "tasks".into(),
                 input_hash: input_hash(&input),
                 input: input.clone(),
+                request: input.clone(),
                 idempotency_key: None,
                 task_id: None,
             });
