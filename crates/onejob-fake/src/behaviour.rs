@@ -43,14 +43,17 @@ pub struct Rule {
 #[derive(Clone, Debug, Serialize, Deserialize, Default, PartialEq)]
 #[serde(default)]
 pub struct Behaviour {
-    /// Delay before answering the submit (tasks), or part of the latency (chat).
+    /// Delay before answering the submit (tasks), or before the acknowledgement (chat: a
+    /// stream's first chunk; part of a non-streamed answer's latency).
     pub ack_delay_ms: u64,
     /// The submit is received (and counted) but never answered. A task submitted this way
     /// still exists and runs its course: a caller can find it by its `Idempotency-Key`.
     pub hang_before_ack: bool,
-    /// Tasks: time from the acknowledgement until the task finishes. Chat: added latency.
+    /// Tasks: time from the acknowledgement until the task finishes. Chat: added latency,
+    /// spread evenly over a stream's content chunks.
     pub run_ms: u64,
-    /// Tasks: acknowledged, then the status stays `running` forever. Chat: never answers.
+    /// Tasks: acknowledged, then the status stays `running` forever. Chat: never answers;
+    /// a stream sends its role chunk and then nothing until the server stops.
     pub hang_after_ack: bool,
     /// What the finished work looks like.
     pub outcome: Outcome,

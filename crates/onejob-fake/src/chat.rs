@@ -1,30 +1,68 @@
-//! The OpenAI-compatible, synchronous chat shape: `POST /v1/chat/completions`.
+//! The OpenAI-compatible chat shape: `POST /v1/chat/completions`, answered as one JSON
+//! completion or, for `"stream": true`, as server-sent events (see [`crate::completion`]
+//! for both wire forms).
 //!
-//! The request's input is its `messages` array. The answer comes after `ack_delay_ms +
-//! run_ms` (never, if the behaviour hangs); its `content` is the JSON text of the output,
-//! by default `{"text": "fake answer: <last user message>"}`. The work runs in its own
-//! task, so it completes (and a replay of its `Idempotency-Key` gets the same answer) even
-//! when the caller gave up waiting.
+//! The request's input (what rules match and what the side-effect log keys on) is its
+//! `messages` array; the whole body is recorded too. The answer's `content` is the JSON text
+//! of the output, by default `{"text": "fake answer: <last user message>"}`, whatever the
+//! `response_format`.
+//!
+//! The timeline: the acknowledgement (a stream's role chunk) comes after `ack_delay_ms`, the
+//! content chunks follow spread evenly over `run_ms`, and a non-streamed answer comes when
+//! the last chunk would. The work runs in its own task and publishes its progress in the
+//! request's slot, so it completes even when the caller gave up, and a request replaying
+//! its `Idempotency-Key` follows the same slot: live while the work is still running (the
+//! chunks as they come out), at once when it is over, in whichever form the replay asked.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::{
     Json,
-    body::Bytes,
+    body::{Body, Bytes},
     extract::State,
-    http::{HeaderMap, StatusCode},
+    http::{HeaderMap, HeaderValue, header},
     response::{IntoResponse, Response},
 };
 use serde_json::{Value, json};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 
 use crate::behaviour::{Behaviour, Outcome};
+use crate::completion::{Answer, Completion, DONE};
 use crate::error::{FakeError, parse_json};
 use crate::idempotency::{idempotency_key, mark_replayed};
-use crate::state::{ChatAdmission, ChatSlot, Shared, StoredReply};
+use crate::state::{ChatAdmission, ChatSlot, Progress, Shared, StoredReply};
 use crate::submissions::canonical_text;
 use crate::task::{ECHO_CHARS, truncate};
+
+/// How long a cut stream waits after its last bytes before the connection closes, so they
+/// leave the server first.
+const CUT_GRACE: Duration = Duration::from_millis(20);
+
+/// The form a request wants its answer in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Form {
+    /// One `chat.completion` document.
+    Json,
+    /// Server-sent `chat.completion.chunk`s, with the usage chunk if `include_usage`.
+    Stream {
+        /// `stream_options.include_usage`.
+        include_usage: bool,
+    },
+}
+
+impl Form {
+    fn of(request: &Value) -> Form {
+        if request["stream"] == true {
+            Form::Stream {
+                include_usage: request["stream_options"]["include_usage"] == true,
+            }
+        } else {
+            Form::Json
+        }
+    }
+}
 
 /// `POST /v1/chat/completions`.
 pub(crate) async fn completions(
@@ -39,96 +77,309 @@ pub(crate) async fn completions(
             "the request needs a `messages` array".into(),
         ));
     };
+    let form = Form::of(&request);
     match shared.admit_chat(&request, key) {
-        ChatAdmission::Replay(waiting) => {
-            let reply = wait_for_reply(&shared, waiting).await?;
-            Ok(mark_replayed(reply_response(reply)))
+        ChatAdmission::Replay(progress) => {
+            Ok(mark_replayed(answer(&shared, progress, form).await?))
         }
         ChatAdmission::Scripted(status) => Err(FakeError::ScriptedStatus(status)),
         ChatAdmission::Run { behaviour, slot } => {
-            let waiting = slot.subscribe();
-            tokio::spawn(run(Arc::clone(&shared), request, behaviour, slot));
-            Ok(reply_response(wait_for_reply(&shared, waiting).await?))
+            let progress = slot.subscribe();
+            let outcome = outcome_of(&request, &behaviour);
+            tokio::spawn(run(Arc::clone(&shared), outcome, behaviour, slot));
+            answer(&shared, progress, form).await
         }
     }
 }
 
-/// Waits out the behaviour's latency, then publishes the answer (never, if it hangs).
-async fn run(shared: Arc<Shared>, request: Value, behaviour: Behaviour, slot: ChatSlot) {
-    if behaviour.hang_before_ack || behaviour.hang_after_ack {
-        // Keeps `slot` alive so the caller and replays wait until the server stops.
+/// Plays the behaviour's timeline, publishing the progress in `slot` (never finishing, if
+/// it hangs).
+async fn run(
+    shared: Arc<Shared>,
+    outcome: Result<Completion, StoredReply>,
+    behaviour: Behaviour,
+    slot: ChatSlot,
+) {
+    // Keeping `slot` alive while hanging keeps the caller and replays waiting until the
+    // server stops.
+    if behaviour.hang_before_ack {
         shared.until_shutdown().await;
         return;
     }
-    let latency = Duration::from_millis(behaviour.ack_delay_ms.saturating_add(behaviour.run_ms));
-    tokio::select! {
-        () = tokio::time::sleep(latency) => {}
-        () = shared.until_shutdown() => return,
+    let started = Instant::now();
+    let acknowledged = started + Duration::from_millis(behaviour.ack_delay_ms);
+    let completion = match outcome {
+        Err(failure) => {
+            if behaviour.hang_after_ack {
+                shared.until_shutdown().await;
+                return;
+            }
+            let over = acknowledged + Duration::from_millis(behaviour.run_ms);
+            if pause_until(&shared, over).await {
+                slot.send_replace(Progress::Failed(failure));
+            }
+            return;
+        }
+        Ok(completion) => Arc::new(completion),
+    };
+    if !pause_until(&shared, acknowledged).await {
+        return;
     }
-    slot.send_replace(Some(reply_of(&request, &behaviour)));
+    let publish = |pieces: usize, finished: bool| {
+        slot.send_replace(Progress::Answering {
+            completion: Arc::clone(&completion),
+            pieces,
+            finished,
+        });
+    };
+    publish(0, false);
+    if behaviour.hang_after_ack {
+        shared.until_shutdown().await;
+        return;
+    }
+    let total = completion.pieces().len();
+    if total == 0 {
+        // Nothing to spread the run over.
+        let over = acknowledged + Duration::from_millis(behaviour.run_ms);
+        if pause_until(&shared, over).await {
+            publish(0, true);
+        }
+        return;
+    }
+    for piece in 1..=total {
+        let share = behaviour.run_ms.saturating_mul(piece as u64) / total as u64;
+        if !pause_until(&shared, acknowledged + Duration::from_millis(share)).await {
+            return;
+        }
+        publish(piece, piece == total);
+    }
 }
 
-async fn wait_for_reply(
-    shared: &Shared,
-    mut waiting: watch::Receiver<Option<StoredReply>>,
-) -> Result<StoredReply, FakeError> {
+/// Sleeps until `deadline`; false if the server stopped first.
+async fn pause_until(shared: &Shared, deadline: Instant) -> bool {
     tokio::select! {
-        ready = waiting.wait_for(Option::is_some) => {
-            ready.ok().and_then(|reply| reply.clone()).ok_or(FakeError::ShuttingDown)
+        () = tokio::time::sleep_until(deadline) => true,
+        () = shared.until_shutdown() => false,
+    }
+}
+
+/// Waits until `ready` holds for the progress; a 503 if the server stops first.
+async fn progress_when(
+    shared: &Shared,
+    progress: &mut watch::Receiver<Progress>,
+    ready: impl FnMut(&Progress) -> bool,
+) -> Result<Progress, FakeError> {
+    tokio::select! {
+        reached = progress.wait_for(ready) => {
+            reached.map(|now| now.clone()).map_err(|_| FakeError::ShuttingDown)
         }
         () = shared.until_shutdown() => Err(FakeError::ShuttingDown),
     }
 }
 
-fn reply_response(reply: StoredReply) -> Response {
-    (reply.status, Json(reply.body)).into_response()
+/// Answers a request following `progress`, in its form.
+async fn answer(
+    shared: &Arc<Shared>,
+    progress: watch::Receiver<Progress>,
+    form: Form,
+) -> Result<Response, FakeError> {
+    match form {
+        Form::Json => json_answer(shared, progress).await,
+        Form::Stream { include_usage } => stream_answer(shared, progress, include_usage).await,
+    }
 }
 
-/// The answer a chat request with this behaviour gets once its latency is over.
-fn reply_of(request: &Value, behaviour: &Behaviour) -> StoredReply {
+/// The non-streamed answer, once the completion is over.
+async fn json_answer(
+    shared: &Shared,
+    mut progress: watch::Receiver<Progress>,
+) -> Result<Response, FakeError> {
+    let over = progress_when(shared, &mut progress, |now| match now {
+        Progress::Waiting => false,
+        Progress::Answering { finished, .. } => *finished,
+        Progress::Failed(_) => true,
+    })
+    .await?;
+    Ok(match over {
+        Progress::Failed(failure) => failure_response(failure),
+        Progress::Answering { completion, .. } => Json(completion.json()).into_response(),
+        // Excluded by the wait.
+        Progress::Waiting => FakeError::ShuttingDown.into_response(),
+    })
+}
+
+/// The streamed answer: its headers once the completion is acknowledged (or the JSON error
+/// it failed with), then its events as they come out.
+async fn stream_answer(
+    shared: &Arc<Shared>,
+    mut progress: watch::Receiver<Progress>,
+    include_usage: bool,
+) -> Result<Response, FakeError> {
+    let acknowledged = progress_when(shared, &mut progress, |now| {
+        !matches!(now, Progress::Waiting)
+    })
+    .await?;
+    if let Progress::Failed(failure) = acknowledged {
+        return Ok(failure_response(failure));
+    }
+    let (events, received) = mpsc::channel(16);
+    tokio::spawn(stream_events(
+        Arc::clone(shared),
+        progress,
+        include_usage,
+        events,
+    ));
+    Ok(event_stream_response(received))
+}
+
+/// What the event pump hands the response body.
+enum Emit {
+    /// Bytes to send.
+    Data(Bytes),
+    /// Close the connection without finishing the body.
+    Cut,
+}
+
+/// Follows `progress` and sends a stream's events as they come out: the role chunk, the
+/// pieces, then the finish, usage and `[DONE]` events, or a cut.
+async fn stream_events(
+    shared: Arc<Shared>,
+    mut progress: watch::Receiver<Progress>,
+    include_usage: bool,
+    sender: mpsc::Sender<Emit>,
+) {
+    let mut sent: Option<usize> = None;
+    loop {
+        let now = progress.borrow_and_update().clone();
+        let Progress::Answering {
+            completion,
+            pieces,
+            finished,
+        } = now
+        else {
+            // Not reachable once acknowledged; a stream that cannot go on is cut.
+            let _ = sender.send(Emit::Cut).await;
+            return;
+        };
+        let mut events = Vec::new();
+        if sent.is_none() {
+            events.push(completion.role_event());
+        }
+        let from = sent.unwrap_or(0);
+        events.extend((from..pieces).map(|piece| completion.piece_event(piece)));
+        sent = Some(pieces.max(from));
+        for event in events {
+            if sender.send(Emit::Data(event)).await.is_err() {
+                return; // The caller hung up.
+            }
+        }
+        if finished {
+            let mut tail = vec![completion.finish_event()];
+            if include_usage {
+                tail.push(completion.usage_event());
+            }
+            tail.push(Bytes::from_static(DONE));
+            for event in tail {
+                if sender.send(Emit::Data(event)).await.is_err() {
+                    return;
+                }
+            }
+            return;
+        }
+        let going_on = tokio::select! {
+            changed = progress.changed() => changed.is_ok(),
+            () = shared.until_shutdown() => false,
+        };
+        if !going_on {
+            let _ = sender.send(Emit::Cut).await;
+            return;
+        }
+    }
+}
+
+/// A response body fed by the event pump; a cut ends it with an error, which closes the
+/// connection without the rest of the body (after [`CUT_GRACE`], so the bytes before it
+/// are flushed first).
+fn pumped_body(received: mpsc::Receiver<Emit>) -> Body {
+    let chunks = futures::stream::unfold(Some(received), |state| async move {
+        let mut received = state?;
+        match received.recv().await? {
+            Emit::Data(bytes) => Some((Ok(bytes), Some(received))),
+            Emit::Cut => {
+                tokio::time::sleep(CUT_GRACE).await;
+                let cut = std::io::Error::new(
+                    std::io::ErrorKind::ConnectionAborted,
+                    "the fake provider cuts this answer short",
+                );
+                Some((Err(cut), None))
+            }
+        }
+    });
+    Body::from_stream(chunks)
+}
+
+fn with_content_type(body: Body, content_type: &'static str) -> Response {
+    let mut response = Response::new(body);
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if content_type == "text/event-stream" {
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    }
+    response
+}
+
+/// `200 text/event-stream` with the events the pump sends.
+fn event_stream_response(received: mpsc::Receiver<Emit>) -> Response {
+    with_content_type(pumped_body(received), "text/event-stream")
+}
+
+fn failure_response(failure: StoredReply) -> Response {
+    (failure.status, Json(failure.body)).into_response()
+}
+
+/// What the work ends with: the completion, or the scripted failure.
+fn outcome_of(request: &Value, behaviour: &Behaviour) -> Result<Completion, StoredReply> {
     if behaviour.outcome == Outcome::Fail {
         let failure = FakeError::ScriptedFailure;
-        return StoredReply {
+        return Err(StoredReply {
             status: failure.status(),
             body: failure.body(),
-        };
+        });
     }
     let messages = request.get("messages").unwrap_or(&Value::Null);
     let text = format!(
         "fake answer: {}",
         truncate(&last_user_text(messages), ECHO_CHARS)
     );
-    let content = match (&behaviour.output, behaviour.outcome) {
+    let answer = Answer::Content(match (&behaviour.output, behaviour.outcome) {
         (Some(output), _) => output.to_string(),
         (None, Outcome::Malformed) => "not json {".to_owned(),
         (None, Outcome::MissingArtifact) => json!({"text": ""}).to_string(),
         (None, Outcome::DriftedKeys) => json!({"answer": text}).to_string(),
         (None, _) => json!({"text": text}).to_string(),
-    };
+    });
     let prompt_tokens = words(&canonical_text(messages));
-    let completion_tokens = words(&content);
+    let completion_tokens = match &answer {
+        Answer::Content(content) => words(content),
+    };
     let created = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_secs());
-    StoredReply {
-        status: StatusCode::OK,
-        body: json!({
-            "id": format!("chatcmpl-{}", uuid::Uuid::now_v7()),
-            "object": "chat.completion",
-            "created": created,
-            "model": request.get("model").and_then(Value::as_str).unwrap_or("fake"),
-            "choices": [{
-                "index": 0,
-                "message": {"role": "assistant", "content": content},
-                "finish_reason": "stop",
-            }],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
+    Ok(Completion::new(
+        format!("chatcmpl-{}", uuid::Uuid::now_v7()),
+        created,
+        request
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or("fake")
+            .to_owned(),
+        answer,
+        json!({
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
         }),
-    }
+    ))
 }
 
 /// The text of the last `user` message: a string content, the `text` parts of an array
@@ -157,6 +408,7 @@ fn words(text: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::StatusCode;
 
     #[test]
     fn the_last_user_message_is_echoed() {
@@ -177,13 +429,14 @@ mod tests {
             output: Some(json!({"x": 1})),
             ..Behaviour::default()
         };
-        let reply = reply_of(&request, &custom);
-        assert_eq!(reply.body["choices"][0]["message"]["content"], "{\"x\":1}");
-        assert_eq!(reply.body["model"], "m");
+        let completion = outcome_of(&request, &custom).expect("a completion").json();
+        assert_eq!(completion["choices"][0]["message"]["content"], "{\"x\":1}");
+        assert_eq!(completion["model"], "m");
         let failing = Behaviour {
             outcome: Outcome::Fail,
             ..custom
         };
-        assert_eq!(reply_of(&request, &failing).status, StatusCode::BAD_REQUEST);
+        let failure = outcome_of(&request, &failing).expect_err("a failure");
+        assert_eq!(failure.status, StatusCode::BAD_REQUEST);
     }
 }

@@ -3,25 +3,28 @@
 //!
 //! It speaks two upstream shapes:
 //!
-//! * [`chat`]: an OpenAI-compatible, synchronous `POST /v1/chat/completions`;
+//! * [`chat`]: an OpenAI-compatible `POST /v1/chat/completions`, answered as one JSON
+//!   completion or, for `"stream": true`, as server-sent `chat.completion.chunk` events;
 //! * [`tasks`]: an asynchronous task API (`POST /v1/tasks` → task id, status by id, cancel,
 //!   and lookup by `Idempotency-Key`).
 //!
 //! What each request does is scripted by [`Rule`]s (latency, hangs before or after the
 //! acknowledgement, failures, missing artifacts, drifted keys, malformed output, HTTP
 //! statuses), added in-process with [`FakeServer::add_rule`] or over HTTP through the
-//! [`control`] endpoints under `/_fake`. Every submit that reaches the server is counted as a
-//! side effect in [`Submissions`], keyed by the [`input_hash`] of its input and with its
+//! [`control`] endpoints under `/_fake`. Every submit that reaches the server is counted as
+//! a side effect in [`Submissions`], keyed by the [`input_hash`] of its input and with its
 //! whole request body, so a test can prove that nothing ran twice and see exactly what was
 //! sent.
 //!
 //! Module map: [`behaviour`] (rules and what they script), [`submissions`] (the side-effect
-//! log), [`task`] (one task's timeline and result), [`idempotency`] (the upstream
-//! idempotency headers), [`error`] (the JSON error answers), `state` (the shared state
-//! behind every handler) and [`server`] (binding and serving).
+//! log), `completion` (one chat answer in its JSON and streamed forms), [`task`] (one
+//! task's timeline and result), [`idempotency`] (the upstream idempotency headers),
+//! [`error`] (the JSON error answers), `state` (the shared state behind every handler) and
+//! [`server`] (binding and serving).
 
 pub mod behaviour;
 pub mod chat;
+mod completion;
 pub mod control;
 pub mod error;
 pub mod idempotency;

@@ -13,10 +13,11 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::behaviour::{Behaviour, Rule, RuleBook};
+use crate::completion::Completion;
 use crate::submissions::{SubmissionRecord, Submissions, canonical_text, input_hash};
 use crate::task::{Task, new_task_id};
 
-/// A finished HTTP answer kept so a replay can answer the same.
+/// A finished error answer kept so a replay can answer the same.
 #[derive(Clone, Debug)]
 pub(crate) struct StoredReply {
     /// The answer's status.
@@ -25,20 +26,40 @@ pub(crate) struct StoredReply {
     pub(crate) body: Value,
 }
 
-/// Where one chat completion's answer is published once it is ready.
-pub(crate) type ChatSlot = Arc<watch::Sender<Option<StoredReply>>>;
+/// How far one chat completion has got, as every request waiting on it sees it.
+#[derive(Clone, Debug)]
+pub(crate) enum Progress {
+    /// Nothing is out yet: before the acknowledgement, a hang before it, or a failure whose
+    /// latency is not over.
+    Waiting,
+    /// Acknowledged (a stream's role chunk is out) and the first `pieces` content pieces
+    /// are out; `finished` once no more will come (all sent, or the answer breaks here).
+    Answering {
+        /// The whole completion, made when the work started.
+        completion: Arc<Completion>,
+        /// How many of its pieces are out.
+        pieces: usize,
+        /// Whether the completion is over.
+        finished: bool,
+    },
+    /// The work failed with this answer.
+    Failed(StoredReply),
+}
+
+/// Where one chat completion's progress is published (and where replays follow it).
+pub(crate) type ChatSlot = Arc<watch::Sender<Progress>>;
 
 /// What to do with a chat submit.
 pub(crate) enum ChatAdmission {
-    /// The key was seen: wait for the first request's answer.
-    Replay(watch::Receiver<Option<StoredReply>>),
+    /// The key was seen: follow the first request's progress.
+    Replay(watch::Receiver<Progress>),
     /// Counted; answer with this scripted status.
     Scripted(u16),
-    /// Counted; run with this behaviour and publish the answer in `slot`.
+    /// Counted; run with this behaviour and publish the progress in `slot`.
     Run {
         /// The behaviour picked by the rules.
         behaviour: Behaviour,
-        /// Where the answer goes (and where replays wait for it).
+        /// Where the progress goes (and where replays follow it).
         slot: ChatSlot,
     },
 }
@@ -123,7 +144,7 @@ impl Shared {
         if let Some(status) = behaviour.http_status {
             return ChatAdmission::Scripted(status);
         }
-        let slot: ChatSlot = Arc::new(watch::Sender::new(None));
+        let slot: ChatSlot = Arc::new(watch::Sender::new(Progress::Waiting));
         if let Some(key) = key {
             inner.chat_keys.insert(key, Arc::clone(&slot));
         }

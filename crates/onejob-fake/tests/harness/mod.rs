@@ -116,3 +116,100 @@ impl Fake {
         }
     }
 }
+
+/// One server-sent event as the client received it.
+#[derive(Debug)]
+pub struct Event {
+    /// The text after `data: `.
+    pub data: String,
+    /// When the bytes completing it arrived.
+    pub at: Instant,
+}
+
+impl Event {
+    /// The event's JSON chunk (panics on `[DONE]` or bad JSON: a test bug or a fake bug).
+    pub fn chunk(&self) -> Value {
+        serde_json::from_str(&self.data).unwrap_or_else(|e| panic!("{e}: {}", self.data))
+    }
+}
+
+/// A streamed answer read until its body ended.
+#[derive(Debug)]
+pub struct Streamed {
+    /// Every event, in order.
+    pub events: Vec<Event>,
+    /// The body ended with an error (the connection closed mid-body), not cleanly.
+    pub cut: bool,
+    /// Bytes after the last complete event (there should be none).
+    pub rest: String,
+}
+
+impl Streamed {
+    /// Whether the last event is `[DONE]`.
+    pub fn done(&self) -> bool {
+        self.events
+            .last()
+            .is_some_and(|event| event.data == "[DONE]")
+    }
+
+    /// The JSON chunks (every event but `[DONE]`).
+    pub fn chunks(&self) -> Vec<Value> {
+        self.events
+            .iter()
+            .filter(|event| event.data != "[DONE]")
+            .map(Event::chunk)
+            .collect()
+    }
+
+    /// The content deltas concatenated.
+    pub fn text(&self) -> String {
+        self.chunks()
+            .iter()
+            .filter_map(|chunk| {
+                chunk["choices"][0]["delta"]["content"]
+                    .as_str()
+                    .map(str::to_owned)
+            })
+            .collect()
+    }
+}
+
+/// Reads a streamed answer to its end, noting when each event arrived.
+pub async fn read_events(mut response: reqwest::Response) -> Streamed {
+    let mut buffer = String::new();
+    let mut events = Vec::new();
+    let cut = loop {
+        match response.chunk().await {
+            Ok(Some(bytes)) => {
+                let at = Instant::now();
+                buffer.push_str(std::str::from_utf8(&bytes).expect("UTF-8 events"));
+                while let Some(end) = buffer.find("\n\n") {
+                    let event: String = buffer.drain(..end + 2).collect();
+                    let data = event
+                        .trim_end()
+                        .strip_prefix("data: ")
+                        .unwrap_or_else(|| panic!("an event is one `data: ` line: {event:?}"));
+                    assert!(!data.contains('\n'), "one line per event: {event:?}");
+                    events.push(Event {
+                        data: data.to_owned(),
+                        at,
+                    });
+                }
+            }
+            Ok(None) => break false,
+            Err(_) => break true,
+        }
+    };
+    Streamed {
+        events,
+        cut,
+        rest: buffer,
+    }
+}
+
+/// A one-message chat request body that asks for a stream.
+pub fn stream_body(content: &str) -> Value {
+    let mut body = chat_body(content);
+    body["stream"] = json!(true);
+    body
+}

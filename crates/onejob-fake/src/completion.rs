@@ -1,0 +1,199 @@
+//! One chat completion, made once when the work starts and rendered on demand in either of
+//! OpenAI's forms: one `chat.completion` JSON document, or a server-sent-event stream of
+//! `chat.completion.chunk`s. Both forms of one completion carry the same id, the same answer
+//! and (streamed) the same chunking, which is what lets an idempotent replay answer in either
+//! form.
+//!
+//! The stream of a completion is:
+//!
+//! 1. the role chunk, delta `{"role": "assistant", "content": ""}`;
+//! 2. one chunk per [`Completion::pieces`]: the content word by word (each piece keeps the
+//!    whitespace before its word, so the pieces concatenate to the content);
+//! 3. the finish chunk, an empty delta with `finish_reason` `"stop"`;
+//! 4. only when the request asked `stream_options.include_usage`, a usage chunk with
+//!    `"choices": []`;
+//! 5. `data: [DONE]`.
+
+use axum::body::Bytes;
+use serde_json::{Value, json};
+
+/// The last event of a finished stream.
+pub(crate) const DONE: &[u8] = b"data: [DONE]\n\n";
+
+/// What the assistant answers.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Answer {
+    /// A text answer.
+    Content(String),
+}
+
+/// One finished piece of work, ready to be rendered in either form.
+#[derive(Clone, Debug)]
+pub(crate) struct Completion {
+    /// `chatcmpl-…`, the same in every form and chunk.
+    pub(crate) id: String,
+    /// Seconds since the Unix epoch.
+    pub(crate) created: u64,
+    /// The request's `model` (`"fake"` when it had none).
+    pub(crate) model: String,
+    /// The answer.
+    pub(crate) answer: Answer,
+    /// The `usage` object.
+    pub(crate) usage: Value,
+    pieces: Vec<Value>,
+}
+
+impl Completion {
+    /// A completion of `answer`; `pieces` are derived from it.
+    pub(crate) fn new(
+        id: String,
+        created: u64,
+        model: String,
+        answer: Answer,
+        usage: Value,
+    ) -> Completion {
+        let pieces = deltas(&answer);
+        Completion {
+            id,
+            created,
+            model,
+            answer,
+            usage,
+            pieces,
+        }
+    }
+
+    /// The deltas of the content chunks (step 2 of the stream), in order.
+    pub(crate) fn pieces(&self) -> &[Value] {
+        &self.pieces
+    }
+
+    fn finish_reason(&self) -> &'static str {
+        match self.answer {
+            Answer::Content(_) => "stop",
+        }
+    }
+
+    /// The non-streamed form: one `chat.completion` document.
+    pub(crate) fn json(&self) -> Value {
+        let message = match &self.answer {
+            Answer::Content(content) => json!({"role": "assistant", "content": content}),
+        };
+        json!({
+            "id": self.id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{
+                "index": 0,
+                "message": message,
+                "finish_reason": self.finish_reason(),
+            }],
+            "usage": self.usage,
+        })
+    }
+
+    fn chunk(&self, choices: Value) -> Value {
+        json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        })
+    }
+
+    fn delta_event(&self, delta: &Value, finish_reason: Option<&str>) -> Bytes {
+        event(&self.chunk(json!([{
+            "index": 0,
+            "delta": delta,
+            "finish_reason": finish_reason,
+        }])))
+    }
+
+    /// Step 1: the role chunk.
+    pub(crate) fn role_event(&self) -> Bytes {
+        let content = match self.answer {
+            Answer::Content(_) => json!(""),
+        };
+        self.delta_event(&json!({"role": "assistant", "content": content}), None)
+    }
+
+    /// Step 2: the chunk of piece `index`.
+    pub(crate) fn piece_event(&self, index: usize) -> Bytes {
+        self.delta_event(&self.pieces[index], None)
+    }
+
+    /// Step 3: the finish chunk.
+    pub(crate) fn finish_event(&self) -> Bytes {
+        self.delta_event(&json!({}), Some(self.finish_reason()))
+    }
+
+    /// Step 4: the usage chunk.
+    pub(crate) fn usage_event(&self) -> Bytes {
+        let mut chunk = self.chunk(json!([]));
+        chunk["usage"] = self.usage.clone();
+        event(&chunk)
+    }
+}
+
+/// One server-sent event carrying a JSON value.
+fn event(value: &Value) -> Bytes {
+    Bytes::from(format!("data: {value}\n\n"))
+}
+
+/// The content chunks' deltas of an answer.
+fn deltas(answer: &Answer) -> Vec<Value> {
+    match answer {
+        Answer::Content(content) => words_with_spacing(content)
+            .into_iter()
+            .map(|piece| json!({"content": piece}))
+            .collect(),
+    }
+}
+
+/// Splits text into words, each keeping the whitespace before it (trailing whitespace is a
+/// last piece of its own), so the pieces concatenate back to the text.
+fn words_with_spacing(text: &str) -> Vec<&str> {
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    let mut in_word = false;
+    for (at, character) in text.char_indices() {
+        let space = character.is_whitespace();
+        if space && in_word && start < at {
+            // A word just ended; the next piece starts with this whitespace.
+            pieces.push(&text[start..at]);
+            start = at;
+        }
+        in_word = !space;
+    }
+    if start < text.len() {
+        pieces.push(&text[start..]);
+    }
+    pieces
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_keep_their_spacing_and_concatenate_back() {
+        for text in [
+            "{\"text\":\"fake answer: a red fox.\"}",
+            "  leading and trailing  ",
+            "one",
+            "tabs\tand\nnew lines",
+            "",
+        ] {
+            let pieces = words_with_spacing(text);
+            assert_eq!(pieces.concat(), text, "{text:?}");
+            assert!(pieces.iter().all(|piece| !piece.is_empty()));
+        }
+        assert_eq!(
+            words_with_spacing("not json {"),
+            ["not", " json", " {"],
+            "one piece per word"
+        );
+    }
+}
