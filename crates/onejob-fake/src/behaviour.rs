@@ -21,6 +21,7 @@ const RULE_FIELDS: &[&str] = &[
     "outcome",
     "output",
     "http_status",
+    "break_stream_after",
 ];
 
 /// One scripted behaviour and the requests it applies to.
@@ -64,6 +65,13 @@ pub struct Behaviour {
     /// Answer the submit with this HTTP status and a JSON error body instead of running.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http_status: Option<u16>,
+    /// Chat only: the answer dies mid-way, like an upstream that crashes while it streams. A
+    /// streamed answer sends its role chunk and this many content chunks, then the
+    /// connection closes without the finish chunk and without `data: [DONE]`; a non-streamed
+    /// answer sends its 200 headers, then the connection closes without a body. Replays
+    /// under the same `Idempotency-Key` break the same way. Ignored by the tasks endpoint.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub break_stream_after: Option<u32>,
 }
 
 /// How the finished work turns out.
@@ -185,6 +193,9 @@ mod tests {
         assert_eq!(parsed.behaviour.run_ms, 5);
         assert_eq!(parsed.behaviour.outcome, Outcome::DriftedKeys);
         assert!(!parsed.behaviour.hang_after_ack);
+        assert_eq!(parsed.behaviour.break_stream_after, None);
+        let breaking = rule(json!({"break_stream_after": 3}));
+        assert_eq!(breaking.behaviour.break_stream_after, Some(3));
     }
 
     #[test]
@@ -205,6 +216,28 @@ mod tests {
             Rule::from_json(json!({"outcome": "explode"})),
             Err(RuleError::Invalid(_))
         ));
+    }
+
+    #[test]
+    fn rule_fields_name_every_field_of_a_rule() {
+        let full = Rule {
+            matches: Some("x".into()),
+            times: Some(1),
+            behaviour: Behaviour {
+                output: Some(json!({})),
+                http_status: Some(500),
+                break_stream_after: Some(1),
+                ..Behaviour::default()
+            },
+        };
+        let Value::Object(document) = serde_json::to_value(&full).unwrap() else {
+            panic!("a rule serializes to an object");
+        };
+        let mut serialized: Vec<&str> = document.keys().map(String::as_str).collect();
+        let mut known = RULE_FIELDS.to_vec();
+        serialized.sort_unstable();
+        known.sort_unstable();
+        assert_eq!(serialized, known);
     }
 
     #[test]

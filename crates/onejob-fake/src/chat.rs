@@ -36,7 +36,7 @@ use crate::state::{ChatAdmission, ChatSlot, Progress, Shared, StoredReply};
 use crate::submissions::canonical_text;
 use crate::task::{ECHO_CHARS, truncate};
 
-/// How long a cut stream waits after its last bytes before the connection closes, so they
+/// How long a cut answer waits after its last bytes before the connection closes, so they
 /// leave the server first.
 const CUT_GRACE: Duration = Duration::from_millis(20);
 
@@ -138,20 +138,25 @@ async fn run(
         return;
     }
     let total = completion.pieces().len();
-    if total == 0 {
-        // Nothing to spread the run over.
-        let over = acknowledged + Duration::from_millis(behaviour.run_ms);
+    let sent = completion.pieces_sent();
+    if sent == 0 {
+        // Nothing to spread the run over: a break right after the role chunk comes at once.
+        let over = if completion.breaks() {
+            acknowledged
+        } else {
+            acknowledged + Duration::from_millis(behaviour.run_ms)
+        };
         if pause_until(&shared, over).await {
             publish(0, true);
         }
         return;
     }
-    for piece in 1..=total {
+    for piece in 1..=sent {
         let share = behaviour.run_ms.saturating_mul(piece as u64) / total as u64;
         if !pause_until(&shared, acknowledged + Duration::from_millis(share)).await {
             return;
         }
-        publish(piece, piece == total);
+        publish(piece, piece == sent);
     }
 }
 
@@ -202,6 +207,7 @@ async fn json_answer(
     .await?;
     Ok(match over {
         Progress::Failed(failure) => failure_response(failure),
+        Progress::Answering { completion, .. } if completion.breaks() => cut_response(),
         Progress::Answering { completion, .. } => Json(completion.json()).into_response(),
         // Excluded by the wait.
         Progress::Waiting => FakeError::ShuttingDown.into_response(),
@@ -274,6 +280,10 @@ async fn stream_events(
             }
         }
         if finished {
+            if completion.breaks() {
+                let _ = sender.send(Emit::Cut).await;
+                return;
+            }
             let mut tail = vec![completion.finish_event()];
             if include_usage {
                 tail.push(completion.usage_event());
@@ -333,6 +343,14 @@ fn event_stream_response(received: mpsc::Receiver<Emit>) -> Response {
     with_content_type(pumped_body(received), "text/event-stream")
 }
 
+/// `200 application/json` whose body never comes: the connection closes after the headers.
+fn cut_response() -> Response {
+    let (sender, received) = mpsc::channel(1);
+    // The channel has room for this one message.
+    let _ = sender.try_send(Emit::Cut);
+    with_content_type(pumped_body(received), "application/json")
+}
+
 fn failure_response(failure: StoredReply) -> Response {
     (failure.status, Json(failure.body)).into_response()
 }
@@ -379,6 +397,9 @@ fn outcome_of(request: &Value, behaviour: &Behaviour) -> Result<Completion, Stor
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
         }),
+        behaviour
+            .break_stream_after
+            .map(|pieces| usize::try_from(pieces).unwrap_or(usize::MAX)),
     ))
 }
 

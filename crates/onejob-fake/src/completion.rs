@@ -13,6 +13,9 @@
 //! 4. only when the request asked `stream_options.include_usage`, a usage chunk with
 //!    `"choices": []`;
 //! 5. `data: [DONE]`.
+//!
+//! A completion scripted to break (`break_stream_after`) stops after that many pieces of
+//! step 2, without steps 3-5.
 
 use axum::body::Bytes;
 use serde_json::{Value, json};
@@ -40,6 +43,8 @@ pub(crate) struct Completion {
     pub(crate) answer: Answer,
     /// The `usage` object.
     pub(crate) usage: Value,
+    /// The answer is cut after this many pieces (a stream that dies mid-way).
+    pub(crate) break_after: Option<usize>,
     pieces: Vec<Value>,
 }
 
@@ -51,6 +56,7 @@ impl Completion {
         model: String,
         answer: Answer,
         usage: Value,
+        break_after: Option<usize>,
     ) -> Completion {
         let pieces = deltas(&answer);
         Completion {
@@ -59,6 +65,7 @@ impl Completion {
             model,
             answer,
             usage,
+            break_after,
             pieces,
         }
     }
@@ -66,6 +73,17 @@ impl Completion {
     /// The deltas of the content chunks (step 2 of the stream), in order.
     pub(crate) fn pieces(&self) -> &[Value] {
         &self.pieces
+    }
+
+    /// How many pieces are ever sent: all of them, or fewer when the answer breaks.
+    pub(crate) fn pieces_sent(&self) -> usize {
+        self.break_after
+            .map_or(self.pieces.len(), |cut| cut.min(self.pieces.len()))
+    }
+
+    /// Whether the answer is cut (no finish chunk, no `[DONE]`, no complete JSON).
+    pub(crate) fn breaks(&self) -> bool {
+        self.break_after.is_some()
     }
 
     fn finish_reason(&self) -> &'static str {
@@ -177,6 +195,10 @@ fn words_with_spacing(text: &str) -> Vec<&str> {
 mod tests {
     use super::*;
 
+    fn completion(answer: Answer) -> Completion {
+        Completion::new("chatcmpl-1".into(), 1, "m".into(), answer, json!({}), None)
+    }
+
     #[test]
     fn words_keep_their_spacing_and_concatenate_back() {
         for text in [
@@ -195,5 +217,16 @@ mod tests {
             ["not", " json", " {"],
             "one piece per word"
         );
+    }
+
+    #[test]
+    fn a_break_caps_the_pieces_sent() {
+        let mut answer = completion(Answer::Content("a b c".into()));
+        assert_eq!(answer.pieces_sent(), 3);
+        answer.break_after = Some(2);
+        assert_eq!(answer.pieces_sent(), 2);
+        answer.break_after = Some(9);
+        assert_eq!(answer.pieces_sent(), 3);
+        assert!(answer.breaks());
     }
 }

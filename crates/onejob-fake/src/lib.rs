@@ -10,11 +10,11 @@
 //!
 //! What each request does is scripted by [`Rule`]s (latency, hangs before or after the
 //! acknowledgement, failures, missing artifacts, drifted keys, malformed output, HTTP
-//! statuses), added in-process with [`FakeServer::add_rule`] or over HTTP through the
-//! [`control`] endpoints under `/_fake`. Every submit that reaches the server is counted as
-//! a side effect in [`Submissions`], keyed by the [`input_hash`] of its input and with its
-//! whole request body, so a test can prove that nothing ran twice and see exactly what was
-//! sent.
+//! statuses, streams that break mid-way), added in-process with [`FakeServer::add_rule`]
+//! or over HTTP through the [`control`] endpoints under `/_fake`. Every submit that reaches
+//! the server is counted as a side effect in [`Submissions`], keyed by the [`input_hash`]
+//! of its input and with its whole request body, so a test can prove that nothing ran
+//! twice and see exactly what was sent.
 //!
 //! Module map: [`behaviour`] (rules and what they script), [`submissions`] (the side-effect
 //! log), `completion` (one chat answer in its JSON and streamed forms), [`task`] (one

@@ -1,6 +1,6 @@
 //! Streamed chat completions over real HTTP: OpenAI's server-sent chunk format, latency
 //! spread over the chunks, the optional usage chunk, replays of a streamed call in either
-//! form, concurrent streams under one key, and hangs.
+//! form, concurrent streams under one key, a stream that breaks, and hangs.
 
 mod harness;
 
@@ -220,6 +220,44 @@ async fn a_concurrent_stream_under_the_same_key_attaches_to_the_running_one() {
     let submissions = fake.server.submissions();
     assert_eq!(submissions.total, 1, "the work ran once");
     assert_eq!(submissions.idempotent_replays, 1);
+}
+
+#[tokio::test]
+async fn break_stream_after_closes_the_connection_mid_stream() {
+    let fake = start().await;
+    fake.server
+        .add_rule(rule(json!({"break_stream_after": 2, "run_ms": 100})));
+    let broken = read_events(stream(&fake, &stream_body(PROMPT), Some("b")).await).await;
+    assert!(broken.cut, "the connection closes mid-body");
+    assert!(!broken.done(), "no [DONE]");
+    let chunks = broken.chunks();
+    assert_eq!(chunks.len(), 3, "the role chunk and two content chunks");
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    for chunk in &chunks {
+        assert_eq!(chunk["choices"][0]["finish_reason"], Value::Null);
+    }
+
+    let replay = read_events(stream(&fake, &stream_body(PROMPT), Some("b")).await).await;
+    assert!(replay.cut && !replay.done());
+    assert_eq!(replay.chunks(), chunks, "a replay breaks at the same place");
+
+    let response = fake
+        .post("/v1/chat/completions", &chat_body(PROMPT), None)
+        .await;
+    assert_eq!(response.status(), 200, "the headers come, then nothing");
+    assert!(response.bytes().await.is_err(), "the body never completes");
+    let submissions = fake.server.submissions();
+    assert_eq!(submissions.total, 2);
+    assert_eq!(submissions.idempotent_replays, 1);
+}
+
+#[tokio::test]
+async fn break_stream_after_zero_sends_only_the_role_chunk() {
+    let fake = start().await;
+    fake.server.add_rule(rule(json!({"break_stream_after": 0})));
+    let broken = read_events(stream(&fake, &stream_body(PROMPT), None).await).await;
+    assert!(broken.cut);
+    assert_eq!(broken.chunks().len(), 1);
 }
 
 #[tokio::test]
