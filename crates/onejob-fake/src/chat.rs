@@ -5,7 +5,10 @@
 //! The request's input (what rules match and what the side-effect log keys on) is its
 //! `messages` array; the whole body is recorded too. The answer's `content` is the JSON text
 //! of the output, by default `{"text": "fake answer: <last user message>"}`, whatever the
-//! `response_format`.
+//! `response_format`. The answer is a tool call instead when the request has `tools` and its
+//! `tool_choice` is `"required"` or names a function, or the last user message says
+//! `call <name>` of a listed tool (unless `tool_choice` is `"none"`); the call's arguments
+//! are the JSON text of the scripted `output`, else `{}`.
 //!
 //! The timeline: the acknowledgement (a stream's role chunk) comes after `ack_delay_ms`, the
 //! content chunks follow spread evenly over `run_ms`, and a non-streamed answer comes when
@@ -72,11 +75,12 @@ pub(crate) async fn completions(
 ) -> Result<Response, FakeError> {
     let request = parse_json(&body)?;
     let key = idempotency_key(&headers)?;
-    if request.get("messages").filter(|m| m.is_array()).is_none() {
+    let Some(messages) = request.get("messages").filter(|m| m.is_array()) else {
         return Err(FakeError::BadRequest(
             "the request needs a `messages` array".into(),
         ));
     };
+    let tool = called_tool(&request, messages)?;
     let form = Form::of(&request);
     match shared.admit_chat(&request, key) {
         ChatAdmission::Replay(progress) => {
@@ -85,7 +89,7 @@ pub(crate) async fn completions(
         ChatAdmission::Scripted(status) => Err(FakeError::ScriptedStatus(status)),
         ChatAdmission::Run { behaviour, slot } => {
             let progress = slot.subscribe();
-            let outcome = outcome_of(&request, &behaviour);
+            let outcome = outcome_of(&request, tool, &behaviour);
             tokio::spawn(run(Arc::clone(&shared), outcome, behaviour, slot));
             answer(&shared, progress, form).await
         }
@@ -355,8 +359,68 @@ fn failure_response(failure: StoredReply) -> Response {
     (failure.status, Json(failure.body)).into_response()
 }
 
+/// The function the answer calls, if any (see the module docs); a `tool_choice` that cannot
+/// be honoured is a 400, as upstream.
+fn called_tool(request: &Value, messages: &Value) -> Result<Option<String>, FakeError> {
+    let names: Vec<&str> = request
+        .get("tools")
+        .and_then(Value::as_array)
+        .map(|tools| {
+            tools
+                .iter()
+                .filter_map(|tool| tool["function"]["name"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    let mentioned = || mentioned_tool(&last_user_text(messages), &names);
+    match request.get("tool_choice") {
+        Some(Value::String(choice)) if choice == "none" => Ok(None),
+        Some(Value::String(choice)) if choice == "required" => {
+            let first = names.first().ok_or_else(|| {
+                FakeError::BadRequest("tool_choice `required` needs a non-empty `tools`".into())
+            })?;
+            Ok(Some(mentioned().unwrap_or_else(|| (*first).to_owned())))
+        }
+        Some(Value::Object(choice)) => match choice
+            .get("function")
+            .and_then(|function| function.get("name"))
+            .and_then(Value::as_str)
+        {
+            Some(name) if names.contains(&name) => Ok(Some(name.to_owned())),
+            Some(name) => Err(FakeError::BadRequest(format!(
+                "tool_choice names the function `{name}`, which is not in `tools`"
+            ))),
+            None => Ok(mentioned()),
+        },
+        _ => Ok(mentioned()),
+    }
+}
+
+/// The listed tool whose `call <name>` comes first in the text (as whole words).
+fn mentioned_tool(text: &str, names: &[&str]) -> Option<String> {
+    let word = |c: char| c.is_alphanumeric() || c == '_' || c == '-';
+    names
+        .iter()
+        .filter_map(|name| {
+            let needle = format!("call {name}");
+            text.match_indices(&needle)
+                .find(|(at, _)| {
+                    let before = text[..*at].chars().next_back();
+                    let after = text[at + needle.len()..].chars().next();
+                    !before.is_some_and(word) && !after.is_some_and(word)
+                })
+                .map(|(at, _)| (at, *name))
+        })
+        .min_by_key(|(at, _)| *at)
+        .map(|(_, name)| name.to_owned())
+}
+
 /// What the work ends with: the completion, or the scripted failure.
-fn outcome_of(request: &Value, behaviour: &Behaviour) -> Result<Completion, StoredReply> {
+fn outcome_of(
+    request: &Value,
+    tool: Option<String>,
+    behaviour: &Behaviour,
+) -> Result<Completion, StoredReply> {
     if behaviour.outcome == Outcome::Fail {
         let failure = FakeError::ScriptedFailure;
         return Err(StoredReply {
@@ -365,20 +429,36 @@ fn outcome_of(request: &Value, behaviour: &Behaviour) -> Result<Completion, Stor
         });
     }
     let messages = request.get("messages").unwrap_or(&Value::Null);
-    let text = format!(
-        "fake answer: {}",
-        truncate(&last_user_text(messages), ECHO_CHARS)
-    );
-    let answer = Answer::Content(match (&behaviour.output, behaviour.outcome) {
-        (Some(output), _) => output.to_string(),
-        (None, Outcome::Malformed) => "not json {".to_owned(),
-        (None, Outcome::MissingArtifact) => json!({"text": ""}).to_string(),
-        (None, Outcome::DriftedKeys) => json!({"answer": text}).to_string(),
-        (None, _) => json!({"text": text}).to_string(),
-    });
+    let answer = match tool {
+        Some(name) => Answer::ToolCall {
+            id: format!("call_{}", uuid::Uuid::now_v7().simple()),
+            name,
+            arguments: match (&behaviour.output, behaviour.outcome) {
+                (Some(output), _) => output.to_string(),
+                (None, Outcome::Malformed) => "not json {".to_owned(),
+                (None, _) => "{}".to_owned(),
+            },
+        },
+        None => {
+            let text = format!(
+                "fake answer: {}",
+                truncate(&last_user_text(messages), ECHO_CHARS)
+            );
+            Answer::Content(match (&behaviour.output, behaviour.outcome) {
+                (Some(output), _) => output.to_string(),
+                (None, Outcome::Malformed) => "not json {".to_owned(),
+                (None, Outcome::MissingArtifact) => json!({"text": ""}).to_string(),
+                (None, Outcome::DriftedKeys) => json!({"answer": text}).to_string(),
+                (None, _) => json!({"text": text}).to_string(),
+            })
+        }
+    };
     let prompt_tokens = words(&canonical_text(messages));
     let completion_tokens = match &answer {
         Answer::Content(content) => words(content),
+        Answer::ToolCall {
+            name, arguments, ..
+        } => words(name) + words(arguments),
     };
     let created = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -450,14 +530,66 @@ mod tests {
             output: Some(json!({"x": 1})),
             ..Behaviour::default()
         };
-        let completion = outcome_of(&request, &custom).expect("a completion").json();
+        let completion = outcome_of(&request, None, &custom)
+            .expect("a completion")
+            .json();
         assert_eq!(completion["choices"][0]["message"]["content"], "{\"x\":1}");
         assert_eq!(completion["model"], "m");
         let failing = Behaviour {
             outcome: Outcome::Fail,
             ..custom
         };
-        let failure = outcome_of(&request, &failing).expect_err("a failure");
+        let failure = outcome_of(&request, None, &failing).expect_err("a failure");
         assert_eq!(failure.status, StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn a_tool_is_called_when_required_named_or_asked_for() {
+        let tools = json!([
+            {"type": "function", "function": {"name": "lookup"}},
+            {"type": "function", "function": {"name": "lookup_all"}},
+        ]);
+        let asking = |text: &str, choice: Value| {
+            let mut request =
+                json!({"tools": tools, "messages": [{"role": "user", "content": text}]});
+            if !choice.is_null() {
+                request["tool_choice"] = choice;
+            }
+            called_tool(&request, &request["messages"])
+        };
+        assert_eq!(asking("hello", Value::Null).unwrap(), None);
+        assert_eq!(asking("hello", json!("auto")).unwrap(), None);
+        assert_eq!(
+            asking("hello", json!("required")).unwrap().as_deref(),
+            Some("lookup")
+        );
+        assert_eq!(
+            asking("please call lookup_all now", Value::Null)
+                .unwrap()
+                .as_deref(),
+            Some("lookup_all"),
+            "a whole-word match, not the prefix `lookup`"
+        );
+        assert_eq!(
+            asking("call lookup_all, then call lookup", json!("required"))
+                .unwrap()
+                .as_deref(),
+            Some("lookup_all"),
+            "the first mention wins"
+        );
+        assert_eq!(asking("recall lookup", Value::Null).unwrap(), None);
+        assert_eq!(asking("call lookup", json!("none")).unwrap(), None);
+        let named = json!({"type": "function", "function": {"name": "lookup_all"}});
+        assert_eq!(asking("hi", named).unwrap().as_deref(), Some("lookup_all"));
+        let unknown = json!({"type": "function", "function": {"name": "nope"}});
+        assert!(matches!(
+            asking("hi", unknown),
+            Err(FakeError::BadRequest(_))
+        ));
+        let bare = json!({"messages": [], "tool_choice": "required"});
+        assert!(matches!(
+            called_tool(&bare, &bare["messages"]),
+            Err(FakeError::BadRequest(_))
+        ));
     }
 }

@@ -6,10 +6,12 @@
 //!
 //! The stream of a completion is:
 //!
-//! 1. the role chunk, delta `{"role": "assistant", "content": ""}`;
+//! 1. the role chunk, delta `{"role": "assistant", "content": ""}` (`"content": null` when
+//!    the answer is a tool call);
 //! 2. one chunk per [`Completion::pieces`]: the content word by word (each piece keeps the
-//!    whitespace before its word, so the pieces concatenate to the content);
-//! 3. the finish chunk, an empty delta with `finish_reason` `"stop"`;
+//!    whitespace before its word, so the pieces concatenate to the content), or a tool call's
+//!    header (`id`, `type`, `name`, `arguments: ""`) and then its argument fragments;
+//! 3. the finish chunk, an empty delta with `finish_reason` `"stop"` or `"tool_calls"`;
 //! 4. only when the request asked `stream_options.include_usage`, a usage chunk with
 //!    `"choices": []`;
 //! 5. `data: [DONE]`.
@@ -23,11 +25,23 @@ use serde_json::{Value, json};
 /// The last event of a finished stream.
 pub(crate) const DONE: &[u8] = b"data: [DONE]\n\n";
 
+/// At most this many characters of a tool call's arguments go in one argument fragment.
+const ARGUMENT_FRAGMENT_CHARS: usize = 8;
+
 /// What the assistant answers.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Answer {
     /// A text answer.
     Content(String),
+    /// A call of one of the request's tools.
+    ToolCall {
+        /// The call id, `call_…`.
+        id: String,
+        /// The function called.
+        name: String,
+        /// The call's arguments, as JSON text.
+        arguments: String,
+    },
 }
 
 /// One finished piece of work, ready to be rendered in either form.
@@ -89,6 +103,7 @@ impl Completion {
     fn finish_reason(&self) -> &'static str {
         match self.answer {
             Answer::Content(_) => "stop",
+            Answer::ToolCall { .. } => "tool_calls",
         }
     }
 
@@ -96,6 +111,19 @@ impl Completion {
     pub(crate) fn json(&self) -> Value {
         let message = match &self.answer {
             Answer::Content(content) => json!({"role": "assistant", "content": content}),
+            Answer::ToolCall {
+                id,
+                name,
+                arguments,
+            } => json!({
+                "role": "assistant",
+                "content": null,
+                "tool_calls": [{
+                    "id": id,
+                    "type": "function",
+                    "function": {"name": name, "arguments": arguments},
+                }],
+            }),
         };
         json!({
             "id": self.id,
@@ -133,6 +161,7 @@ impl Completion {
     pub(crate) fn role_event(&self) -> Bytes {
         let content = match self.answer {
             Answer::Content(_) => json!(""),
+            Answer::ToolCall { .. } => Value::Null,
         };
         self.delta_event(&json!({"role": "assistant", "content": content}), None)
     }
@@ -167,6 +196,22 @@ fn deltas(answer: &Answer) -> Vec<Value> {
             .into_iter()
             .map(|piece| json!({"content": piece}))
             .collect(),
+        Answer::ToolCall {
+            id,
+            name,
+            arguments,
+        } => {
+            let header = json!({"tool_calls": [{
+                "index": 0,
+                "id": id,
+                "type": "function",
+                "function": {"name": name, "arguments": ""},
+            }]});
+            let fragments = fragments(arguments, ARGUMENT_FRAGMENT_CHARS)
+                .into_iter()
+                .map(|fragment| json!({"tool_calls": [{"index": 0, "function": {"arguments": fragment}}]}));
+            std::iter::once(header).chain(fragments).collect()
+        }
     }
 }
 
@@ -184,6 +229,22 @@ fn words_with_spacing(text: &str) -> Vec<&str> {
             start = at;
         }
         in_word = !space;
+    }
+    if start < text.len() {
+        pieces.push(&text[start..]);
+    }
+    pieces
+}
+
+/// Splits text into pieces of at most `size` characters.
+fn fragments(text: &str, size: usize) -> Vec<&str> {
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    for (count, (at, _)) in text.char_indices().enumerate() {
+        if count > 0 && count % size == 0 {
+            pieces.push(&text[start..at]);
+            start = at;
+        }
     }
     if start < text.len() {
         pieces.push(&text[start..]);
@@ -217,6 +278,37 @@ mod tests {
             ["not", " json", " {"],
             "one piece per word"
         );
+    }
+
+    #[test]
+    fn fragments_cut_on_character_boundaries() {
+        assert_eq!(fragments("{}", 8), ["{}"]);
+        assert_eq!(fragments("abcdefghij", 4), ["abcd", "efgh", "ij"]);
+        assert_eq!(fragments("ééééé", 2).concat(), "ééééé");
+        assert!(fragments("", 8).is_empty());
+    }
+
+    #[test]
+    fn a_tool_call_streams_its_header_then_its_arguments() {
+        let call = completion(Answer::ToolCall {
+            id: "call_1".into(),
+            name: "lookup".into(),
+            arguments: "{\"city\":\"Paris\"}".into(),
+        });
+        let pieces = call.pieces();
+        assert_eq!(pieces[0]["tool_calls"][0]["id"], "call_1");
+        assert_eq!(pieces[0]["tool_calls"][0]["function"]["arguments"], "");
+        let arguments: String = pieces[1..]
+            .iter()
+            .map(|piece| {
+                piece["tool_calls"][0]["function"]["arguments"]
+                    .as_str()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(arguments, "{\"city\":\"Paris\"}");
+        assert_eq!(call.json()["choices"][0]["finish_reason"], "tool_calls");
+        assert_eq!(call.json()["choices"][0]["message"]["content"], Value::Null);
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! It speaks two upstream shapes:
 //!
 //! * [`chat`]: an OpenAI-compatible `POST /v1/chat/completions`, answered as one JSON
-//!   completion or, for `"stream": true`, as server-sent `chat.completion.chunk` events;
+//!   completion or, for `"stream": true`, as server-sent `chat.completion.chunk` events
+//!   (tool calls included);
 //! * [`tasks`]: an asynchronous task API (`POST /v1/tasks` → task id, status by id, cancel,
 //!   and lookup by `Idempotency-Key`).
 //!

@@ -172,6 +172,29 @@ impl Streamed {
             })
             .collect()
     }
+
+    /// The first choice's tool call assembled from its deltas, as a message's `tool_calls[0]`.
+    pub fn tool_call(&self) -> Value {
+        let mut call = json!({"function": {"arguments": ""}});
+        for chunk in self.chunks() {
+            let Some(delta) = chunk["choices"][0]["delta"]["tool_calls"].get(0) else {
+                continue;
+            };
+            assert_eq!(delta["index"], 0, "one call, index 0: {chunk}");
+            for field in ["id", "type"] {
+                if let Some(value) = delta.get(field) {
+                    call[field] = value.clone();
+                }
+            }
+            if let Some(name) = delta["function"].get("name") {
+                call["function"]["name"] = name.clone();
+            }
+            let fragment = delta["function"]["arguments"].as_str().unwrap_or_default();
+            let so_far = call["function"]["arguments"].as_str().unwrap().to_owned();
+            call["function"]["arguments"] = Value::String(so_far + fragment);
+        }
+        call
+    }
 }
 
 /// Reads a streamed answer to its end, noting when each event arrived.
