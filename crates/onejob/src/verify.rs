@@ -141,7 +141,7 @@ pub async fn run(
     let (idempotency, lookup) = match (&first_trip, provider.idempotency_header()) {
         (Some((case, trip)), Some(header)) => (
             Some(check_dedupe(kind, provider, &case.params, trip, header).await),
-            check_lookup(provider, trip).await,
+            check_lookup(kind, provider, trip).await,
         ),
         _ => (None, None),
     };
@@ -230,8 +230,8 @@ async fn check_dedupe(
 
 /// Looks up the key `trip` was sent under, and a key never sent; `None` if the provider has
 /// no lookup.
-async fn check_lookup(provider: &dyn Provider, trip: &Trip) -> Option<LookupCheck> {
-    let found = provider.task_by_idempotency_key(&trip.key).await;
+async fn check_lookup(kind: &Kind, provider: &dyn Provider, trip: &Trip) -> Option<LookupCheck> {
+    let found = provider.task_by_idempotency_key(kind, &trip.key).await;
     if matches!(found, Err(crate::provider::ProviderError::Unsupported(_))) {
         return None;
     }
@@ -249,7 +249,7 @@ async fn check_lookup(provider: &dyn Provider, trip: &Trip) -> Option<LookupChec
         (Err(error), _) => problems.push(format!("looking up the key just sent failed: {error}")),
     }
     let never_sent = format!("onejob-verify:never-sent:{}", Uuid::now_v7());
-    match provider.task_by_idempotency_key(&never_sent).await {
+    match provider.task_by_idempotency_key(kind, &never_sent).await {
         Ok(None) => {}
         Ok(Some(task)) => problems.push(format!(
             "looking up a key never sent found task {task}: the lookup must answer 404 for it"

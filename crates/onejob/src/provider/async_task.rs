@@ -220,7 +220,11 @@ impl Provider for AsyncTask {
             .map(|_| ())
     }
 
-    async fn task_by_idempotency_key(&self, key: &str) -> Result<Option<String>, ProviderError> {
+    async fn task_by_idempotency_key(
+        &self,
+        _kind: &crate::kind::Kind,
+        key: &str,
+    ) -> Result<Option<String>, ProviderError> {
         // Only a key that was forwarded can be looked up: without `idempotency_header` the
         // upstream never saw one, and "no task under it" would prove nothing.
         let (Some(template), Some(_)) = (&self.api.lookup_url, &self.idempotency_header) else {

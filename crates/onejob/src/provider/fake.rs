@@ -94,8 +94,17 @@ impl Provider for Fake {
         self.tasks.count_tokens(text).await
     }
 
-    async fn task_by_idempotency_key(&self, key: &str) -> Result<Option<String>, ProviderError> {
-        self.tasks.task_by_idempotency_key(key).await
+    /// Only the task API can be asked: a gateway kind's attempts go to the chat endpoint,
+    /// where "no task under this key" would prove nothing.
+    async fn task_by_idempotency_key(
+        &self,
+        kind: &crate::kind::Kind,
+        key: &str,
+    ) -> Result<Option<String>, ProviderError> {
+        if kind.is_gateway() {
+            return Err(ProviderError::Unsupported("lookup by idempotency key"));
+        }
+        self.tasks.task_by_idempotency_key(kind, key).await
     }
 
     fn idempotency_header(&self) -> Option<&str> {

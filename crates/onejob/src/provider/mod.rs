@@ -159,10 +159,14 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
         Ok(None)
     }
 
-    /// The task the upstream holds under a forwarded idempotency key, where it can say:
-    /// `Ok(None)` means the upstream never received that key.
-    async fn task_by_idempotency_key(&self, key: &str) -> Result<Option<String>, ProviderError> {
-        let _ = key;
+    /// The task the upstream holds under a forwarded idempotency key, for an attempt of
+    /// `kind`, where it can say: `Ok(None)` means the upstream never received that key.
+    async fn task_by_idempotency_key(
+        &self,
+        kind: &Kind,
+        key: &str,
+    ) -> Result<Option<String>, ProviderError> {
+        let _ = (kind, key);
         Err(ProviderError::Unsupported("lookup by idempotency key"))
     }
 

@@ -206,7 +206,7 @@ async fn reconcile(
     let proof = match &attempt.task_id {
         Some(task_id) => status(&*provider, task_id).await,
         None if !no_copy_in_flight(attempt, OffsetDateTime::now_utc()) => return Ok(false),
-        None => match provider.task_by_idempotency_key(&key).await {
+        None => match provider.task_by_idempotency_key(kind, &key).await {
             Ok(Some(task_id)) => {
                 ctx.store.set_task_id(attempt.id, &task_id).await?;
                 status(&*provider, &task_id).await

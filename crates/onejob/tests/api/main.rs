@@ -9,6 +9,7 @@ mod attempts;
 mod bad_input;
 mod cli;
 mod cli_client;
+mod gateway;
 mod helpers;
 mod intake;
 mod isolation;

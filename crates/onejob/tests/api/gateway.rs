@@ -1,0 +1,606 @@
+//! The OpenAI-compatible gateway (DESIGN §9), black-box over HTTP on both stores, with the
+//! fake provider's chat endpoint as the upstream: one Idempotency-Key, one job, one
+//! upstream call; answers and errors in OpenAI's shapes. The real OpenAI SDKs drive the same
+//! server in `sdk.rs`.
+
+use std::time::Duration;
+
+use onejob::config::{Adapter, Config, ProviderConfig};
+use onejob_fake::{Behaviour, Rule};
+use reqwest::Response;
+use serde_json::{Value, json};
+
+use crate::helpers::{Backend, Fakes, TestApp, TestDatabase, backend_tests, json};
+
+backend_tests!(
+    the_models_are_listed_in_openai_shape,
+    a_call_is_one_job_and_its_retry_is_replayed,
+    a_different_body_under_the_key_is_refused_naming_what_changed,
+    bad_calls_get_openai_errors,
+    a_call_still_running_after_the_wait_is_a_409_its_retry_attaches,
+    a_failed_job_answers_the_upstreams_definite_status,
+    an_unknown_outcome_is_a_409_naming_the_job,
+    tools_and_response_format_reach_the_upstream_unchanged,
+    an_empty_completion_is_no_success,
+    a_gateway_kind_is_certified_like_any_other,
+    keyless_calls_are_refused_unless_allowed,
+    two_concurrent_streams_get_the_same_live_chunks_from_one_upstream_call,
+    a_stream_asked_after_completion_replays_the_stored_answer,
+    a_client_that_disconnects_does_not_cancel_the_job,
+    a_stream_whose_attempt_breaks_off_ends_with_an_error_naming_the_job,
+);
+
+const WITHIN: Duration = Duration::from_secs(30);
+
+/// The gateway kind of the demo config (`chat.fast`, model `fast`) served by the primary
+/// fake only, quick.
+fn gateway(config: &mut Config) {
+    let kind = config
+        .kinds
+        .iter_mut()
+        .find(|k| k.name == "chat.fast")
+        .expect("the demo serves model fast");
+    kind.providers = vec!["fake".into()];
+    kind.max_attempts = 1;
+}
+
+fn request(text: &str) -> Value {
+    json!({"model": "fast", "messages": [{"role": "user", "content": text}]})
+}
+
+fn rule(matches: &str, behaviour: Behaviour) -> Rule {
+    Rule {
+        matches: Some(matches.into()),
+        times: None,
+        behaviour,
+    }
+}
+
+impl TestApp {
+    /// `POST /v1/chat/completions` under `key` (none when `None`).
+    pub async fn chat(&self, key: Option<&str>, body: &Value) -> Response {
+        let mut call = self
+            .client
+            .post(self.url("/v1/chat/completions"))
+            .bearer_auth(&self.token)
+            .json(body);
+        if let Some(key) = key {
+            call = call.header("Idempotency-Key", key);
+        }
+        call.send().await.unwrap()
+    }
+}
+
+/// The answer's status, headers and JSON body.
+async fn answered(response: Response) -> (u16, reqwest::header::HeaderMap, Value) {
+    let headers = response.headers().clone();
+    let (status, body) = json(response).await;
+    (status, headers, body)
+}
+
+fn chat_side_effects(fakes: &Fakes) -> u64 {
+    let seen = fakes.primary.submissions();
+    seen.requests
+        .iter()
+        .filter(|r| r.endpoint == "chat")
+        .count() as u64
+}
+
+async fn the_models_are_listed_in_openai_shape(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, gateway).await;
+    let (status, body) = json(app.get("/v1/models").send().await.unwrap()).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["object"], "list");
+    assert_eq!(body["data"][0]["id"], "fast");
+    assert_eq!(body["data"][0]["object"], "model");
+    let (status, body) = json(app.client.get(app.url("/v1/models")).send().await.unwrap()).await;
+    assert_eq!(status, 401);
+    assert_eq!(body["error"]["type"], "authentication_error");
+}
+
+async fn a_call_is_one_job_and_its_retry_is_replayed(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, gateway).await;
+    let body = request("Describe a red fox.");
+    let (status, headers, first) = answered(app.chat(Some("order-42:caption"), &body).await).await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["object"], "chat.completion");
+    let content = first["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(content.contains("Describe a red fox."), "{content}");
+    assert!(headers.get("idempotent-replayed").is_none());
+    let job_id = headers["onejob-job-id"].to_str().unwrap().to_owned();
+    // The same call again, in another key order: the same job, replayed, nothing sent.
+    let reordered =
+        json!({"messages": [{"content": "Describe a red fox.", "role": "user"}], "model": "fast"});
+    let (status, headers, again) =
+        answered(app.chat(Some("order-42:caption"), &reordered).await).await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["idempotent-replayed"], "true");
+    assert_eq!(headers["onejob-job-id"], job_id.as_str());
+    assert_eq!(again, first, "the stored winning completion");
+    assert_eq!(chat_side_effects(&fakes), 1);
+    // It is a job like any other.
+    let job = app.job(&job_id).await;
+    assert_eq!(job["kind"], "chat.fast");
+    assert_eq!(job["state"], "succeeded");
+    assert_eq!(job["result"], first);
+}
+
+async fn a_different_body_under_the_key_is_refused_naming_what_changed(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, gateway).await;
+    let (status, _, _) = answered(app.chat(Some("k"), &request("a fox")).await).await;
+    assert_eq!(status, 200);
+    let mut other = request("a fox");
+    other["temperature"] = json!(0.7);
+    let (status, _, body) = answered(app.chat(Some("k"), &other).await).await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["code"], "key-reused");
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+    assert_eq!(body["error"]["changed"], json!(["/temperature"]));
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("/temperature"), "{message}");
+    // Delivery is not intent: the same body asked as a stream is the same call.
+    let mut streamed = request("a fox");
+    streamed["stream"] = json!(true);
+    streamed["stream_options"] = json!({"include_usage": true});
+    let response = app.chat(Some("k"), &streamed).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["idempotent-replayed"], "true");
+    assert_eq!(chat_side_effects(&fakes), 1);
+}
+
+async fn bad_calls_get_openai_errors(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, gateway).await;
+    let cases: Vec<(Value, u16, &str)> = vec![
+        (
+            json!({"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]}),
+            404,
+            "not-found",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": "x"}]}),
+            400,
+            "invalid-request",
+        ),
+        (
+            json!({"model": "fast", "messages": []}),
+            400,
+            "params-invalid",
+        ),
+        (
+            json!({"model": "fast", "messages": [{"content": "no role"}]}),
+            400,
+            "params-invalid",
+        ),
+        (json!(["not", "an", "object"]), 400, "invalid-request"),
+    ];
+    for (n, (body, status, code)) in cases.into_iter().enumerate() {
+        let (got, _, answer) = answered(app.chat(Some(&format!("bad-{n}")), &body).await).await;
+        assert_eq!(got, status, "{body}: {answer}");
+        assert_eq!(answer["error"]["code"], code, "{answer}");
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty())
+        );
+    }
+    let raw = app
+        .client
+        .post(app.url("/v1/chat/completions"))
+        .bearer_auth(&app.token)
+        .header("Idempotency-Key", "raw")
+        .header("Content-Type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = json(raw).await;
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["code"], "invalid-json");
+    let unauthorized = app
+        .client
+        .post(app.url("/v1/chat/completions"))
+        .json(&request("x"))
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = json(unauthorized).await;
+    assert_eq!(status, 401);
+    assert_eq!(body["error"]["type"], "authentication_error");
+    // Nothing was created or sent for any of them.
+    assert_eq!(chat_side_effects(&fakes), 0);
+}
+
+async fn a_call_still_running_after_the_wait_is_a_409_its_retry_attaches(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(rule(
+        "slow",
+        Behaviour {
+            run_ms: 1_500,
+            ..Default::default()
+        },
+    ));
+    let app = TestApp::running(&db, &fakes, |config| {
+        gateway(config);
+        config.gateway.wait = Duration::from_millis(300);
+    })
+    .await;
+    let (status, headers, body) = answered(app.chat(Some("slow"), &request("slow")).await).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(headers["retry-after"], "1");
+    assert_eq!(body["error"]["state"], "running");
+    let job_id = body["error"]["job_id"].as_str().unwrap().to_owned();
+    assert_eq!(headers["onejob-job-id"], job_id.as_str());
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    let answer = loop {
+        let (status, headers, body) =
+            answered(app.chat(Some("slow"), &request("slow")).await).await;
+        if status == 200 {
+            assert_eq!(headers["onejob-job-id"], job_id.as_str());
+            break body;
+        }
+        assert_eq!(status, 409, "{body}");
+        assert!(tokio::time::Instant::now() < deadline);
+    };
+    assert_eq!(answer["object"], "chat.completion");
+    assert_eq!(
+        chat_side_effects(&fakes),
+        1,
+        "every retry attached to the one job"
+    );
+}
+
+async fn a_failed_job_answers_the_upstreams_definite_status(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(rule(
+        "refused",
+        Behaviour {
+            http_status: Some(400),
+            ..Default::default()
+        },
+    ));
+    let app = TestApp::running(&db, &fakes, gateway).await;
+    let (status, headers, body) =
+        answered(app.chat(Some("refused"), &request("refused")).await).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], "upstream_error");
+    let job_id = headers["onejob-job-id"].to_str().unwrap();
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains(job_id),
+        "{body}"
+    );
+    assert_eq!(app.job(job_id).await["state"], "failed");
+}
+
+async fn an_unknown_outcome_is_a_409_naming_the_job(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(rule(
+        "silent",
+        Behaviour {
+            hang_after_ack: true,
+            ..Default::default()
+        },
+    ));
+    let app = TestApp::running(&db, &fakes, |config| {
+        gateway(config);
+        let kind = config
+            .kinds
+            .iter_mut()
+            .find(|k| k.name == "chat.fast")
+            .unwrap();
+        kind.attempt_timeout = Duration::from_millis(300);
+    })
+    .await;
+    let (status, headers, body) =
+        answered(app.chat(Some("silent"), &request("silent")).await).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["state"], "unknown");
+    assert_eq!(headers["retry-after"], "5");
+    let message = body["error"]["message"].as_str().unwrap();
+    let job_id = body["error"]["job_id"].as_str().unwrap();
+    assert!(
+        message.contains(job_id) && message.contains("awaits proof"),
+        "{message}"
+    );
+}
+
+async fn tools_and_response_format_reach_the_upstream_unchanged(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, gateway).await;
+    let tools = json!([{"type": "function", "function": {"name": "weather",
+        "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]);
+    let body = json!({
+        "model": "fast",
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Oslo?"}],
+        "tools": tools,
+        "tool_choice": "auto",
+        "response_format": {"type": "json_object"},
+        "temperature": 0.2,
+        "max_tokens": 64,
+        "seed": 7,
+        "user": "end-user-1",
+    });
+    let (status, _, _) = answered(app.chat(Some("tools"), &body).await).await;
+    assert_eq!(status, 200);
+    let seen = fakes.primary.submissions();
+    let sent = &seen
+        .requests
+        .iter()
+        .find(|r| r.endpoint == "chat")
+        .unwrap()
+        .request;
+    for field in [
+        "messages",
+        "tools",
+        "tool_choice",
+        "response_format",
+        "temperature",
+        "max_tokens",
+        "seed",
+        "user",
+    ] {
+        assert_eq!(sent[field], body[field], "{field} passed through");
+    }
+    assert_eq!(sent["model"], "fake", "the provider's own model");
+}
+
+async fn an_empty_completion_is_no_success(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    // An upstream that answers, with nothing in it.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let empty = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(|| async {
+            axum::Json(json!({"id": "chatcmpl-empty", "object": "chat.completion",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": ""},
+                "finish_reason": "stop"}]}))
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, empty).await });
+    let app = TestApp::running(&db, &fakes, |config| {
+        gateway(config);
+        let mut provider = ProviderConfig::new("empty", Adapter::OpenaiChat);
+        provider.base_url = Some(format!("http://{addr}/v1"));
+        provider.model = Some("m".into());
+        config.providers.push(provider);
+        let kind = config
+            .kinds
+            .iter_mut()
+            .find(|k| k.name == "chat.fast")
+            .unwrap();
+        kind.providers = vec!["empty".into()];
+    })
+    .await;
+    let (status, headers, body) = answered(app.chat(Some("empty"), &request("empty")).await).await;
+    assert_eq!(status, 502, "{body}");
+    let job_id = headers["onejob-job-id"].to_str().unwrap();
+    let attempts = app.attempts(job_id).await;
+    assert_eq!(attempts[0]["state"], "failed");
+    assert_eq!(app.job(job_id).await["state"], "failed");
+}
+
+async fn a_gateway_kind_is_certified_like_any_other(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, gateway).await;
+    let report = app.verify("fake-backup", "chat.fast").await;
+    assert!(report.passed, "{report:?}");
+    assert!(
+        report.idempotency.as_ref().unwrap().deduplicated,
+        "{report:?}"
+    );
+}
+
+async fn keyless_calls_are_refused_unless_allowed(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, gateway).await;
+    let (status, _, body) = answered(app.chat(None, &request("x")).await).await;
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["code"], "idempotency-key-missing");
+    let db = TestDatabase::create(backend).await;
+    let app = TestApp::running(&db, &fakes, |config| {
+        gateway(config);
+        config.gateway.allow_keyless = true;
+    })
+    .await;
+    let before = chat_side_effects(&fakes);
+    for _ in 0..2 {
+        let (status, _, _) = answered(app.chat(None, &request("keyless")).await).await;
+        assert_eq!(status, 200);
+    }
+    assert_eq!(
+        chat_side_effects(&fakes) - before,
+        2,
+        "each keyless call its own job"
+    );
+}
+
+/// The `data:` payloads of a server-sent event stream, read to its end.
+async fn events(response: Response) -> Vec<String> {
+    assert_eq!(
+        response.headers()["content-type"],
+        "text/event-stream",
+        "a stream"
+    );
+    let text = response.text().await.unwrap();
+    text.lines()
+        .filter_map(|line| {
+            line.strip_prefix("data: ")
+                .or_else(|| line.strip_prefix("data:"))
+        })
+        .map(|data| data.trim().to_owned())
+        .collect()
+}
+
+/// The text a stream's chunks add up to.
+fn streamed_text(events: &[String]) -> String {
+    events
+        .iter()
+        .filter(|e| *e != "[DONE]")
+        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+fn streaming(text: &str) -> Value {
+    let mut body = request(text);
+    body["stream"] = json!(true);
+    body
+}
+
+async fn two_concurrent_streams_get_the_same_live_chunks_from_one_upstream_call(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(rule(
+        "slowly",
+        Behaviour {
+            run_ms: 1_500,
+            ..Default::default()
+        },
+    ));
+    let app = TestApp::running(&db, &fakes, gateway).await;
+    let body = streaming("tell it slowly please");
+    let first = app.chat(Some("stream"), &body).await;
+    assert_eq!(first.status(), 200);
+    let job_id = first.headers()["onejob-job-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    // The stream is live: the job is still running when its first chunks are here.
+    let mut bytes = first.bytes_stream();
+    let first_piece = futures::StreamExt::next(&mut bytes).await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&first_piece).contains("chat.completion.chunk"));
+    assert_eq!(
+        app.job(&job_id).await["state"],
+        "running",
+        "relayed before the answer is complete"
+    );
+    let second = app.chat(Some("stream"), &body).await;
+    assert_eq!(second.status(), 200);
+    assert_eq!(second.headers()["idempotent-replayed"], "true");
+    let second = events(second).await;
+    let mut rest = String::from_utf8_lossy(&first_piece).into_owned();
+    while let Some(piece) = futures::StreamExt::next(&mut bytes).await {
+        rest.push_str(&String::from_utf8_lossy(&piece.unwrap()));
+    }
+    let first: Vec<String> = rest
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .map(|d| d.trim().to_owned())
+        .collect();
+    assert_eq!(first.last().map(String::as_str), Some("[DONE]"));
+    assert_eq!(
+        first, second,
+        "the second caller read the same stream from its start"
+    );
+    let text = streamed_text(&first);
+    assert!(text.contains("tell it slowly please"), "{text}");
+    assert_eq!(chat_side_effects(&fakes), 1);
+    // The assembled completion is the job's result.
+    let job = app
+        .wait_job(&job_id, WITHIN, |j| j["state"] == "succeeded")
+        .await;
+    assert_eq!(job["result"]["choices"][0]["message"]["content"], text);
+}
+
+async fn a_stream_asked_after_completion_replays_the_stored_answer(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, gateway).await;
+    let (status, _, completion) = answered(app.chat(Some("later"), &request("a fox")).await).await;
+    assert_eq!(status, 200);
+    let mut body = streaming("a fox");
+    body["stream_options"] = json!({"include_usage": true});
+    let response = app.chat(Some("later"), &body).await;
+    assert_eq!(response.headers()["idempotent-replayed"], "true");
+    let events = events(response).await;
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    assert_eq!(
+        streamed_text(&events),
+        completion["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+    );
+    let usage: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+    assert_eq!(usage["choices"], json!([]));
+    assert_eq!(usage["usage"], completion["usage"]);
+    assert_eq!(chat_side_effects(&fakes), 1);
+}
+
+async fn a_client_that_disconnects_does_not_cancel_the_job(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(rule(
+        "slowly",
+        Behaviour {
+            run_ms: 1_000,
+            ..Default::default()
+        },
+    ));
+    let app = TestApp::running(&db, &fakes, gateway).await;
+    let response = app.chat(Some("gone"), &streaming("slowly then gone")).await;
+    let job_id = response.headers()["onejob-job-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    drop(response);
+    let job = app
+        .wait_job(&job_id, WITHIN, |j| j["state"] == "succeeded")
+        .await;
+    assert!(job["result"]["choices"][0]["message"]["content"].is_string());
+    assert_eq!(chat_side_effects(&fakes), 1);
+}
+
+async fn a_stream_whose_attempt_breaks_off_ends_with_an_error_naming_the_job(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(Rule {
+        matches: Some("breaks".into()),
+        times: None,
+        behaviour: serde_json::from_value(json!({"break_stream_after": 2, "run_ms": 300})).unwrap(),
+    });
+    let app = TestApp::running(&db, &fakes, gateway).await;
+    let response = app
+        .chat(Some("breaks"), &streaming("this one breaks off midway"))
+        .await;
+    assert_eq!(response.status(), 200);
+    let job_id = response.headers()["onejob-job-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let events = events(response).await;
+    assert_ne!(events.last().map(String::as_str), Some("[DONE]"));
+    let error: Value = serde_json::from_str(events.last().unwrap()).unwrap();
+    assert_eq!(error["error"]["code"], "attempt_failed");
+    assert_eq!(error["error"]["job_id"], job_id.as_str());
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&job_id)
+    );
+    // The upstream may have finished the work: the attempt's outcome is unknown, not failed.
+    let attempts = app
+        .wait_attempts(&job_id, WITHIN, |a| a[0]["state"] == "unknown")
+        .await;
+    assert_eq!(attempts.len(), 1);
+}
