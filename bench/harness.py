@@ -234,6 +234,14 @@ required = ["text"]
 [kind.output_schema.properties.text]
 type = "string"
 minLength = 1
+
+# The gateway part: POST /v1/chat/completions with model "bench" is a job of this kind.
+[[kind]]
+name = "bench.gateway"
+openai_models = ["bench"]
+providers = ["upstream"]
+attempt_timeout = "30s"
+max_attempts = 3
 """
 
 
@@ -631,7 +639,41 @@ def peers_one(opts, rec: dict, run_index: int, clients: int) -> None:
 
 # Parts measured in rounds: for each run, for each client count, every contender in turn, so
 # that the contenders compared at one client count are measured minutes apart, not an hour.
-PER_CLIENTS = {"ceiling": ceiling_one, "intake": intake_one, "peers": peers_one}
+def gateway_one(opts, rec: dict, run_index: int, clients: int) -> None:
+    """The gateway's overhead: the same chat calls straight to the sink and through onejob
+    (new keys: a job each, run by the worker against the sink), then replays of them."""
+    for backend in opts.backends:
+        name = f"{DB}_gateway"
+        url = fresh(backend, name)
+        key = api_key(url)
+        calls = opts.gateway_calls
+        cmd = [LOADGEN, "gateway", "--addr", ONEJOB_ADDR, "--key", key, "--sink", f"127.0.0.1:{PORT_SINK}",
+               "--clients", clients, "--calls", calls, "--warmup", opts.warmup, "--prefix", f"g{run_index}c{clients}"]
+        gen = Server("loadgen", cmd, f"gateway-loadgen-{backend}-{clients}")
+        server = None
+        try:
+            server = start_onejob(url, worker=True, provider_url=f"http://127.0.0.1:{PORT_SINK}/v1",
+                                  tag=f"gateway-{backend}", concurrency=max(16, clients))
+            out, _ = gen.proc.communicate(timeout=3600)
+            if gen.proc.returncode != 0:
+                raise RuntimeError(f"loadgen gateway failed: see {gen.log_path}")
+            r = json.loads(out)
+            note_command(rec, "serve", server.cmd)
+            rec.setdefault("configs", {}).setdefault(backend, (WORK / f"gateway-{backend}.toml").read_text())
+            note_command(rec, "loadgen", [*cmd[:5], "$KEY", *cmd[6:]])
+        finally:
+            if server:
+                server.stop()
+            gen.stop()
+        discard(backend, name)
+        rec["runs"].append({"contender": f"onejob-{backend}", "backend": backend, "run": run_index,
+                            "loadavg": loadavg(), **r})
+        log(f"gateway {backend} {clients} clients run {run_index}: added p50 {r['added_p50_ms']:.2f} ms "
+            f"p99 {r['added_p99_ms']:.2f} ms; new {r['gateway']['rps']:.0f}/s, replay {r['replay']['rps']:.0f}/s "
+            f"({r['replay_over_new']:.2f}x); upstream calls {r['upstream_calls']} of {r['expected_upstream_calls']}")
+
+
+PER_CLIENTS = {"ceiling": ceiling_one, "intake": intake_one, "peers": peers_one, "gateway": gateway_one}
 PER_RUN = {"dispatch": dispatch_one, "e2e": e2e_one}
 
 
@@ -651,9 +693,10 @@ def rounds(opts, parts: list[str]) -> None:
         return
     for run_index in range(opts.runs):
         log(f"== round {run_index + 1} of {opts.runs}: {', '.join(recs)}")
-        for clients in opts.clients:
+        for clients in sorted(set(opts.clients) | set(opts.gateway_clients)):
             for part, one in PER_CLIENTS.items():
-                if part in recs:
+                wanted = opts.gateway_clients if part == "gateway" else opts.clients
+                if part in recs and clients in wanted:
                     guarded(recs[part], one, opts, recs[part], run_index, clients)
         for part, one in PER_RUN.items():
             if part in recs:
@@ -792,7 +835,7 @@ def part_rss(opts) -> None:
     save("rss", finish(rec))
 
 
-PARTS = ["machine", "ceiling", "intake", "peers", "dispatch", "e2e", "growth", "steady", "rss"]
+PARTS = ["machine", "ceiling", "intake", "peers", "dispatch", "e2e", "gateway", "growth", "steady", "rss"]
 
 
 def main() -> None:
@@ -819,6 +862,8 @@ def main() -> None:
     p.add_argument("--e2e-clients", type=int, default=32)
     p.add_argument("--e2e-concurrency", type=int, default=16, help="[worker] concurrency for e2e")
     p.add_argument("--rss-conns", type=int, default=1000)
+    p.add_argument("--gateway-calls", type=int, help="measured calls per gateway phase (default 2000; quick 300)")
+    p.add_argument("--gateway-clients", help="client counts of the gateway part (default 8,32)")
     p.add_argument("--no-report", action="store_true")
     opts = p.parse_args()
     q = opts.quick
@@ -833,6 +878,8 @@ def main() -> None:
     opts.dispatch_jobs = opts.dispatch_jobs or (100 if q else 1000)
     opts.e2e_jobs = opts.e2e_jobs or (500 if q else 5000)
     opts.steady_jobs = opts.steady_jobs or (20000 if q else 600000)
+    opts.gateway_calls = opts.gateway_calls or (300 if q else 2000)
+    opts.gateway_clients = [int(c) for c in (opts.gateway_clients or "8,32").split(",")]
     parts = [x for x in opts.parts.split(",") if x]
     unknown = [x for x in parts if x not in PARTS]
     if unknown:

@@ -59,6 +59,7 @@ class Report:
         self.ceiling = load("ceiling")
         self.intake = load("intake")
         self.dispatch = load("dispatch")
+        self.gateway = load("gateway")
         self.e2e = load("e2e")
         self.peers = load("peers")
         self.growth = load("growth")
@@ -99,7 +100,7 @@ class Report:
     # -- sections ------------------------------------------------------------------------
 
     def header(self):
-        parts = [p for p in (self.machine, self.ceiling, self.intake, self.dispatch, self.e2e, self.peers, self.growth, self.steady, self.rss) if p]
+        parts = [p for p in (self.machine, self.ceiling, self.intake, self.dispatch, self.e2e, self.gateway, self.peers, self.growth, self.steady, self.rss) if p]
         modes = sorted({p.get("mode", "") for p in parts if p.get("mode")})
         self.w("# Benchmarks")
         self.w()
@@ -229,6 +230,16 @@ class Report:
                 peak = pg[0]["rss_peak_kib"]
                 rows.append((f"RSS ≤ 64 MiB at {pg[0]['open']:,} open connections (PostgreSQL)",
                              f"{fmt(peak / 1024, 1)} MiB peak", verdict(peak / 1024 <= 64 if peak else None)))
+        if self.gateway:
+            for (backend, clients), rs in sorted(group(self.gateway["runs"], "backend", "clients").items()):
+                a50 = med([r["added_p50_ms"] for r in rs])
+                a99 = med([r["added_p99_ms"] for r in rs])
+                rr = med([r["replay_over_new"] for r in rs])
+                rows.append((f"gateway adds p50 ≤ 3 ms and p99 ≤ 10 ms ({backend}, {clients} clients; issue 16)",
+                             f"+{fmt(a50, 2)} ms / +{fmt(a99, 2)} ms",
+                             verdict(a50 <= 3 and a99 <= 10 if a50 is not None and a99 is not None else None)))
+                rows.append((f"gateway replays ≥ 2× new calls ({backend}, {clients} clients; issue 16)",
+                             f"{fmt(rr, 2)}×", verdict(rr >= 2 if rr is not None else None)))
         self.w("| target | measured (medians) | |")
         self.w("|---|---|---|")
         for r in rows:
@@ -626,12 +637,39 @@ class Report:
             self.w(path.read_text().rstrip())
             self.w()
 
+    def gateway_section(self):
+        if not self.gateway:
+            return
+        s = self.gateway["runs"][0]
+        self.w("## 3b. The OpenAI-compatible gateway")
+        self.w()
+        self.w(f"`onejob serve` with its worker; the load generator serves the same instant OpenAI-compatible sink as "
+               f"in section 3, as the only provider of a gateway kind (`openai_models = [\"bench\"]`). Closed loop, each "
+               f"client one keep-alive connection, {s['calls']:,} measured calls per phase after {self.gateway['settings']['warmup']} "
+               f"unmeasured: *direct* sends the chat completion straight to the sink; *new* sends it to onejob's "
+               f"`POST /v1/chat/completions` under a new `Idempotency-Key` (a job, run by the worker against the sink, "
+               f"answered when it won); *replay* sends the same keys again (finished calls, answered from the stored "
+               f"completion). *Added* is new minus direct, per percentile, in the same run.")
+        self.w()
+        self.w("| backend | clients | direct p50 / p99 ms | new p50 / p99 ms | added p50 / p99 ms | new calls/s | replays/s | replay / new | upstream calls (expected) |")
+        self.w("|---|---|---|---|---|---|---|---|---|")
+        for (backend, clients), rs in sorted(group(self.gateway["runs"], "backend", "clients").items()):
+            g = lambda phase, k: med([r[phase][k] for r in rs])  # noqa: E731
+            self.w(f"| {backend} | {clients} | {fmt(g('direct', 'p50_ms'), 2)} / {fmt(g('direct', 'p99_ms'), 2)} | "
+                   f"{fmt(g('gateway', 'p50_ms'), 2)} / {fmt(g('gateway', 'p99_ms'), 2)} | "
+                   f"{fmt(med([r['added_p50_ms'] for r in rs]), 2)} / {fmt(med([r['added_p99_ms'] for r in rs]), 2)} | "
+                   f"{fmt(g('gateway', 'rps'))} | {fmt(g('replay', 'rps'))} | "
+                   f"{fmt(med([r['replay_over_new'] for r in rs]), 2)} | "
+                   f"{sum(r['upstream_calls'] for r in rs)} ({sum(r['expected_upstream_calls'] for r in rs)}) |")
+        self.w()
+
     def write(self):
         self.header()
         self.targets()
         self.ceiling_section()
         self.intake_section()
         self.dispatch_section()
+        self.gateway_section()
         self.peers_section()
         self.growth_section()
         self.errors_section()

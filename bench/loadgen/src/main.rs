@@ -14,6 +14,10 @@
 //!   until `onejob_attempts_ended_total{outcome="won"}` grew by J: jobs/s end to end.
 //! - `hold`: opens C keep-alive connections (one `GET /healthz`, optionally one
 //!   `POST /v1/jobs` each), holds them and reports the server's VmRSS.
+//! - `gateway`: serves the same instant OpenAI-compatible sink as `dispatch`, and measures,
+//!   closed loop with N clients, chat completions sent straight to the sink, the same calls
+//!   through onejob's `POST /v1/chat/completions` under new idempotency keys (each a job run
+//!   by the worker against the sink), and the same keys again (replays of finished calls).
 
 mod client;
 mod stats;
@@ -115,6 +119,27 @@ enum Command {
         #[arg(long, default_value_t = 300)]
         timeout_s: u64,
     },
+    /// The gateway's overhead: chat calls straight to a sink, the same through onejob
+    /// (new keys), and replays of those keys.
+    Gateway {
+        #[command(flatten)]
+        target: Target,
+        /// Where the sink (an instant OpenAI-compatible chat endpoint) listens; onejob's
+        /// gateway kind must send to it.
+        #[arg(long, default_value = "127.0.0.1:9400")]
+        sink: SocketAddr,
+        /// The model onejob's gateway kind serves.
+        #[arg(long, default_value = "bench")]
+        model: String,
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        /// Measured calls per phase.
+        #[arg(long, default_value_t = 2_000)]
+        calls: usize,
+        /// Unmeasured calls before each kind of phase.
+        #[arg(long, default_value_t = 200)]
+        warmup: usize,
+    },
     /// Holds many open connections and reports the server's RSS.
     Hold {
         #[command(flatten)]
@@ -155,6 +180,14 @@ async fn main() {
             jobs,
             timeout_s,
         } => e2e(target, clients, jobs, Duration::from_secs(timeout_s)).await,
+        Command::Gateway {
+            target,
+            sink,
+            model,
+            clients,
+            calls,
+            warmup,
+        } => gateway(target, sink, model, clients, calls, warmup).await,
         Command::Hold {
             target,
             conns,
@@ -196,12 +229,51 @@ async fn submit(
     .await
 }
 
-/// A closed-loop phase: `total` submissions of keys `<prefix>-<i>` expecting `expect`.
+/// What one request of a phase is.
+#[derive(Clone)]
+enum Call {
+    /// `POST /v1/jobs` to onejob.
+    Submit,
+    /// `POST /v1/chat/completions` to onejob (the gateway), naming `model`.
+    Chat(String),
+    /// `POST /v1/chat/completions` straight to the upstream sink, without onejob.
+    Direct(SocketAddr),
+}
+
+/// A closed-loop phase: `total` calls under keys `<prefix>-<i>` expecting `expect`.
 struct PhaseSpec {
     name: &'static str,
     prefix: String,
     total: usize,
     expect: StatusCode,
+    call: Call,
+}
+
+/// A chat completion request for `prompt`.
+fn chat_request(model: &str, prompt: &str) -> Bytes {
+    Bytes::from(
+        json!({"model": model, "messages": [{"role": "user", "content": prompt}]}).to_string(),
+    )
+}
+
+async fn chat(
+    conn: &mut Conn,
+    bearer: &str,
+    model: &str,
+    key: &str,
+    prompt: &str,
+) -> Result<client::Answer, String> {
+    conn.call(
+        "POST",
+        "/v1/chat/completions",
+        &[
+            ("authorization", bearer),
+            ("idempotency-key", key),
+            ("content-type", "application/json"),
+        ],
+        Some(chat_request(model, prompt)),
+    )
+    .await
 }
 
 struct PhaseOutcome {
@@ -231,19 +303,20 @@ async fn run_phases(
         );
         let (addr, kind) = (target.addr, target.kind.clone());
         tasks.push(tokio::spawn(async move {
-            let mut conn = None;
-            for _ in 0..50 {
-                match Conn::open(addr).await {
-                    Ok(c) => {
-                        conn = Some(c);
-                        break;
-                    }
-                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-                }
-            }
-            let mut conn = conn.expect("cannot connect to onejob");
+            let mut conn = open_retrying(addr).await.expect("cannot connect to onejob");
+            // One connection to the upstream sink too, for phases that call it directly.
+            let mut direct = None;
             let mut results = Vec::new();
             for (p, spec) in specs.iter().enumerate() {
+                if let Call::Direct(sink) = spec.call
+                    && direct.is_none()
+                {
+                    direct = Some(
+                        open_retrying(sink)
+                            .await
+                            .expect("cannot connect to the sink"),
+                    );
+                }
                 barrier.wait().await;
                 let mut latencies = Vec::new();
                 let mut unexpected: BTreeMap<String, u64> = BTreeMap::new();
@@ -255,7 +328,15 @@ async fn run_phases(
                     let key = format!("{}-{i}", spec.prefix);
                     let prompt = format!("bench {key}");
                     let sent = Instant::now();
-                    match submit(&mut conn, &bearer, &kind, &key, &prompt).await {
+                    let answer = match &spec.call {
+                        Call::Submit => submit(&mut conn, &bearer, &kind, &key, &prompt).await,
+                        Call::Chat(model) => chat(&mut conn, &bearer, model, &key, &prompt).await,
+                        Call::Direct(_) => {
+                            let direct = direct.as_mut().expect("opened for this phase");
+                            chat(direct, &bearer, "bench", &key, &prompt).await
+                        }
+                    };
+                    match answer {
                         Ok(answer) if answer.status == spec.expect => {
                             latencies.push(sent.elapsed().as_micros() as i64)
                         }
@@ -329,6 +410,17 @@ async fn run_phases(
         .collect())
 }
 
+/// Opens a connection, retrying for a few seconds while the server starts listening.
+async fn open_retrying(addr: SocketAddr) -> Option<Conn> {
+    for _ in 0..50 {
+        match Conn::open(addr).await {
+            Ok(conn) => return Some(conn),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    None
+}
+
 async fn intake(
     target: Target,
     clients: usize,
@@ -344,6 +436,7 @@ async fn intake(
             prefix: target.prefix.clone(),
             total: warmup.min(jobs),
             expect: StatusCode::OK,
+            call: Call::Submit,
         }
     } else {
         PhaseSpec {
@@ -351,6 +444,7 @@ async fn intake(
             prefix: format!("{}-w", target.prefix),
             total: warmup,
             expect: StatusCode::CREATED,
+            call: Call::Submit,
         }
     }];
     if !replay_only {
@@ -359,6 +453,7 @@ async fn intake(
             prefix: target.prefix.clone(),
             total: jobs,
             expect: StatusCode::CREATED,
+            call: Call::Submit,
         });
     }
     if replay || replay_only {
@@ -367,6 +462,7 @@ async fn intake(
             prefix: target.prefix.clone(),
             total: jobs,
             expect: StatusCode::OK,
+            call: Call::Submit,
         });
     }
     let rss_before = target.pid.and_then(rss_kib);
@@ -383,6 +479,77 @@ async fn intake(
         out[outcome.phase.phase.clone()] = serde_json::to_value(&outcome.phase).unwrap();
     }
     Ok(out)
+}
+
+async fn gateway(
+    target: Target,
+    sink_addr: SocketAddr,
+    model: String,
+    clients: usize,
+    calls: usize,
+    warmup: usize,
+) -> Result<Value, String> {
+    let sink = Arc::new(Sink::default());
+    serve_sink(sink_addr, sink.clone()).await?;
+    wait_ready(target.addr, Duration::from_secs(60)).await?;
+    let prefix = &target.prefix;
+    let phase = |name, prefix: String, total, call| PhaseSpec {
+        name,
+        prefix,
+        total,
+        expect: StatusCode::OK,
+        call,
+    };
+    let specs = vec![
+        phase(
+            "warmup-direct",
+            format!("{prefix}-wd"),
+            warmup,
+            Call::Direct(sink_addr),
+        ),
+        phase(
+            "direct",
+            format!("{prefix}-d"),
+            calls,
+            Call::Direct(sink_addr),
+        ),
+        phase(
+            "warmup-gateway",
+            format!("{prefix}-wg"),
+            warmup,
+            Call::Chat(model.clone()),
+        ),
+        phase(
+            "gateway",
+            format!("{prefix}-g"),
+            calls,
+            Call::Chat(model.clone()),
+        ),
+        phase("replay", format!("{prefix}-g"), calls, Call::Chat(model)),
+    ];
+    let before = sink.calls.load(Ordering::Relaxed);
+    let outcomes = run_phases(&target, clients, specs).await?;
+    let upstream_calls = sink.calls.load(Ordering::Relaxed) - before;
+    let get = |name: &str| {
+        outcomes
+            .iter()
+            .find(|o| o.phase.phase == name)
+            .map(|o| o.phase.clone())
+            .expect("every phase ran")
+    };
+    let (direct, new, replay) = (get("direct"), get("gateway"), get("replay"));
+    Ok(json!({
+        "clients": clients,
+        "calls": calls,
+        "upstream_calls": upstream_calls,
+        "expected_upstream_calls": 2 * (warmup + calls),
+        "added_p50_ms": new.p50_ms - direct.p50_ms,
+        "added_p99_ms": new.p99_ms - direct.p99_ms,
+        "replay_over_new": replay.rps / new.rps,
+        "direct": direct,
+        "gateway": new,
+        "replay": replay,
+    }))
 }
 
 /// The dispatch sink: arrival time per marker.
@@ -588,6 +755,7 @@ async fn e2e(
             prefix: target.prefix.clone(),
             total: jobs,
             expect: StatusCode::CREATED,
+            call: Call::Submit,
         }],
     )
     .await?;
