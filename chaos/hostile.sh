@@ -57,9 +57,10 @@ done
 # The dashboard (tag `dashboard`) is HTML for browsers, signed in by cookie: it answers any
 # request without its cookie with a redirect to the sign-in page, which schemathesis counts
 # as accepting a request that lacks the documented cookie. The browser test (e2e/) covers it.
-# `positive_data_acceptance` is off for POST /v1/jobs only: which kinds exist and what their
-# params must look like is configuration that the static document cannot state
-# (RELIABILITY.md). Every other check runs on every operation.
+# `positive_data_acceptance` is off for POST /v1/jobs and POST /v1/chat/completions only:
+# which kinds (and models) exist and what their params must look like is configuration that
+# the static document cannot state (RELIABILITY.md). Every other check runs on every
+# operation.
 cat >"$work/schemathesis.toml" <<TOML
 [checks]
 enabled = true
@@ -68,14 +69,22 @@ enabled = true
 values = [${jobs}]
 
 [dictionaries.kinds]
-values = ["chat.completion", "image.generate"]
+values = ["chat.completion", "image.generate", "chat.fast"]
+
+[dictionaries.models]
+values = ["fast"]
 
 [parameters]
 "path.id" = { dictionary = "jobs", probability = 0.7 }
 "body.kind" = { dictionary = "kinds", probability = 0.7 }
+"body.model" = { dictionary = "models", probability = 0.7 }
 
 [[operations]]
 include-operation-id = "submit"
+checks.positive_data_acceptance.enabled = false
+
+[[operations]]
+include-operation-id = "create_chat_completion"
 checks.positive_data_acceptance.enabled = false
 TOML
 "$venv/bin/schemathesis" --config-file "$work/schemathesis.toml" run \

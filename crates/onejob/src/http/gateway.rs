@@ -111,6 +111,41 @@ fn with_job(mut response: Response, job_id: Uuid, replayed: bool) -> Response {
     response
 }
 
+/// The request of `POST /v1/chat/completions`, as far as onejob reads it: OpenAI's chat
+/// completion request (every other member is passed to the upstream as it is).
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct ChatRequest {
+    /// One of the models GET /v1/models lists.
+    model: String,
+    /// The conversation: at least one message.
+    #[schema(min_items = 1)]
+    messages: Vec<ChatMessage>,
+    /// Answer as server-sent `chat.completion.chunk` events (delivery only: not part of the
+    /// job's intent).
+    stream: Option<bool>,
+    /// With `include_usage`, a last chunk carries the usage (delivery only).
+    stream_options: Option<StreamOptions>,
+}
+
+/// One message of a chat request.
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct ChatMessage {
+    /// `system`, `user`, `assistant`, `tool`, …
+    role: String,
+    /// Text, or content parts.
+    content: Option<Value>,
+}
+
+/// `stream_options` of a chat request.
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct StreamOptions {
+    /// Send a last chunk with the usage.
+    include_usage: Option<bool>,
+}
+
 /// `POST /v1/chat/completions`.
 #[utoipa::path(
     post,
@@ -118,7 +153,7 @@ fn with_job(mut response: Response, job_id: Uuid, replayed: bool) -> Response {
     tag = "gateway",
     operation_id = "create_chat_completion",
     params(("Idempotency-Key" = String, Header, pattern = r#"^(?:[!-~]|[!#-~][!-~]{0,253}[!-~]|"[!-~]{0,253}[!#-~]|"(?:[!#-\[\]-~]|\\[\\"]){1,255}")$"#, description = "Your name for this call, the same on every retry of it (an OpenAI SDK's `extra_headers`)")),
-    request_body(content = Object, content_type = "application/json", description = "An OpenAI chat completion request whose `model` is one of GET /v1/models"),
+    request_body(content = ChatRequest, content_type = "application/json", description = "An OpenAI chat completion request whose `model` is one of GET /v1/models"),
     responses(
         (status = 200, description = "The winning attempt's chat.completion (or, with `stream: true`, its chat.completion.chunk events ending [DONE])", content(
             (Object = "application/json"),
@@ -189,6 +224,7 @@ async fn call(state: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<
             )
             .with("models", state.jobs.kinds().models())
         })?;
+    check_delivery(&request)?;
     let (params, delivery) = split_request(request);
     // Registered before the job exists, so whichever attempt starts finds the reader.
     let wanted = delivery
@@ -221,6 +257,34 @@ async fn call(state: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<
             Ok(answer(job, replayed))
         }
     }
+}
+
+/// `stream` must be a boolean and `stream_options` an object, where given.
+fn check_delivery(request: &Map<String, Value>) -> Result<(), Problem> {
+    let wrong = |field: &str, what: &str| {
+        Problem::new(
+            ProblemType::InvalidRequest,
+            format!("`{field}` must be {what}"),
+        )
+    };
+    if request
+        .get("stream")
+        .is_some_and(|s| !s.is_boolean() && !s.is_null())
+    {
+        return Err(wrong("stream", "true or false"));
+    }
+    if let Some(options) = request.get("stream_options").filter(|o| !o.is_null()) {
+        let Some(options) = options.as_object() else {
+            return Err(wrong("stream_options", "an object"));
+        };
+        if options
+            .get("include_usage")
+            .is_some_and(|u| !u.is_boolean() && !u.is_null())
+        {
+            return Err(wrong("stream_options.include_usage", "true or false"));
+        }
+    }
+    Ok(())
 }
 
 /// How long a call waits for its job: `[gateway] wait`, kept a second inside the request

@@ -180,6 +180,16 @@ async fn bad_calls_get_openai_errors(backend: Backend) {
             "params-invalid",
         ),
         (json!(["not", "an", "object"]), 400, "invalid-request"),
+        (
+            json!({"model": "fast", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}),
+            400,
+            "invalid-request",
+        ),
+        (
+            json!({"model": "fast", "messages": [{"role": "user", "content": "x"}], "stream_options": 1}),
+            400,
+            "invalid-request",
+        ),
     ];
     for (n, (body, status, code)) in cases.into_iter().enumerate() {
         let (got, _, answer) = answered(app.chat(Some(&format!("bad-{n}")), &body).await).await;
