@@ -157,7 +157,7 @@ pub struct StreamOptions {
     responses(
         (status = 200, description = "The winning attempt's chat.completion (or, with `stream: true`, its chat.completion.chunk events ending [DONE])", content(
             (Object = "application/json"),
-            (String = "text/event-stream"),
+            (Object = "text/event-stream"),
         ), headers(
             ("onejob-job-id" = String, description = "The job"),
             ("Idempotent-Replayed" = String, description = "`true` when the key already named the job"))),

@@ -112,6 +112,17 @@ pub async fn submit(
     })
 }
 
+/// What `GET /v1/jobs` answers: one job (by key) or a page of jobs (the schema only).
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+#[serde(untagged)]
+pub enum JobOrList {
+    /// With `idempotency_key`: the job under it.
+    Job(view::JobView),
+    /// Without: a page of the caller's jobs.
+    List(view::JobList),
+}
+
 /// `GET /v1/jobs/{id}`.
 #[utoipa::path(
     get,
@@ -194,14 +205,14 @@ pub fn page_query(
     path = "/v1/jobs",
     tag = "jobs",
     params(
-        ("idempotency_key" = Option<String>, Query, pattern = "^[!-~]{1,255}$", description = "Answer the caller's job under this key (a JobView, or 404); the other parameters are then ignored"),
+        ("idempotency_key" = Option<String>, Query, pattern = "^[!-~]{1,255}$", description = "Answer the caller's job under this key (a JobView, or 404); the other parameters are then checked but mean nothing"),
         ("state" = Option<String>, Query, pattern = "^(pending|running|unknown|succeeded|failed|cancelled)$", description = "List only jobs in this state"),
         ("kind" = Option<String>, Query, description = "List only jobs of this kind"),
         ("before" = Option<uuid::Uuid>, Query, description = "List only jobs older than this one (next_before of the previous page)"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Page size, 1-500 (default 50)"),
     ),
     responses(
-        (status = 200, description = "With idempotency_key: the job (JobView); without: a page of the caller's jobs", body = view::JobList),
+        (status = 200, description = "With idempotency_key: the job (JobView); without: a page of the caller's jobs (JobList)", body = JobOrList),
         (status = 400, description = "Malformed key or filter", body = openapi::Problem, content_type = "application/problem+json"),
         (status = 404, description = "No job under that key", body = openapi::Problem, content_type = "application/problem+json"),
         (status = 401, description = "Missing or invalid API key", body = openapi::Problem, content_type = "application/problem+json"),
@@ -222,6 +233,9 @@ pub async fn by_key(
     let Some(raw) = query.get("idempotency_key") else {
         return list(&state, &caller, &query).await;
     };
+    // The listing's parameters mean nothing beside a key, but a malformed one is still
+    // refused rather than silently ignored.
+    listing_filter(&query)?;
     let key = IdempotencyKey::parse(raw).map_err(key_problem)?;
     let job = state
         .jobs
@@ -236,9 +250,28 @@ async fn list(
     caller: &Caller,
     query: &HashMap<String, String>,
 ) -> Result<Response, Problem> {
+    let filter = listing_filter(query)?;
+    let jobs = state
+        .jobs
+        .store()
+        .list_jobs(&caller.principal, &filter)
+        .await?;
+    let next_before = (jobs.len() == filter.limit as usize)
+        .then(|| jobs.last().map(|j| j.id))
+        .flatten();
+    let views: Vec<JobView> = jobs.into_iter().map(JobView::from).collect();
+    Ok(Json(JobList {
+        jobs: views,
+        next_before,
+    })
+    .into_response())
+}
+
+/// The listing's filter from `GET /v1/jobs`'s query (`idempotency_key` aside).
+fn listing_filter(query: &HashMap<String, String>) -> Result<JobFilter, Problem> {
     let bad = |detail: String| Problem::new(ProblemType::InvalidRequest, detail);
     for name in query.keys() {
-        if !["state", "kind", "before", "limit"].contains(&name.as_str()) {
+        if !["idempotency_key", "state", "kind", "before", "limit"].contains(&name.as_str()) {
             return Err(bad(format!(
                 "unknown query parameter {name:?}; use idempotency_key, or state, kind, before and limit"
             )));
@@ -262,20 +295,7 @@ async fn list(
             .map_err(|_| bad("`before` is a job id".into()))?,
         limit: page_limit(query, 50)?,
     };
-    let jobs = state
-        .jobs
-        .store()
-        .list_jobs(&caller.principal, &filter)
-        .await?;
-    let next_before = (jobs.len() == filter.limit as usize)
-        .then(|| jobs.last().map(|j| j.id))
-        .flatten();
-    let views: Vec<JobView> = jobs.into_iter().map(JobView::from).collect();
-    Ok(Json(JobList {
-        jobs: views,
-        next_before,
-    })
-    .into_response())
+    Ok(filter)
 }
 
 /// `GET /v1/attempts?state=unknown`: attempts newest first: an operator's across its
