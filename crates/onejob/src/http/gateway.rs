@@ -416,7 +416,7 @@ async fn stream_answer(
     let job = settled(state, caller, job, deadline, Some(&wanted)).await?;
     let id = job.id;
     if wanted.stream().attempt().is_some() && !job.state.is_terminal() {
-        return Ok(sse(live(wanted, id), id, replayed));
+        return Ok(sse(live(wanted, id, delivery.include_usage), id, replayed));
     }
     match job.state {
         JobState::Succeeded => {
@@ -438,10 +438,27 @@ fn done() -> Result<Event, Infallible> {
     Ok(Event::default().data("[DONE]"))
 }
 
-/// The chunks of a live stream from the first, then `[DONE]`, or an error event naming the
-/// job if the attempt ended without an answer. The reader holds `wanted` while it reads; a
-/// reader that goes away (the client disconnected) stops reading, and the job goes on.
-fn live(wanted: Wanted, job_id: Uuid) -> impl Stream<Item = Result<Event, Infallible>> {
+/// Whether a streamed chunk is the one that closes a stream asked with `include_usage`: no
+/// choices, only the usage. onejob always asks its upstream for it (the job's completion
+/// keeps the usage), so it is relayed only to callers that asked for it, as OpenAI does: a
+/// caller that did not reads `choices[0]` of every chunk, as OpenAI's own examples do.
+fn usage_only(chunk: &Value) -> bool {
+    chunk
+        .get("choices")
+        .and_then(Value::as_array)
+        .is_some_and(Vec::is_empty)
+        && chunk.get("usage").is_some_and(|usage| !usage.is_null())
+}
+
+/// The chunks of a live stream from the first (the usage chunk only `with_usage`), then
+/// `[DONE]`, or an error event naming the job if the attempt ended without an answer. The
+/// reader holds `wanted` while it reads; a reader that goes away (the client disconnected)
+/// stops reading, and the job goes on.
+fn live(
+    wanted: Wanted,
+    job_id: Uuid,
+    with_usage: bool,
+) -> impl Stream<Item = Result<Event, Infallible>> {
     stream::unfold(
         (wanted, 0usize, false),
         move |(wanted, read, over)| async move {
@@ -451,7 +468,11 @@ fn live(wanted: Wanted, job_id: Uuid) -> impl Stream<Item = Result<Event, Infall
             match wanted.stream().next(read).await {
                 Next::Chunks(chunks) => {
                     let read = read + chunks.len();
-                    let events: Vec<_> = chunks.into_iter().map(data).collect();
+                    let events: Vec<_> = chunks
+                        .into_iter()
+                        .filter(|chunk| with_usage || !usage_only(chunk))
+                        .map(data)
+                        .collect();
                     Some((stream::iter(events), (wanted, read, false)))
                 }
                 Next::End(StreamEnd::Done) => {

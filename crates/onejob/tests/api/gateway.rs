@@ -26,6 +26,7 @@ backend_tests!(
     keyless_calls_are_refused_unless_allowed,
     two_concurrent_streams_get_the_same_live_chunks_from_one_upstream_call,
     a_stream_asked_after_completion_replays_the_stored_answer,
+    a_live_stream_carries_the_usage_chunk_only_when_asked,
     a_client_that_disconnects_does_not_cancel_the_job,
     a_stream_whose_attempt_breaks_off_ends_with_an_error_naming_the_job,
 );
@@ -554,6 +555,56 @@ async fn a_stream_asked_after_completion_replays_the_stored_answer(backend: Back
     assert_eq!(usage["choices"], json!([]));
     assert_eq!(usage["usage"], completion["usage"]);
     assert_eq!(chat_side_effects(&fakes), 1);
+}
+
+async fn a_live_stream_carries_the_usage_chunk_only_when_asked(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(rule(
+        "usage",
+        Behaviour {
+            run_ms: 500,
+            ..Default::default()
+        },
+    ));
+    let app = TestApp::running(&db, &fakes, gateway).await;
+    // onejob asks its upstream for the usage chunk whatever the caller asked; a caller that
+    // did not ask must not get it: OpenAI's examples read choices[0] of every chunk.
+    let plain = app
+        .chat(Some("plain"), &streaming("usage, not asked"))
+        .await;
+    assert!(plain.headers().get("idempotent-replayed").is_none());
+    let job_id = plain.headers()["onejob-job-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let plain = events(plain).await;
+    assert_eq!(plain.last().map(String::as_str), Some("[DONE]"));
+    for event in &plain[..plain.len() - 1] {
+        let chunk: Value = serde_json::from_str(event).unwrap();
+        assert_ne!(
+            chunk["choices"],
+            json!([]),
+            "a chunk without choices: {event}"
+        );
+    }
+    assert!(streamed_text(&plain).contains("usage, not asked"));
+    let job = app
+        .wait_job(&job_id, WITHIN, |j| j["state"] == "succeeded")
+        .await;
+    assert!(
+        job["result"]["usage"].is_object(),
+        "the job keeps the usage"
+    );
+    // Asked for, it is the last chunk before [DONE].
+    let mut asked = streaming("usage, asked");
+    asked["stream_options"] = json!({"include_usage": true});
+    let asked = events(app.chat(Some("asked"), &asked).await).await;
+    assert_eq!(asked.last().map(String::as_str), Some("[DONE]"));
+    let usage: Value = serde_json::from_str(&asked[asked.len() - 2]).unwrap();
+    assert_eq!(usage["choices"], json!([]));
+    assert!(usage["usage"]["total_tokens"].as_u64() > Some(0), "{usage}");
+    assert_eq!(chat_side_effects(&fakes), 2);
 }
 
 async fn a_client_that_disconnects_does_not_cancel_the_job(backend: Backend) {
