@@ -5,7 +5,8 @@
 //! the answer is the job's outcome: `200` with the winning upstream's `chat.completion` (or
 //! its stream), `409` with `Retry-After` while it still runs after `[gateway] wait` (OpenAI
 //! SDKs retry a 409 with the same headers, so the retry attaches to the same job), `409`
-//! for an outcome awaiting proof, the upstream's definite status for a failure. Every error
+//! for an outcome awaiting proof, the upstream's definite status for a failure (with
+//! `x-should-retry: false`, as for a cancelled job: retrying changes nothing). Every error
 //! is in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`, so SDKs raise
 //! it with onejob's message.
 
@@ -47,6 +48,10 @@ use crate::{
 
 /// The header naming the job a gateway answer belongs to.
 pub const JOB_ID_HEADER: &str = "onejob-job-id";
+
+/// The header by which OpenAI's SDKs are told whether to retry an error answer (they retry
+/// 408, 409, 429 and 5xx unless it says `false`).
+const SHOULD_RETRY: &str = "x-should-retry";
 
 /// How often a waiting call looks at its job when no notice came (a job worked by another
 /// process sends none).
@@ -97,6 +102,15 @@ fn upstream_error(status: StatusCode, message: String, job_id: Uuid) -> Response
         "job_id": job_id,
     }});
     with_job((status, Json(body)).into_response(), job_id, false)
+}
+
+/// Marks the error answer of a finished job (failed, cancelled) as not worth retrying: every
+/// retry under its key is answered the same.
+fn final_answer(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .insert(SHOULD_RETRY, HeaderValue::from_static("false"));
+    response
 }
 
 fn with_job(mut response: Response, job_id: Uuid, replayed: bool) -> Response {
@@ -347,7 +361,12 @@ fn answer(job: JobRecord, replayed: bool) -> Response {
                 replayed,
             )
         }
-        JobState::Failed => failed(&job),
+        JobState::Failed => final_answer(failed(&job)),
+        JobState::Cancelled => final_answer(with_job(
+            openai_error(waiting(id, JobState::Cancelled)),
+            id,
+            replayed,
+        )),
         state => with_job(openai_error(waiting(id, state)), id, replayed),
     }
 }

@@ -19,6 +19,7 @@ backend_tests!(
     bad_calls_get_openai_errors,
     a_call_still_running_after_the_wait_is_a_409_its_retry_attaches,
     a_failed_job_answers_the_upstreams_definite_status,
+    a_finished_jobs_error_tells_sdks_not_to_retry,
     an_unknown_outcome_is_a_409_naming_the_job,
     tools_and_response_format_reach_the_upstream_unchanged,
     an_empty_completion_is_no_success,
@@ -290,6 +291,56 @@ async fn a_failed_job_answers_the_upstreams_definite_status(backend: Backend) {
         "{body}"
     );
     assert_eq!(app.job(job_id).await["state"], "failed");
+}
+
+async fn a_finished_jobs_error_tells_sdks_not_to_retry(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(rule(
+        "overloaded",
+        Behaviour {
+            http_status: Some(503),
+            ..Default::default()
+        },
+    ));
+    fakes.primary.add_rule(rule(
+        "slow",
+        Behaviour {
+            run_ms: 5_000,
+            ..Default::default()
+        },
+    ));
+    let app = TestApp::running(&db, &fakes, |config| {
+        gateway(config);
+        config.gateway.wait = Duration::from_millis(200);
+    })
+    .await;
+    // OpenAI's SDKs retry 5xx, 408, 409 and 429 unless `x-should-retry: false`; a failed or
+    // cancelled job answers every retry under its key the same, so none is worth making.
+    for _ in 0..2 {
+        let (status, headers, body) =
+            answered(app.chat(Some("overloaded"), &request("overloaded")).await).await;
+        assert_eq!(status, 503, "{body}");
+        assert_eq!(headers["x-should-retry"], "false");
+    }
+    assert_eq!(chat_side_effects(&fakes), 1);
+    // Still running: worth retrying (and the SDK does, after Retry-After).
+    let (status, headers, body) = answered(app.chat(Some("slow"), &request("slow")).await).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(headers.get("x-should-retry").is_none());
+    let job_id = body["error"]["job_id"].as_str().unwrap();
+    let cancelled = app
+        .client
+        .post(app.url(&format!("/v1/jobs/{job_id}/cancel")))
+        .bearer_auth(&app.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cancelled.status(), 200);
+    let (status, headers, body) = answered(app.chat(Some("slow"), &request("slow")).await).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["state"], "cancelled");
+    assert_eq!(headers["x-should-retry"], "false");
 }
 
 async fn an_unknown_outcome_is_a_409_naming_the_job(backend: Backend) {
