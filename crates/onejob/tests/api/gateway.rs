@@ -36,7 +36,7 @@ const WITHIN: Duration = Duration::from_secs(30);
 
 /// The gateway kind of the demo config (`chat.fast`, model `fast`) served by the primary
 /// fake only, quick.
-fn gateway(config: &mut Config) {
+pub(crate) fn gateway(config: &mut Config) {
     let kind = config
         .kinds
         .iter_mut()

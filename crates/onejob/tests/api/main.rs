@@ -19,6 +19,7 @@ mod openapi;
 mod paging;
 mod providers;
 mod recovery;
+mod sdk;
 mod slow_clients;
 mod store_conformance;
 mod ui;

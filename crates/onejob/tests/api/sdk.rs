@@ -1,0 +1,250 @@
+//! The gateway (DESIGN §9) driven by clients nobody here wrote: OpenAI's own SDKs, the
+//! `openai` package from PyPI (`sdk/python/test_gateway.py`) and from npm
+//! (`sdk/js/gateway.test.mjs`), against a real onejob on both databases serving the demo's
+//! model `fast` on a fake provider. The two scripts have the same cases, each through the
+//! SDK's own calls, errors and retries: a plain completion; one job (one upstream call) for
+//! a repeated key; a changed body raised as the SDK's 422 error with onejob's message; the
+//! SDK's timeouts and its retries of a 409 re-attaching to the one job; a failed job raised
+//! at once, not retried; streams as OpenAI's example loop reads them, two concurrent
+//! streams of one upstream call, a broken stream raised with onejob's error; tools and
+//! `response_format` reaching the upstream; an unknown model as the SDK's 404 error; a
+//! keyless call refused.
+//!
+//! The tools are installed by `.ci/run`: a Python venv (`ONEJOB_SDK_VENV`, default
+//! `/var/cache/onejob/venv-sdk`) with `sdk/python/requirements.txt`, and `npm ci --prefix
+//! sdk/js`. Without them these tests fail with those instructions; they never skip.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::Duration,
+};
+
+use serde_json::Value;
+
+use crate::{
+    gateway::gateway,
+    helpers::{Backend, Fakes, TestApp, TestDatabase, backend_tests},
+};
+
+backend_tests!(
+    the_python_sdk_gets_one_job_per_key_and_onejobs_answers,
+    the_js_sdk_gets_one_job_per_key_and_onejobs_answers,
+);
+
+/// `[gateway] wait` for these tests: short, so that a `409` still running is cheap to see.
+const WAIT: Duration = Duration::from_secs(2);
+
+/// The cases each language's script has: the same ones, in both.
+const CASES: u32 = 14;
+
+/// How long one script may take.
+const WITHIN: Duration = Duration::from_secs(180);
+
+const DEFAULT_VENV: &str = "/var/cache/onejob/venv-sdk";
+
+fn repository() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+fn sdk(path: &str) -> PathBuf {
+    repository().join("sdk").join(path)
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The venv's Python, with the `openai` version `sdk/python/requirements.txt` pins. Fails
+/// (never skips) with how to install it.
+fn python() -> PathBuf {
+    let venv =
+        PathBuf::from(std::env::var("ONEJOB_SDK_VENV").unwrap_or_else(|_| DEFAULT_VENV.to_owned()));
+    let install = format!(
+        "create it with `python3 -m venv {venv} && {venv}/bin/pip install -r \
+         sdk/python/requirements.txt` at the repository root (.ci/run does this; \
+         ONEJOB_SDK_VENV names another venv)",
+        venv = venv.display()
+    );
+    let python = venv.join("bin/python");
+    assert!(
+        python.is_file(),
+        "the OpenAI SDK tests need a Python venv at {}: {install}",
+        venv.display()
+    );
+    let requirements = read(&sdk("python/requirements.txt"));
+    let pinned = requirements
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("openai=="))
+        .expect("sdk/python/requirements.txt pins openai");
+    let found = std::process::Command::new(&python)
+        .args(["-c", "import openai; print(openai.__version__)"])
+        .stderr(Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    assert_eq!(
+        found.as_deref(),
+        Some(pinned),
+        "the venv at {} must have openai {pinned} (sdk/python/requirements.txt): {install}",
+        venv.display()
+    );
+    python
+}
+
+/// `sdk/js`, with `node_modules` holding the `openai` version its lock pins. Fails (never
+/// skips) with how to install it.
+fn node_sdk() -> PathBuf {
+    let dir = sdk("js");
+    let install = "install it with `npm ci --prefix sdk/js` at the repository root (.ci/run \
+                   does this), with Node.js 20 or later on PATH";
+    let lock: Value = serde_json::from_str(&read(&dir.join("package-lock.json"))).unwrap();
+    let pinned = lock["packages"]["node_modules/openai"]["version"]
+        .as_str()
+        .expect("sdk/js/package-lock.json pins openai");
+    let installed = std::fs::read_to_string(dir.join("node_modules/openai/package.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str::<Value>(&text).ok());
+    assert_eq!(
+        installed.as_ref().and_then(|p| p["version"].as_str()),
+        Some(pinned),
+        "the OpenAI SDK tests need sdk/js/node_modules with openai {pinned}: {install}"
+    );
+    assert!(
+        std::process::Command::new("node")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success()),
+        "the OpenAI SDK tests need Node.js (`node`) on PATH: {install}"
+    );
+    dir
+}
+
+/// onejob serving the demo's `chat.fast` (model `fast`) on the primary fake.
+async fn serving(db: &TestDatabase, fakes: &Fakes) -> TestApp {
+    TestApp::running(db, fakes, |config| {
+        gateway(config);
+        config.gateway.wait = WAIT;
+    })
+    .await
+}
+
+/// What a script printed.
+struct Printed {
+    stdout: String,
+    stderr: String,
+}
+
+/// Where a script sends its calls: `ONEJOB_URL`, `ONEJOB_API_KEY` and (for the test
+/// scripts) `ONEJOB_FAKE_URL`.
+struct Target {
+    url: String,
+    api_key: String,
+    fake_url: Option<String>,
+}
+
+impl Target {
+    fn of(app: &TestApp, fakes: &Fakes) -> Target {
+        Target {
+            url: app.url(""),
+            api_key: app.token.clone(),
+            fake_url: Some(fakes.primary.base_url()),
+        }
+    }
+}
+
+/// Runs a script against `target`, asserting it exits 0; on failure the assertion shows
+/// everything it printed.
+async fn run(mut command: tokio::process::Command, target: &Target) -> Printed {
+    command
+        .env("ONEJOB_URL", &target.url)
+        .env("ONEJOB_API_KEY", &target.api_key)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("PYTHONUNBUFFERED", "1")
+        // The SDKs would add these to every request.
+        .env_remove("OPENAI_ORG_ID")
+        .env_remove("OPENAI_PROJECT_ID")
+        .env_remove("OPENAI_LOG")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    if let Some(fake_url) = &target.fake_url {
+        command.env("ONEJOB_FAKE_URL", fake_url);
+    }
+    let shown = format!("{command:?}");
+    let output = tokio::time::timeout(WITHIN, command.output())
+        .await
+        .unwrap_or_else(|_| panic!("{shown} did not finish within {WITHIN:?}"))
+        .unwrap_or_else(|e| panic!("{shown} could not start: {e}"));
+    let printed = Printed {
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    };
+    assert!(
+        output.status.success(),
+        "{shown} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        printed.stdout,
+        printed.stderr
+    );
+    // Shown with --nocapture: what each case did and how long it took.
+    println!("{}{}", printed.stdout, printed.stderr);
+    printed
+}
+
+/// The number in the line of `text` that starts with `prefix` (a test runner's summary).
+fn count_after(text: &str, prefix: &str) -> Option<u32> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(prefix))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+}
+
+fn in_dir(
+    program: impl AsRef<std::ffi::OsStr>,
+    dir: &Path,
+    args: &[&str],
+) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(program);
+    command.args(args).current_dir(dir);
+    command
+}
+
+async fn the_python_sdk_gets_one_job_per_key_and_onejobs_answers(backend: Backend) {
+    let python = python();
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = serving(&db, &fakes).await;
+    let printed = run(
+        in_dir(&python, &sdk("python"), &["test_gateway.py"]),
+        &Target::of(&app, &fakes),
+    )
+    .await;
+    // unittest's summary, on standard error: "Ran 14 tests in 9.1s", then "OK".
+    let ran = count_after(&printed.stderr, "Ran ");
+    assert!(
+        ran == Some(CASES) && printed.stderr.lines().any(|l| l == "OK"),
+        "all {CASES} cases ran and passed:\n{}",
+        printed.stderr
+    );
+}
+
+async fn the_js_sdk_gets_one_job_per_key_and_onejobs_answers(backend: Backend) {
+    let dir = node_sdk();
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = serving(&db, &fakes).await;
+    let printed = run(
+        in_dir("node", &dir, &["--test", "gateway.test.mjs"]),
+        &Target::of(&app, &fakes),
+    )
+    .await;
+    // node --test's summary: "# pass 14", "# fail 0".
+    let passed = count_after(&printed.stdout, "# pass ");
+    assert!(
+        passed == Some(CASES) && count_after(&printed.stdout, "# fail ") == Some(0),
+        "all {CASES} cases ran and passed:\n{}",
+        printed.stdout
+    );
+}
