@@ -215,12 +215,12 @@ async fn attempts_resolve_frees_an_unknown_attempt(backend: Backend) {
     assert!(stdout.contains("forbidden"), "{stdout}");
 }
 
-#[tokio::test]
-async fn serve_without_config_runs_the_demo_and_prints_a_working_key() {
-    let dir = tempfile::tempdir().unwrap();
+/// `onejob serve` with no configuration (the README's first command) in `dir`, on a free
+/// port: the process, the URL and the API key it printed.
+pub(crate) async fn serve_demo(dir: &std::path::Path) -> (tokio::process::Child, String, String) {
     let mut child = onejob()
         .args(["serve", "--listen", "127.0.0.1:0"])
-        .current_dir(dir.path())
+        .current_dir(dir)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -241,7 +241,19 @@ async fn serve_without_config_runs_the_demo_and_prints_a_working_key() {
             break;
         }
     }
-    let (url, key) = (url.expect("address printed"), key.expect("key printed"));
+    // Keep reading what it prints, so that it never writes into a closed pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (
+        child,
+        url.expect("address printed"),
+        key.expect("key printed"),
+    )
+}
+
+#[tokio::test]
+async fn serve_without_config_runs_the_demo_and_prints_a_working_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, url, key) = serve_demo(dir.path()).await;
     assert!(
         dir.path().join("onejob.db").exists(),
         "the embedded default is a SQLite file"

@@ -10,6 +10,9 @@
 //! `response_format` reaching the upstream; an unknown model as the SDK's 404 error; a
 //! keyless call refused.
 //!
+//! The README's "Drop-in for OpenAI SDKs" snippets are `sdk/python/quickstart.py` and
+//! `sdk/js/quickstart.mjs`, included verbatim (checked here) and run here against onejob.
+//!
 //! The tools are installed by `.ci/run`: a Python venv (`ONEJOB_SDK_VENV`, default
 //! `/var/cache/onejob/venv-sdk`) with `sdk/python/requirements.txt`, and `npm ci --prefix
 //! sdk/js`. Without them these tests fail with those instructions; they never skip.
@@ -246,5 +249,71 @@ async fn the_js_sdk_gets_one_job_per_key_and_onejobs_answers(backend: Backend) {
         passed == Some(CASES) && count_after(&printed.stdout, "# fail ") == Some(0),
         "all {CASES} cases ran and passed:\n{}",
         printed.stdout
+    );
+}
+
+/// What the README says both snippets print against `onejob serve`'s demo.
+const QUICKSTART_PRINTS: &str = "{\"text\":\"fake answer: Describe a red fox.\"}";
+
+/// The README's snippets, run as shown against `onejob serve` with no configuration (the
+/// demo, model `fast` on the bundled fake): they send the same call under the same key, so
+/// the second SDK's call is answered from the first one's job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_quickstarts_run_against_the_demo_and_make_one_job() {
+    let (python, js) = (python(), node_sdk());
+    let dir = tempfile::tempdir().unwrap();
+    let (mut server, url, api_key) = crate::cli::serve_demo(dir.path()).await;
+    let target = Target {
+        url,
+        api_key,
+        fake_url: None,
+    };
+    let from_python = run(in_dir(&python, &sdk("python"), &["quickstart.py"]), &target)
+        .await
+        .stdout;
+    assert_eq!(from_python.trim_end(), QUICKSTART_PRINTS);
+    let from_js = run(in_dir("node", &js, &["quickstart.mjs"]), &target)
+        .await
+        .stdout;
+    assert_eq!(from_js.trim_end(), QUICKSTART_PRINTS);
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::new();
+    let job: Value = client
+        .get(format!(
+            "{}/v1/jobs?idempotency_key=order-42:caption",
+            target.url
+        ))
+        .bearer_auth(&target.api_key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(job["kind"], "chat.fast", "{job}");
+    assert_eq!(job["state"], "succeeded", "{job}");
+    assert_eq!(
+        job["attempts"], 1,
+        "one key, one job, one upstream call: {job}"
+    );
+    let _ = server.kill().await;
+}
+
+#[test]
+fn the_readme_includes_the_quickstarts_verbatim() {
+    let readme = read(&repository().join("README.md"));
+    for (file, fence) in [
+        ("python/quickstart.py", "python"),
+        ("js/quickstart.mjs", "js"),
+    ] {
+        let snippet = read(&sdk(file));
+        assert!(
+            readme.contains(&format!("```{fence}\n{snippet}```\n")),
+            "README.md must include sdk/{file} verbatim in a ```{fence} block:\n{snippet}"
+        );
+    }
+    assert!(
+        readme.contains(&format!("`{QUICKSTART_PRINTS}`")),
+        "README.md says what the snippets print: `{QUICKSTART_PRINTS}`"
     );
 }
