@@ -132,7 +132,7 @@ describe("onejob's gateway through the openai npm package", () => {
       .create({ model: "fast", messages: user(text) }, key("timeout"))
       .withResponse();
     assert.ok(data.choices[0].message.content.includes(text));
-    assert.ok(sent.requests >= 3, `the SDK timed out and retried (${sent.requests} requests)`);
+    assert.ok(sent.requests >= 2, `the SDK timed out and retried (${sent.requests} requests)`);
     assert.ok(Date.now() - started >= 2500);
     assert.equal(response.headers.get("idempotent-replayed"), "true");
     assert.equal((await upstreamCalls(text)).length, 1, "one upstream call for every retry");

@@ -139,7 +139,7 @@ class Gateway(unittest.TestCase):
         )
         elapsed = time.monotonic() - started
         self.assertIn(text, raw.parse().choices[0].message.content)
-        self.assertGreaterEqual(raw.retries_taken, 2, "the SDK timed out and retried")
+        self.assertGreaterEqual(raw.retries_taken, 1, "the SDK timed out and retried")
         self.assertGreaterEqual(elapsed, 2.5)
         self.assertEqual(raw.headers["idempotent-replayed"], "true")
         self.assertEqual(len(upstream_calls(text)), 1, "one upstream call for every retry")
