@@ -85,6 +85,13 @@ impl App {
             lease: self.config.worker.lease,
             poll_interval: self.config.worker.poll_interval,
             shutdown_grace: self.config.worker.shutdown_grace,
+            retention: self.config.retention.finished_after.map(|finished_after| {
+                crate::worker::retention::Retention {
+                    finished_after,
+                    every: self.config.retention.every(),
+                    batch: self.config.retention.batch(),
+                }
+            }),
         };
         worker::spawn(WorkerContext::new(
             self.store.clone(),

@@ -65,6 +65,15 @@ pub fn attempt_ended(provider: &str, outcome: &'static str) {
     }
 }
 
+/// Rows a retention batch deleted.
+pub fn retention_deleted(jobs: u64, attempts: u64, events: u64) {
+    for (what, n) in [("jobs", jobs), ("attempts", attempts), ("events", events)] {
+        if n > 0 {
+            counter!("onejob_retention_deleted_total", "what" => what).increment(n);
+        }
+    }
+}
+
 /// The reconciler re-sent an unknown attempt under its same upstream key.
 pub fn attempt_resent(provider: &str) {
     counter!("onejob_attempts_resent_total", "provider" => provider.to_owned()).increment(1);

@@ -11,6 +11,7 @@ mod gateway;
 mod http;
 mod kind;
 mod provider;
+mod retention;
 mod worker;
 
 use std::{
@@ -28,6 +29,7 @@ pub use gateway::GatewayConfig;
 pub use http::HttpConfig;
 pub use kind::{ContractCase, KindConfig, SchemaSource};
 pub use provider::{Adapter, DEFAULT_CONNECT_TIMEOUT, ProviderConfig, StructuredOutput};
+pub use retention::RetentionConfig;
 pub use worker::WorkerConfig;
 
 /// The built-in configuration: SQLite file, the bundled fake provider, the demo kinds.
@@ -133,6 +135,9 @@ pub struct Config {
     /// The OpenAI-compatible gateway.
     #[serde(default)]
     pub gateway: GatewayConfig,
+    /// How long finished jobs are kept (off by default).
+    #[serde(default)]
+    pub retention: RetentionConfig,
     /// Directory relative paths (schemas, templates) are resolved against.
     #[serde(skip)]
     pub base_dir: PathBuf,

@@ -22,8 +22,8 @@ pub use error::{Chain, StoreError};
 pub use records::{
     Acknowledged, ApiKeyRecord, AttemptRecord, AttemptStart, CancelOutcome, CertificateRecord,
     Completion, EventRecord, FailOutcome, Intake, JobFilter, JobRecord, NewApiKey, NewEvent,
-    NewJob, RecoverOutcome, Resolution, RetryPolicy, Scope, StartOutcome, StartRefusal, UnknownBy,
-    Unsuccessful, payload_digest, storable, storable_text,
+    NewJob, Pruned, RecoverOutcome, Resolution, RetryPolicy, Scope, StartOutcome, StartRefusal,
+    UnknownBy, Unsuccessful, payload_digest, storable, storable_text,
 };
 
 /// Everything onejob keeps durably. One implementation per database.
@@ -271,6 +271,12 @@ pub trait Store: Send + Sync + 'static {
     /// How long until the earliest job with a dispatch time is due (zero if one is due now);
     /// `None` if no job waits for dispatch.
     async fn next_due_in(&self) -> Result<Option<Duration>, StoreError>;
+
+    /// Deletes up to `limit` jobs that finished (succeeded, failed, cancelled) more than
+    /// `older_than` ago, with their attempts and events, in one transaction; their keys then
+    /// name nothing. Only one store prunes at a time (a second caller meanwhile deletes
+    /// nothing and says so); the event log refuses every other delete.
+    async fn prune_finished(&self, older_than: Duration, limit: u32) -> Result<Pruned, StoreError>;
 
     /// Waits until work may have become due (a wake-up from this or another node), or
     /// `max_wait`.

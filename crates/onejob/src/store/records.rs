@@ -604,6 +604,19 @@ pub fn payload_digest(payload: &Value) -> Value {
     })
 }
 
+/// What one pruning pass deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pruned {
+    /// Jobs deleted.
+    pub jobs: u64,
+    /// Their attempts.
+    pub attempts: u64,
+    /// Their events.
+    pub events: u64,
+    /// Another store was pruning at the time: nothing was looked at.
+    pub busy: bool,
+}
+
 /// Which of a principal's jobs to list, newest first.
 #[derive(Debug, Clone, Default)]
 pub struct JobFilter {

@@ -14,6 +14,7 @@ mod live;
 pub mod plan;
 mod reconcile;
 mod recording;
+pub mod retention;
 
 use crate::store::Chain;
 use std::{collections::HashSet, sync::Arc, time::Duration};
@@ -59,6 +60,8 @@ pub struct WorkerSettings {
     pub poll_interval: Duration,
     /// How long in-flight attempts may still finish after shutdown begins.
     pub shutdown_grace: Duration,
+    /// Deleting finished jobs, where `[retention]` turns it on.
+    pub retention: Option<retention::Retention>,
 }
 
 impl WorkerSettings {
@@ -137,6 +140,10 @@ async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
     let heartbeat = tokio::spawn(lease::heartbeat(ctx.clone(), background.clone()));
     let rescue = tokio::spawn(lease::rescue(ctx.clone(), background.clone()));
     let reconcile = tokio::spawn(reconcile::run(ctx.clone(), background.clone()));
+    let prune = ctx
+        .settings
+        .retention
+        .map(|settings| tokio::spawn(retention::run(ctx.clone(), settings, background.clone())));
     let slots = Arc::new(Semaphore::new(ctx.settings.concurrency.max(1)));
     let claiming = Claiming::default();
     let mut running = JoinSet::new();
@@ -224,7 +231,7 @@ async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
         }
     }
     background.cancel();
-    for task in [heartbeat, rescue, reconcile] {
+    for task in [heartbeat, rescue, reconcile].into_iter().chain(prune) {
         let abort = task.abort_handle();
         if tokio::time::timeout(ABANDON_WAIT, task).await.is_err() {
             abort.abort();

@@ -19,6 +19,7 @@ mod openapi;
 mod paging;
 mod providers;
 mod recovery;
+mod retention;
 mod sdk;
 mod slow_clients;
 mod store_conformance;

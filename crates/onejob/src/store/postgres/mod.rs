@@ -21,8 +21,8 @@ use uuid::Uuid;
 use super::{
     Acknowledged, ApiKeyRecord, AttemptRecord, AttemptStart, CancelOutcome, CertificateRecord,
     Completion, EventRecord, FailOutcome, Intake, JobFilter, JobRecord, NewApiKey, NewEvent,
-    NewJob, RecoverOutcome, Resolution, RetryPolicy, Scope, StartOutcome, Store, StoreError,
-    StoreOptions, UnknownBy, Unsuccessful,
+    NewJob, Pruned, RecoverOutcome, Resolution, RetryPolicy, Scope, StartOutcome, Store,
+    StoreError, StoreOptions, UnknownBy, Unsuccessful,
     batch::Batcher,
     records::{storable, storable_text},
 };
@@ -52,6 +52,7 @@ mod lifecycle;
 mod listing;
 pub mod online;
 mod relaxed;
+mod retention;
 mod statistics;
 mod wake;
 
@@ -657,6 +658,10 @@ impl Store for PgStore {
         .fetch_one(&self.pool)
         .await?;
         Ok(seconds.map(|s| Duration::from_secs_f64(s.max(0.0))))
+    }
+
+    async fn prune_finished(&self, older_than: Duration, limit: u32) -> Result<Pruned, StoreError> {
+        retention::prune(&self.pool, older_than, limit).await
     }
 
     async fn wait_for_work(&self, max_wait: Duration) {

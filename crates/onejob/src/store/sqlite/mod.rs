@@ -26,8 +26,8 @@ use uuid::Uuid;
 use super::{
     Acknowledged, ApiKeyRecord, AttemptRecord, AttemptStart, CancelOutcome, CertificateRecord,
     Completion, EventRecord, FailOutcome, Intake, JobFilter, JobRecord, NewApiKey, NewEvent,
-    NewJob, RecoverOutcome, Resolution, RetryPolicy, Scope, StartOutcome, Store, StoreError,
-    StoreOptions, UnknownBy, Unsuccessful,
+    NewJob, Pruned, RecoverOutcome, Resolution, RetryPolicy, Scope, StartOutcome, Store,
+    StoreError, StoreOptions, UnknownBy, Unsuccessful,
     batch::Batcher,
     records::{storable, storable_text},
 };
@@ -68,6 +68,7 @@ mod certificates;
 mod intake;
 mod lifecycle;
 mod listing;
+mod retention;
 
 /// How long a writer waits for SQLite's write lock before the store reports itself busy.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -669,6 +670,10 @@ impl Store for SqliteStore {
         .fetch_one(&self.pool)
         .await?;
         Ok(seconds.map(|s| Duration::from_secs_f64(s.max(0.0))))
+    }
+
+    async fn prune_finished(&self, older_than: Duration, limit: u32) -> Result<Pruned, StoreError> {
+        retention::prune(self, older_than, limit).await
     }
 
     async fn wait_for_work(&self, max_wait: Duration) {
