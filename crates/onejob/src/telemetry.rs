@@ -7,13 +7,22 @@
 //! | `onejob_attempts_started_total` | counter | `provider`, `hedge` |
 //! | `onejob_attempts_ended_total` | counter | `provider`, `outcome`: won, discarded, failed, cancelled, unknown |
 //! | `onejob_races_lost_total` | counter | |
-//! | `onejob_attempts_unknown` | gauge | (read from the database at scrape time) |
+//! | `onejob_attempts_resent_total` | counter | `provider` |
+//! | `onejob_retention_deleted_total` | counter | `what`: jobs, attempts, events |
+//! | `onejob_attempts_unknown` | gauge | (cluster-wide, read from the database at scrape time) |
 //! | `onejob_dispatch_latency_seconds` | histogram | (accepted → provider called, first attempts) |
 //! | `onejob_provider_latency_seconds` | histogram | `provider` (sent → answered or task finished) |
+//!
+//! Every metric is described (its `# HELP` line) in [`describe`]. The counters and
+//! histograms count what this process did, so they add up over nodes with `sum()`.
+//! `onejob_attempts_unknown` is different: every node reads the same cluster-wide count from
+//! the shared database, so it must be aggregated with `max()`, never `sum()`.
 
 use std::{sync::OnceLock, time::Duration};
 
-use metrics::{counter, gauge, histogram};
+use metrics::{
+    Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
+};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 /// Latency buckets, in seconds: 1 ms to 5 min.
@@ -30,7 +39,10 @@ pub fn install() -> &'static PrometheusHandle {
             .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &BUCKETS)
             .expect("the buckets are not empty");
         match builder.install_recorder() {
-            Ok(handle) => handle,
+            Ok(handle) => {
+                describe();
+                handle
+            }
             Err(error) => {
                 // Another recorder owns the process (an embedding application): keep serving
                 // an empty page rather than failing start-up.
@@ -39,6 +51,52 @@ pub fn install() -> &'static PrometheusHandle {
             }
         }
     })
+}
+
+/// Gives every metric its `# HELP` text (and unit), on the installed recorder.
+fn describe() {
+    describe_counter!(
+        "onejob_jobs_submitted_total",
+        "Submissions answered by this node, by outcome: created, replayed (the key already \
+         named the same intent), key_conflict (the key names another intent)"
+    );
+    describe_counter!(
+        "onejob_attempts_started_total",
+        "Attempts this node's worker sent to a provider, by provider and whether a hedge"
+    );
+    describe_counter!(
+        "onejob_attempts_ended_total",
+        "Attempts this node's worker saw end, by provider and outcome: won, discarded (lost \
+         the race), failed, cancelled, unknown"
+    );
+    describe_counter!(
+        "onejob_races_lost_total",
+        "Late results discarded because another attempt of the job had already won"
+    );
+    describe_counter!(
+        "onejob_attempts_resent_total",
+        "Unknown attempts the reconciler re-sent under their same upstream idempotency key"
+    );
+    describe_counter!(
+        "onejob_retention_deleted_total",
+        "Rows deleted by retention on this node, by table: jobs, attempts, events"
+    );
+    describe_gauge!(
+        "onejob_attempts_unknown",
+        "Attempts whose outcome is unknown, in the whole cluster (read from the shared \
+         database at scrape time): every node reports the same value, aggregate with max(), \
+         not sum()"
+    );
+    describe_histogram!(
+        "onejob_dispatch_latency_seconds",
+        Unit::Seconds,
+        "Time from a job's acceptance to its first attempt being sent to a provider"
+    );
+    describe_histogram!(
+        "onejob_provider_latency_seconds",
+        Unit::Seconds,
+        "Time a provider took to answer (or to finish its task), by provider"
+    );
 }
 
 /// A submission was answered.

@@ -1,6 +1,7 @@
-//! `/metrics`: Prometheus counters, gauges and histograms after real traffic.
+//! `/metrics`: Prometheus counters, gauges and histograms after real traffic, each family
+//! with its `# HELP`.
 
-use std::time::Duration;
+use std::{collections::BTreeSet, time::Duration};
 
 use crate::helpers::{Backend, Fakes, TestApp, TestDatabase, backend_tests, chat};
 
@@ -52,5 +53,33 @@ async fn metrics_count_submissions_attempts_and_latencies(backend: Backend) {
         "onejob_provider_latency_seconds_bucket{provider=\"fake\"",
     ] {
         assert!(text.contains(needle), "{needle} missing from:\n{text}");
+    }
+    assert_every_family_is_described(&text);
+}
+
+/// Every `onejob_` metric family on the page has a `# TYPE` and a `# HELP` line, and every
+/// sample belongs to a declared family.
+pub(crate) fn assert_every_family_is_described(text: &str) {
+    let declared = |prefix: &str| -> BTreeSet<&str> {
+        text.lines()
+            .filter_map(|line| line.strip_prefix(prefix))
+            .filter_map(|rest| rest.split_whitespace().next())
+            .filter(|name| name.starts_with("onejob_"))
+            .collect()
+    };
+    let (types, helps) = (declared("# TYPE "), declared("# HELP "));
+    assert!(!types.is_empty(), "no onejob_ metrics in:\n{text}");
+    let undescribed: Vec<_> = types.difference(&helps).collect();
+    assert!(
+        undescribed.is_empty(),
+        "no # HELP for {undescribed:?} in:\n{text}"
+    );
+    for line in text.lines().filter(|l| l.starts_with("onejob_")) {
+        let name = line.split(['{', ' ']).next().unwrap();
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|suffix| name.strip_suffix(suffix).filter(|f| types.contains(f)))
+            .unwrap_or(name);
+        assert!(types.contains(family), "{name} has no # TYPE in:\n{text}");
     }
 }
