@@ -82,47 +82,111 @@ fn hash_secret(salt: &[u8; 16], secret: &str) -> [u8; 32] {
     hasher.finalize().into()
 }
 
-/// How long a looked-up key is trusted without asking the database again.
+/// How long a key lookup (found or not) is trusted by default without asking the database
+/// again (`[http] key_cache_ttl`).
 pub const KEY_CACHE_TTL: Duration = Duration::from_secs(30);
 
-/// Most keys kept; beyond, the cache starts over.
+/// Most found keys, and separately most unknown ids, kept; beyond, expired entries are
+/// dropped, and if none had expired the cache starts over.
 const KEY_CACHE_SIZE: usize = 10_000;
 
-/// API key records by public id, cached for [`KEY_CACHE_TTL`] so that a request does not
-/// cost a database read just to authenticate. Only the stored (salted, hashed) record is
-/// cached; every request's secret is still verified against it. A revoked key may keep
-/// working for up to the TTL on a node that cached it.
+/// API key records by public id, cached so that a request does not cost a database read
+/// just to authenticate. Only the stored (salted, hashed) record is cached; every request's
+/// secret is still verified against it.
+///
+/// Lookups that found nothing (an unknown or revoked id) are cached too, for the same time,
+/// in a separate bounded map: a client repeating a wrong key costs one database read per
+/// TTL, and a flood of random ids cannot push the real keys out of the cache. So a revoked
+/// key keeps working for at most the TTL on a node that had cached it, and a key created
+/// after its id was looked up unknown (its ids are random: in practice never) works after
+/// the TTL.
 #[derive(Clone)]
 pub struct KeyRing {
     store: Arc<dyn Store>,
-    cache: Arc<Mutex<HashMap<String, (ApiKeyRecord, Instant)>>>,
+    ttl: Duration,
+    found: Arc<Mutex<Expiring<ApiKeyRecord>>>,
+    missing: Arc<Mutex<Expiring<()>>>,
 }
 
 impl KeyRing {
-    /// A key ring over `store`.
+    /// A key ring over `store`, trusting lookups for [`KEY_CACHE_TTL`].
     pub fn new(store: Arc<dyn Store>) -> Self {
+        Self::with_ttl(store, KEY_CACHE_TTL)
+    }
+
+    /// A key ring over `store`, trusting lookups for `ttl`.
+    pub fn with_ttl(store: Arc<dyn Store>, ttl: Duration) -> Self {
         Self {
             store,
-            cache: Arc::new(Mutex::new(HashMap::new())),
+            ttl,
+            found: Arc::new(Mutex::new(Expiring::default())),
+            missing: Arc::new(Mutex::new(Expiring::default())),
         }
     }
 
     /// The record of the key with this public id (cached), unless unknown or revoked.
     pub async fn lookup(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
-        if let Some((record, at)) = self.cache.lock().expect("key cache").get(id)
-            && at.elapsed() < KEY_CACHE_TTL
-        {
+        if let Some(record) = self.found.lock().expect("key cache").get(id, self.ttl) {
             return Ok(Some(record.clone()));
         }
+        if self
+            .missing
+            .lock()
+            .expect("key cache")
+            .get(id, self.ttl)
+            .is_some()
+        {
+            return Ok(None);
+        }
         let record = self.store.api_key(id).await?;
-        if let Some(record) = &record {
-            let mut cache = self.cache.lock().expect("key cache");
-            if cache.len() >= KEY_CACHE_SIZE {
-                cache.clear();
+        match &record {
+            Some(record) => {
+                self.found
+                    .lock()
+                    .expect("key cache")
+                    .insert(id, record.clone(), self.ttl);
             }
-            cache.insert(id.to_owned(), (record.clone(), Instant::now()));
+            None => self
+                .missing
+                .lock()
+                .expect("key cache")
+                .insert(id, (), self.ttl),
         }
         Ok(record)
+    }
+}
+
+/// A bounded map whose entries expire.
+struct Expiring<V> {
+    entries: HashMap<String, (V, Instant)>,
+}
+
+impl<V> Default for Expiring<V> {
+    fn default() -> Self {
+        Self {
+            entries: HashMap::new(),
+        }
+    }
+}
+
+impl<V> Expiring<V> {
+    /// The entry under `id`, if stored less than `ttl` ago.
+    fn get(&self, id: &str, ttl: Duration) -> Option<&V> {
+        self.entries
+            .get(id)
+            .filter(|(_, at)| at.elapsed() < ttl)
+            .map(|(value, _)| value)
+    }
+
+    /// Stores `value` under `id`, making room first when the map is full.
+    fn insert(&mut self, id: &str, value: V, ttl: Duration) {
+        if self.entries.len() >= KEY_CACHE_SIZE {
+            self.entries.retain(|_, (_, at)| at.elapsed() < ttl);
+            if self.entries.len() >= KEY_CACHE_SIZE {
+                self.entries.clear();
+            }
+        }
+        self.entries.insert(id.to_owned(), (value, Instant::now()));
     }
 }
 
@@ -159,6 +223,19 @@ mod tests {
         assert!(!hex::encode(a.record.secret_hash).contains(secret));
         assert_ne!(a.record.salt, b.record.salt);
         assert_ne!(a.record.id, b.record.id);
+    }
+
+    #[test]
+    fn the_cache_stays_bounded_and_keeps_fresh_entries_when_it_can() {
+        let ttl = Duration::from_secs(60);
+        let mut cache = Expiring::default();
+        for n in 0..KEY_CACHE_SIZE * 3 {
+            cache.insert(&n.to_string(), (), ttl);
+            assert!(cache.entries.len() <= KEY_CACHE_SIZE);
+        }
+        let last = (KEY_CACHE_SIZE * 3 - 1).to_string();
+        assert!(cache.get(&last, ttl).is_some());
+        assert!(cache.get(&last, Duration::ZERO).is_none(), "expired");
     }
 
     #[test]

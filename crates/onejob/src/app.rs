@@ -120,7 +120,10 @@ impl App {
             jobs: self.jobs.clone(),
             max_body_bytes: self.config.max_body_bytes,
             providers: self.providers.clone(),
-            keys: crate::api_key::KeyRing::new(self.store.clone()),
+            keys: crate::api_key::KeyRing::with_ttl(
+                self.store.clone(),
+                self.config.http.key_cache_ttl,
+            ),
             request_timeout: self.config.http.request_timeout,
             hub: self.hub.clone(),
             gateway: self.config.gateway.clone(),

@@ -17,6 +17,10 @@ pub struct HttpConfig {
     /// slower one is answered `408 request-timeout` and its connection closed.
     #[serde(default = "default_request_timeout", with = "humantime_serde")]
     pub request_timeout: Duration,
+    /// How long an API node trusts an API key lookup (found or not found) before asking the
+    /// database again: a revoked key is refused at most this long after `onejob keys revoke`.
+    #[serde(default = "default_key_cache_ttl", with = "humantime_serde")]
+    pub key_cache_ttl: Duration,
 }
 
 impl Default for HttpConfig {
@@ -24,6 +28,7 @@ impl Default for HttpConfig {
         Self {
             header_read_timeout: default_header_read_timeout(),
             request_timeout: default_request_timeout(),
+            key_cache_ttl: default_key_cache_ttl(),
         }
     }
 }
@@ -34,4 +39,8 @@ fn default_header_read_timeout() -> Duration {
 
 fn default_request_timeout() -> Duration {
     Duration::from_secs(30)
+}
+
+fn default_key_cache_ttl() -> Duration {
+    crate::api_key::KEY_CACHE_TTL
 }

@@ -20,10 +20,11 @@ use uuid::Uuid;
 
 pub use error::{Chain, StoreError};
 pub use records::{
-    Acknowledged, ApiKeyRecord, AttemptRecord, AttemptStart, CancelOutcome, CertificateRecord,
-    Completion, EventRecord, FailOutcome, Intake, JobFilter, JobRecord, NewApiKey, NewEvent,
-    NewJob, Pruned, RecoverOutcome, Resolution, RetryPolicy, Scope, StartOutcome, StartRefusal,
-    UnknownBy, Unsuccessful, payload_digest, storable, storable_text,
+    Acknowledged, ApiKeyRecord, ApiKeySummary, AttemptRecord, AttemptStart, CancelOutcome,
+    CertificateRecord, Completion, EventRecord, FailOutcome, Intake, JobFilter, JobRecord,
+    NewApiKey, NewEvent, NewJob, Pruned, RecoverOutcome, Resolution, RetryPolicy, Revocation,
+    Scope, StartOutcome, StartRefusal, UnknownBy, Unsuccessful, payload_digest, storable,
+    storable_text,
 };
 
 /// Everything onejob keeps durably. One implementation per database.
@@ -76,6 +77,13 @@ pub trait Store: Send + Sync + 'static {
 
     /// The API key with this public id, unless revoked.
     async fn api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError>;
+
+    /// Every API key, revoked ones included, oldest first (`onejob keys list`).
+    async fn api_keys(&self) -> Result<Vec<ApiKeySummary>, StoreError>;
+
+    /// Revokes the API key with this public id (sets its `revoked_at`, once): from then on
+    /// [`Store::api_key`] does not find it.
+    async fn revoke_api_key(&self, id: &str) -> Result<Revocation, StoreError>;
 
     /// The owner's job's attempts, oldest first; `None` if the job is not the owner's.
     async fn attempts(

@@ -170,6 +170,32 @@ pub struct ApiKeyRecord {
     pub operator: bool,
 }
 
+/// What `onejob keys list` shows of a stored API key (nothing secret).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiKeySummary {
+    /// Its public id.
+    pub id: String,
+    /// The principal it authenticates.
+    pub principal: Principal,
+    /// Whether it may use operator endpoints.
+    pub operator: bool,
+    /// When it was created.
+    pub created_at: OffsetDateTime,
+    /// When it was revoked; `None` while it is valid.
+    pub revoked_at: Option<OffsetDateTime>,
+}
+
+/// What revoking an API key did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Revocation {
+    /// The key is revoked now.
+    Revoked(ApiKeySummary),
+    /// The key had been revoked before; nothing changed.
+    AlreadyRevoked(ApiKeySummary),
+    /// No key has this id.
+    Unknown,
+}
+
 /// A stored attempt.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AttemptRecord {

@@ -19,10 +19,10 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::{
-    Acknowledged, ApiKeyRecord, AttemptRecord, AttemptStart, CancelOutcome, CertificateRecord,
-    Completion, EventRecord, FailOutcome, Intake, JobFilter, JobRecord, NewApiKey, NewEvent,
-    NewJob, Pruned, RecoverOutcome, Resolution, RetryPolicy, Scope, StartOutcome, Store,
-    StoreError, StoreOptions, UnknownBy, Unsuccessful,
+    Acknowledged, ApiKeyRecord, ApiKeySummary, AttemptRecord, AttemptStart, CancelOutcome,
+    CertificateRecord, Completion, EventRecord, FailOutcome, Intake, JobFilter, JobRecord,
+    NewApiKey, NewEvent, NewJob, Pruned, RecoverOutcome, Resolution, RetryPolicy, Revocation,
+    Scope, StartOutcome, Store, StoreError, StoreOptions, UnknownBy, Unsuccessful,
     batch::Batcher,
     records::{storable, storable_text},
 };
@@ -48,6 +48,7 @@ mod attempts;
 mod certificates;
 mod held;
 mod intake;
+mod keys;
 mod lifecycle;
 mod listing;
 pub mod online;
@@ -411,6 +412,14 @@ impl Store for PgStore {
                 operator,
             },
         ))
+    }
+
+    async fn api_keys(&self) -> Result<Vec<ApiKeySummary>, StoreError> {
+        keys::list(&self.pool).await
+    }
+
+    async fn revoke_api_key(&self, id: &str) -> Result<Revocation, StoreError> {
+        keys::revoke(&self.pool, id).await
     }
 
     async fn due_jobs(&self, limit: u32) -> Result<Vec<Uuid>, StoreError> {

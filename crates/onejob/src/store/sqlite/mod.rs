@@ -24,10 +24,10 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use super::{
-    Acknowledged, ApiKeyRecord, AttemptRecord, AttemptStart, CancelOutcome, CertificateRecord,
-    Completion, EventRecord, FailOutcome, Intake, JobFilter, JobRecord, NewApiKey, NewEvent,
-    NewJob, Pruned, RecoverOutcome, Resolution, RetryPolicy, Scope, StartOutcome, Store,
-    StoreError, StoreOptions, UnknownBy, Unsuccessful,
+    Acknowledged, ApiKeyRecord, ApiKeySummary, AttemptRecord, AttemptStart, CancelOutcome,
+    CertificateRecord, Completion, EventRecord, FailOutcome, Intake, JobFilter, JobRecord,
+    NewApiKey, NewEvent, NewJob, Pruned, RecoverOutcome, Resolution, RetryPolicy, Revocation,
+    Scope, StartOutcome, Store, StoreError, StoreOptions, UnknownBy, Unsuccessful,
     batch::Batcher,
     records::{storable, storable_text},
 };
@@ -66,6 +66,7 @@ macro_rules! attempt_columns {
 mod attempts;
 mod certificates;
 mod intake;
+mod keys;
 mod lifecycle;
 mod listing;
 mod retention;
@@ -417,6 +418,14 @@ impl Store for SqliteStore {
                 operator,
             },
         ))
+    }
+
+    async fn api_keys(&self) -> Result<Vec<ApiKeySummary>, StoreError> {
+        keys::list(self).await
+    }
+
+    async fn revoke_api_key(&self, id: &str) -> Result<Revocation, StoreError> {
+        keys::revoke(self, id).await
     }
 
     async fn attempts(
