@@ -41,7 +41,7 @@ db="sqlite://$work/onejob.db"
 "$bin" migrate --database "$db" 2>/dev/null
 key="$("$bin" keys create --database "$db" --tenant schemathesis --user st --operator)"
 port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-RUST_LOG=warn "$bin" serve --database "$db" --listen "127.0.0.1:$port" >"$out/schemathesis-server.log" 2>&1 &
+RUST_LOG=warn "$bin" serve --demo --database "$db" --listen "127.0.0.1:$port" >"$out/schemathesis-server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 1 100); do curl -fs "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.2; done
 # Real jobs for the path `id`s and configured kinds for the bodies, so that the generated

@@ -1,23 +1,55 @@
-//! `onejob keys create`: issue an API key and print it, alone, on stdout.
+//! `onejob keys create | list | revoke`: issue an API key (printed alone on stdout), list
+//! the keys, revoke one.
+//!
+//! The database is `--database` (or `ONEJOB_DATABASE`), else the `database` of the config
+//! file found as every command finds it (`--config`, `ONEJOB_CONFIG`, `./onejob.toml`).
+//! With neither, the commands refuse: a key written to a guessed `sqlite://onejob.db`
+//! would authenticate nothing.
 
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
 use clap::Subcommand;
 use onejob_domain::Principal;
 
-use super::DatabaseArgs;
-use crate::{api_key, app::open_store};
+use super::display::timestamp;
+use crate::{
+    api_key,
+    app::open_store,
+    config::{Config, LogFormat, discovery},
+    store::{ApiKeySummary, Revocation, Store, StoreError},
+};
 
 /// `onejob keys …`
 #[derive(Debug, Subcommand)]
 pub enum KeysCommand {
     /// Create an API key for a tenant's user and print it (only the key, on stdout).
     Create(CreateArgs),
+    /// List the API keys: id, tenant, user, operator, created, revoked (never secrets).
+    List(ListArgs),
+    /// Revoke an API key: API nodes refuse it once their key cache expires
+    /// (`[http] key_cache_ttl`, 30 s by default).
+    Revoke(RevokeArgs),
+}
+
+/// Which database the key commands work on.
+#[derive(Debug, clap::Args)]
+pub struct KeyDatabaseArgs {
+    /// Database URL (`sqlite://onejob.db`, `postgres://user@host:5432/db`); overrides the
+    /// config file's `database`.
+    #[arg(long, env = "ONEJOB_DATABASE")]
+    database: Option<String>,
+    /// The onejob.toml whose `database` to use (else `$ONEJOB_CONFIG`, else ./onejob.toml if
+    /// present).
+    #[arg(long, short)]
+    config: Option<PathBuf>,
 }
 
 /// Arguments of `onejob keys create`.
 #[derive(Debug, clap::Args)]
 pub struct CreateArgs {
     #[command(flatten)]
-    database: DatabaseArgs,
+    database: KeyDatabaseArgs,
     /// The tenant the key belongs to.
     #[arg(long)]
     tenant: String,
@@ -29,15 +61,72 @@ pub struct CreateArgs {
     operator: bool,
 }
 
-/// Runs `onejob keys …`.
-pub async fn run(command: KeysCommand) -> anyhow::Result<()> {
+/// Arguments of `onejob keys list`.
+#[derive(Debug, clap::Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    database: KeyDatabaseArgs,
+}
+
+/// Arguments of `onejob keys revoke`.
+#[derive(Debug, clap::Args)]
+pub struct RevokeArgs {
+    #[command(flatten)]
+    database: KeyDatabaseArgs,
+    /// The key's id (the hex part after `oj_`), or the whole key.
+    key_id: String,
+}
+
+/// Where the key commands work, resolved before logging starts.
+#[derive(Debug)]
+pub struct Target {
+    /// The database URL.
+    database: String,
+    /// The config file's `log_format`, if a file was read.
+    pub log_format: Option<LogFormat>,
+}
+
+impl KeysCommand {
+    /// The database (and the config file's log format) this command works on.
+    pub fn target(&self) -> anyhow::Result<Target> {
+        let args = match self {
+            KeysCommand::Create(args) => &args.database,
+            KeysCommand::List(args) => &args.database,
+            KeysCommand::Revoke(args) => &args.database,
+        };
+        let file =
+            match discovery::discover_here(args.config.as_deref()) {
+                Some((path, how)) => Some(Config::load(Some(&path)).with_context(|| {
+                    format!("loading the config file named by {}", how.describe())
+                })?),
+                None => None,
+            };
+        let log_format = file.as_ref().map(|config| config.log_format);
+        let database = match (&args.database, file) {
+            (Some(database), _) => database.clone(),
+            (None, Some(config)) => config.database,
+            (None, None) => bail!(
+                "which database? pass --database URL (or set ONEJOB_DATABASE), or --config \
+                 onejob.toml (or set ONEJOB_CONFIG, or put onejob.toml in the working \
+                 directory) to use its `database`"
+            ),
+        };
+        Ok(Target {
+            database,
+            log_format,
+        })
+    }
+}
+
+/// Runs `onejob keys …` on `target`.
+pub async fn run(command: KeysCommand, target: Target) -> anyhow::Result<()> {
     match command {
         KeysCommand::Create(args) => {
             anyhow::ensure!(
                 !args.tenant.is_empty() && !args.user.is_empty(),
                 "--tenant and --user must not be empty"
             );
-            let store = open_store(&args.database.database).await?;
+            let store = open_store(&target.database).await?;
             let token = create(
                 &*store,
                 Principal::new(args.tenant, args.user),
@@ -47,16 +136,113 @@ pub async fn run(command: KeysCommand) -> anyhow::Result<()> {
             println!("{token}");
             Ok(())
         }
+        KeysCommand::List(_) => {
+            let store = open_store(&target.database).await?;
+            print!("{}", table(&store.api_keys().await?));
+            Ok(())
+        }
+        KeysCommand::Revoke(args) => {
+            let id = api_key::parse(&args.key_id).map_or(args.key_id.as_str(), |(id, _)| id);
+            let store = open_store(&target.database).await?;
+            match store.revoke_api_key(id).await? {
+                Revocation::Revoked(key) => {
+                    println!(
+                        "revoked key {} (tenant {}, user {}); API nodes refuse it once their \
+                         key cache expires ([http] key_cache_ttl, 30s by default)",
+                        key.id, key.principal.tenant, key.principal.user
+                    );
+                    Ok(())
+                }
+                Revocation::AlreadyRevoked(key) => {
+                    println!(
+                        "key {} was already revoked at {}",
+                        key.id,
+                        key.revoked_at.map(timestamp).unwrap_or_default()
+                    );
+                    Ok(())
+                }
+                Revocation::Unknown => {
+                    bail!("no API key has the id {id:?} (see `onejob keys list`)")
+                }
+            }
+        }
     }
 }
 
 /// Issues and stores a key; returns the token.
 pub async fn create(
-    store: &dyn crate::store::Store,
+    store: &dyn Store,
     principal: Principal,
     operator: bool,
-) -> Result<String, crate::store::StoreError> {
+) -> Result<String, StoreError> {
     let issued = api_key::issue(principal, operator);
     store.insert_api_key(issued.record).await?;
     Ok(issued.token)
+}
+
+/// The keys as aligned columns under a header line.
+fn table(keys: &[ApiKeySummary]) -> String {
+    let header = ["ID", "TENANT", "USER", "OPERATOR", "CREATED", "REVOKED"].map(str::to_owned);
+    let rows: Vec<[String; 6]> = keys
+        .iter()
+        .map(|key| {
+            [
+                key.id.clone(),
+                key.principal.tenant.clone(),
+                key.principal.user.clone(),
+                if key.operator { "yes" } else { "no" }.to_owned(),
+                timestamp(key.created_at),
+                key.revoked_at.map_or_else(|| "-".to_owned(), timestamp),
+            ]
+        })
+        .collect();
+    let mut widths = header.clone().map(|h| h.len());
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in std::iter::once(&header).chain(&rows) {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use time::macros::datetime;
+
+    use super::*;
+
+    #[test]
+    fn the_table_aligns_its_columns_and_marks_revoked_keys() {
+        let key = |id: &str, user: &str, revoked| ApiKeySummary {
+            id: id.to_owned(),
+            principal: Principal::new("acme", user),
+            operator: user == "ops",
+            created_at: datetime!(2026-12-01 10:00:00 UTC),
+            revoked_at: revoked,
+        };
+        let text = table(&[
+            key("0011223344556677", "alice", None),
+            key(
+                "8899aabbccddeeff",
+                "ops",
+                Some(datetime!(2026-12-02 11:30:00 UTC)),
+            ),
+        ]);
+        assert_eq!(
+            text,
+            "ID                TENANT  USER   OPERATOR  CREATED               REVOKED\n\
+             0011223344556677  acme    alice  no        2026-12-01T10:00:00Z  -\n\
+             8899aabbccddeeff  acme    ops    yes       2026-12-01T10:00:00Z  2026-12-02T11:30:00Z\n"
+        );
+    }
 }

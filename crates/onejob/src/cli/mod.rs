@@ -1,11 +1,13 @@
-//! The `onejob` command line (DESIGN §7): `serve`, `worker`, `migrate`, `keys create`,
+//! The `onejob` command line (DESIGN §7): `serve`, `worker`, `migrate`, `keys`,
 //! `verify`, and the client commands `submit`, `status`, `watch`, `jobs list` and
 //! `attempts resolve` (over onejob-client; their exit codes are in [`exit`]).
 //!
-//! Each subcommand lives in its own file; this one parses arguments, sets up logging and
-//! dispatches. Errors leave through `anyhow` here, at the binary's edge, and nowhere else.
+//! Each subcommand lives in its own file; this one parses arguments, chooses the
+//! configuration ([`configure`]), sets up logging (the config file's `log_format` unless
+//! `--log-format` says otherwise) and dispatches. Errors leave through `anyhow` here, at the binary's edge, and nowhere else.
 
 mod attempts;
+mod configure;
 mod demo;
 mod display;
 pub mod exit;
@@ -21,17 +23,20 @@ mod verify;
 mod watch;
 mod worker;
 
-use std::{path::PathBuf, process::ExitCode};
+use std::{future::Future, io::IsTerminal, process::ExitCode};
 
 use clap::{Parser, Subcommand};
 
 use crate::config::LogFormat;
 
+pub use configure::ConfigArgs;
+use configure::{Chosen, Runner, choose};
+
 /// One user intent, one job.
 #[derive(Debug, Parser)]
 #[command(name = "onejob", version, about, long_about = None)]
 pub struct Cli {
-    /// Log line format.
+    /// Log line format (overrides the config file's `log_format`).
     #[arg(long, global = true, value_enum, env = "ONEJOB_LOG_FORMAT")]
     pub log_format: Option<LogFormat>,
     /// What to do.
@@ -79,14 +84,6 @@ pub struct DatabaseArgs {
     pub database: String,
 }
 
-/// Optional config file shared by subcommands that read one.
-#[derive(Debug, clap::Args)]
-pub struct ConfigArgs {
-    /// The onejob.toml to use; without it the built-in demo configuration is used.
-    #[arg(long, short, env = "ONEJOB_CONFIG")]
-    pub config: Option<PathBuf>,
-}
-
 /// Parses the command line and runs it; the exit code says whether it succeeded.
 pub fn run() -> anyhow::Result<ExitCode> {
     // Usage errors exit 1 (not clap's 2, which `submit --wait` and `watch` use for a
@@ -102,39 +99,75 @@ pub fn run() -> anyhow::Result<ExitCode> {
             });
         }
     };
-    // The demo tells its own story on stdout; its logs stay quiet unless asked for.
-    let default_filter = match cli.command {
-        Command::Demo(_) => "warn",
-        _ => "info,sqlx=warn",
+    let flag = cli.log_format;
+    // Logging starts once the config file (and its `log_format`) is known.
+    let start =
+        |file: Option<LogFormat>, filter: &str| -> anyhow::Result<tokio::runtime::Runtime> {
+            init_logging(flag.or(file).unwrap_or_default(), filter);
+            crate::fault::init_from_env()?;
+            Ok(tokio::runtime::Runtime::new()?)
+        };
+    let with = |chosen: &Chosen| -> anyhow::Result<tokio::runtime::Runtime> {
+        let runtime = start(Some(chosen.config.log_format), DEFAULT_FILTER)?;
+        chosen.announce();
+        Ok(runtime)
     };
-    init_logging(cli.log_format.unwrap_or_default(), default_filter);
-    crate::fault::init_from_env()?;
-    let runtime = tokio::runtime::Runtime::new()?;
-    runtime.block_on(async move {
-        let done = |r: anyhow::Result<()>| r.map(|()| ExitCode::SUCCESS);
-        match cli.command {
-            Command::Demo(args) => done(demo::run(args).await),
-            Command::Serve(args) => done(serve::run(args).await),
-            Command::Worker(args) => done(worker::run(args).await),
-            Command::Migrate(args) => done(migrate::run(args).await),
-            Command::Keys(command) => done(keys::run(command).await),
-            Command::Openapi => done(openapi::run()),
-            Command::Verify(args) => verify::run(args).await,
-            Command::Attempts(command) => attempts::run(command).await,
-            Command::Submit(args) => submit::run(args).await,
-            Command::Status(args) => status::run(args).await,
-            Command::Watch(args) => watch::run(args).await,
-            Command::Jobs(command) => jobs::run(command).await,
+    let plain = || start(None, DEFAULT_FILTER);
+    match cli.command {
+        // The demo tells its own story on stdout; its logs stay quiet unless asked for.
+        Command::Demo(args) => done(start(None, "warn")?, demo::run(args)),
+        Command::Serve(args) => {
+            let chosen = choose(&args.config, args.database.as_deref(), Runner::Serve)?;
+            done(with(&chosen)?, serve::run(args, chosen))
         }
-    })
+        Command::Worker(args) => {
+            let chosen = choose(&args.config, args.database.as_deref(), Runner::Worker)?;
+            done(with(&chosen)?, worker::run(args, chosen))
+        }
+        Command::Verify(args) => {
+            let chosen = choose(&args.config, args.database.as_deref(), Runner::Verify)?;
+            with(&chosen)?.block_on(verify::run(args, chosen))
+        }
+        Command::Keys(command) => {
+            let target = command.target()?;
+            done(
+                start(target.log_format, DEFAULT_FILTER)?,
+                keys::run(command, target),
+            )
+        }
+        Command::Migrate(args) => done(plain()?, migrate::run(args)),
+        Command::Openapi => {
+            openapi::run()?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Attempts(command) => plain()?.block_on(attempts::run(command)),
+        Command::Submit(args) => plain()?.block_on(submit::run(args)),
+        Command::Status(args) => plain()?.block_on(status::run(args)),
+        Command::Watch(args) => plain()?.block_on(watch::run(args)),
+        Command::Jobs(command) => plain()?.block_on(jobs::run(command)),
+    }
 }
 
+/// What the service's own logs show by default (`RUST_LOG` overrides it).
+const DEFAULT_FILTER: &str = "info,sqlx=warn";
+
+/// Runs a command that succeeds or fails with an error.
+fn done(
+    runtime: tokio::runtime::Runtime,
+    command: impl Future<Output = anyhow::Result<()>>,
+) -> anyhow::Result<ExitCode> {
+    runtime.block_on(command).map(|()| ExitCode::SUCCESS)
+}
+
+/// Logs to stderr in `format`, with colours only when stderr is a terminal (a file or a
+/// pipe gets plain text).
 fn init_logging(format: LogFormat, default_filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

@@ -1,41 +1,40 @@
 //! `onejob serve`: the API and a worker in one process (`--no-worker` for the API alone).
 //!
-//! Without `--config` it runs the built-in demo configuration on `sqlite://onejob.db` and
-//! prints a fresh API key with a curl line to try.
+//! With no config file found and no database given (or with `--demo`) it runs the built-in
+//! demo configuration (`sqlite://onejob.db` unless told another database) and prints a
+//! fresh API key with a curl line to try.
 
 use std::net::SocketAddr;
 
 use anyhow::Context;
 use onejob_domain::Principal;
 
-use super::ConfigArgs;
-use crate::{app::App, config::Config, verify};
+use super::{Chosen, ConfigArgs};
+use crate::{app::App, store, verify};
 
 /// Arguments of `onejob serve`.
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
     #[command(flatten)]
-    config: ConfigArgs,
+    pub(super) config: ConfigArgs,
     /// Override the listen address.
     #[arg(long)]
     listen: Option<SocketAddr>,
-    /// Override the database URL.
+    /// Override the database URL (without a config file, needs `--demo`).
     #[arg(long)]
-    database: Option<String>,
+    pub(super) database: Option<String>,
     /// Serve the API only; run workers separately with `onejob worker`.
     #[arg(long)]
     no_worker: bool,
 }
 
 /// Runs `onejob serve`.
-pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let demo = args.config.config.is_none();
-    let mut config = Config::load(args.config.config.as_deref())?;
+pub async fn run(args: ServeArgs, chosen: Chosen) -> anyhow::Result<()> {
+    let Chosen {
+        mut config, demo, ..
+    } = chosen;
     if let Some(listen) = args.listen {
         config.listen = listen;
-    }
-    if let Some(database) = args.database {
-        config.database = database;
     }
     let app = App::open(config).await?;
     let listener = app.bind().await?;
@@ -44,7 +43,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if demo {
         certify_bundled_fakes(&app).await?;
         let token = super::keys::create(&*app.store, Principal::new("demo", "demo"), true).await?;
-        print_welcome(addr, &token);
+        print_welcome(addr, &store::redact(&app.config.database), &token);
     }
     let worker = (!args.no_worker).then(|| app.spawn_worker());
     app.serve(listener, shutdown_signal()).await?;
@@ -88,9 +87,9 @@ pub(super) async fn certify_bundled_fakes(app: &App) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_welcome(addr: SocketAddr, token: &str) {
+fn print_welcome(addr: SocketAddr, database: &str, token: &str) {
     println!(
-        "onejob is running on http://{addr} (demo config, database sqlite://onejob.db)\n\
+        "onejob is running on http://{addr} (demo config, database {database})\n\
          API key (tenant demo, user demo, operator): {token}\n\n\
          Try it:\n  \
          curl -i http://{addr}/v1/jobs \\\n    \

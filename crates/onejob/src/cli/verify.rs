@@ -5,17 +5,17 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use super::ConfigArgs;
-use crate::{app::App, config::Config, verify};
+use super::{Chosen, ConfigArgs};
+use crate::{app::App, verify};
 
 /// Arguments of `onejob verify`.
 #[derive(Debug, clap::Args)]
 pub struct VerifyArgs {
     #[command(flatten)]
-    config: ConfigArgs,
+    pub(super) config: ConfigArgs,
     /// Override the database URL (where the certificate is recorded).
     #[arg(long)]
-    database: Option<String>,
+    pub(super) database: Option<String>,
     /// The provider to verify.
     #[arg(long)]
     provider: String,
@@ -28,11 +28,8 @@ pub struct VerifyArgs {
 }
 
 /// Runs `onejob verify`.
-pub async fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
-    let mut config = Config::load(args.config.config.as_deref())?;
-    if let Some(database) = args.database {
-        config.database = database;
-    }
+pub async fn run(args: VerifyArgs, chosen: Chosen) -> anyhow::Result<ExitCode> {
+    let config = chosen.config;
     let limits = verify::Limits::of(&config, &args.provider);
     let app = App::open(config).await?;
     let kind = app

@@ -7,6 +7,7 @@
 //! result is checked as a whole ([`Config::validate`]) into the [`crate::kind::Kinds`] the
 //! service runs with.
 
+pub mod discovery;
 mod gateway;
 mod http;
 mod kind;

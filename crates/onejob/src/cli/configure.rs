@@ -1,0 +1,127 @@
+//! Which configuration `serve`, `worker` and `verify` run with (DESIGN §8): the file found
+//! by [`crate::config::discovery`], or the built-in demo configuration — silently never.
+//!
+//! Only a bare `onejob serve` (no config file found, no database given) falls back to the
+//! demo, and says so. A `worker`, a `verify` or a `serve` pointed at a database runs the demo
+//! kinds and their fake providers only when told `--demo`: otherwise real jobs of those
+//! kinds could run against the fakes.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+
+use crate::config::{
+    Config,
+    discovery::{self, Found},
+};
+
+/// The database environment variable: setting it points a command at a database.
+const DATABASE_ENV: &str = "ONEJOB_DATABASE";
+
+/// Where the configuration comes from, for the commands that run kinds.
+#[derive(Debug, clap::Args)]
+pub struct ConfigArgs {
+    /// The onejob.toml to use (else `$ONEJOB_CONFIG`, else ./onejob.toml if present).
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// Run the built-in demo configuration (demo kinds, bundled fake providers) even though
+    /// a database is given or this is not `serve`.
+    #[arg(long)]
+    pub demo: bool,
+}
+
+/// The command asking, which decides whether the demo may be a silent default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runner {
+    /// `onejob serve`.
+    Serve,
+    /// `onejob worker`.
+    Worker,
+    /// `onejob verify`.
+    Verify,
+}
+
+impl Runner {
+    fn name(self) -> &'static str {
+        match self {
+            Runner::Serve => "onejob serve",
+            Runner::Worker => "onejob worker",
+            Runner::Verify => "onejob verify",
+        }
+    }
+}
+
+/// The configuration chosen, and whether it is the demo.
+#[derive(Debug)]
+pub struct Chosen {
+    /// The configuration, `--database` applied.
+    pub config: Config,
+    /// Whether it is the built-in demo configuration.
+    pub demo: bool,
+    /// What to tell the user once logging is up.
+    notice: Option<String>,
+}
+
+impl Chosen {
+    /// Logs how the configuration was chosen (a warning for the demo).
+    pub fn announce(&self) {
+        if let Some(notice) = &self.notice {
+            tracing::warn!("{notice}");
+        }
+    }
+}
+
+/// Chooses the configuration of `runner`, given its `--config`/`--demo` and `--database`.
+pub fn choose(args: &ConfigArgs, database: Option<&str>, runner: Runner) -> anyhow::Result<Chosen> {
+    let found = discovery::discover_here(args.config.as_deref());
+    let database_given =
+        database.is_some() || std::env::var_os(DATABASE_ENV).is_some_and(|value| !value.is_empty());
+    let mut chosen = match (found, args.demo) {
+        (Some((path, how)), false) => Chosen {
+            config: Config::load(Some(&path))
+                .with_context(|| format!("loading the config file named by {}", how.describe()))?,
+            demo: false,
+            notice: None,
+        },
+        (Some((path, Found::Flag | Found::Env)), true) => bail!(
+            "--demo runs the built-in demo configuration, but a config file was given ({}): \
+             drop one of them",
+            path.display()
+        ),
+        (Some((_, Found::WorkingDir)), true) => demo(
+            "--demo: running the built-in demo configuration (demo kinds, bundled fake \
+             providers); ./onejob.toml is ignored",
+        )?,
+        (None, true) => demo(
+            "--demo: running the built-in demo configuration (demo kinds, bundled fake \
+             providers)",
+        )?,
+        (None, false) if runner == Runner::Serve && !database_given => demo(
+            "no config file (--config, ONEJOB_CONFIG or ./onejob.toml): running the built-in \
+             demo configuration (sqlite://onejob.db, demo kinds, bundled fake providers)",
+        )?,
+        (None, false) => bail!(
+            "{} found no config file: pass --config onejob.toml, set ONEJOB_CONFIG, or put \
+             onejob.toml in the working directory; to run the built-in demo kinds (with their \
+             fake providers){}, pass --demo",
+            runner.name(),
+            if database_given {
+                " against this database"
+            } else {
+                ""
+            }
+        ),
+    };
+    if let Some(database) = database {
+        chosen.config.database = database.to_owned();
+    }
+    Ok(chosen)
+}
+
+fn demo(notice: &str) -> anyhow::Result<Chosen> {
+    Ok(Chosen {
+        config: Config::load(None)?,
+        demo: true,
+        notice: Some(notice.to_owned()),
+    })
+}
