@@ -116,7 +116,23 @@ impl App {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        let state = Arc::new(AppState {
+        let router = http::router(self.state());
+        http::server::serve(listener, router, self.server_limits(), shutdown).await
+    }
+
+    /// Serves only `/metrics`, `/healthz` and `/readyz` on `listener` (a worker-only node's
+    /// probes) until `shutdown` completes.
+    pub async fn serve_probes(
+        &self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let router = http::probes_router(self.state());
+        http::server::serve(listener, router, self.server_limits(), shutdown).await
+    }
+
+    fn state(&self) -> Arc<AppState> {
+        Arc::new(AppState {
             jobs: self.jobs.clone(),
             max_body_bytes: self.config.max_body_bytes,
             providers: self.providers.clone(),
@@ -127,12 +143,14 @@ impl App {
             request_timeout: self.config.http.request_timeout,
             hub: self.hub.clone(),
             gateway: self.config.gateway.clone(),
-        });
-        let limits = http::server::ServerLimits {
+        })
+    }
+
+    fn server_limits(&self) -> http::server::ServerLimits {
+        http::server::ServerLimits {
             header_read_timeout: self.config.http.header_read_timeout,
             drain: self.config.http.request_timeout,
-        };
-        http::server::serve(listener, http::router(state), limits, shutdown).await
+        }
     }
 }
 

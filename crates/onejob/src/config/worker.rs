@@ -1,6 +1,6 @@
 //! `[worker]`: how the worker loop claims and runs attempts.
 
-use std::time::Duration;
+use std::{net::SocketAddr, time::Duration};
 
 use serde::{Deserialize, Serialize};
 
@@ -21,6 +21,10 @@ pub struct WorkerConfig {
     /// as `unknown`.
     #[serde(default = "default_shutdown_grace", with = "humantime_serde")]
     pub shutdown_grace: Duration,
+    /// Where a worker-only node (`onejob worker`) serves `/metrics`, `/healthz` and
+    /// `/readyz`; none when unset (`onejob worker --listen` overrides it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<SocketAddr>,
 }
 
 impl Default for WorkerConfig {
@@ -30,6 +34,7 @@ impl Default for WorkerConfig {
             lease: default_lease(),
             poll_interval: default_poll_interval(),
             shutdown_grace: default_shutdown_grace(),
+            listen: None,
         }
     }
 }

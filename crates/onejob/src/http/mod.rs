@@ -92,6 +92,19 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
 }
 
+/// The probes of a worker-only node (`onejob worker --listen`): `/metrics`, `/healthz`
+/// and `/readyz`, the same handlers as the API's, nothing else.
+pub fn probes_router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics::render))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+        .layer(CatchPanicLayer::custom(panic_response))
+}
+
 async fn not_found() -> Problem {
     Problem::new(ProblemType::NotFound, "no such endpoint; see /openapi.json")
 }

@@ -20,6 +20,7 @@ mod metrics;
 mod online_migration;
 mod openapi;
 mod paging;
+mod probes;
 mod providers;
 mod recovery;
 mod retention;
