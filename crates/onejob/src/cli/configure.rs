@@ -101,7 +101,7 @@ pub fn choose(args: &ConfigArgs, database: Option<&str>, runner: Runner) -> anyh
              demo configuration (sqlite://onejob.db, demo kinds, bundled fake providers)",
         )?,
         (None, false) => bail!(
-            "{} found no config file: pass --config onejob.toml, set ONEJOB_CONFIG, or put \
+            "no config file found for {}: pass --config onejob.toml, set ONEJOB_CONFIG, or put \
              onejob.toml in the working directory; to run the built-in demo kinds (with their \
              fake providers){}, pass --demo",
             runner.name(),

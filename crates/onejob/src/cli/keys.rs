@@ -180,6 +180,11 @@ pub async fn create(
     Ok(issued.token)
 }
 
+/// A timestamp to the second (the table's columns keep one width).
+fn seconds(at: time::OffsetDateTime) -> String {
+    timestamp(at.replace_nanosecond(0).unwrap_or(at))
+}
+
 /// The keys as aligned columns under a header line.
 fn table(keys: &[ApiKeySummary]) -> String {
     let header = ["ID", "TENANT", "USER", "OPERATOR", "CREATED", "REVOKED"].map(str::to_owned);
@@ -191,8 +196,8 @@ fn table(keys: &[ApiKeySummary]) -> String {
                 key.principal.tenant.clone(),
                 key.principal.user.clone(),
                 if key.operator { "yes" } else { "no" }.to_owned(),
-                timestamp(key.created_at),
-                key.revoked_at.map_or_else(|| "-".to_owned(), timestamp),
+                seconds(key.created_at),
+                key.revoked_at.map_or_else(|| "-".to_owned(), seconds),
             ]
         })
         .collect();

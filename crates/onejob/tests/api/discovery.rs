@@ -44,7 +44,7 @@ async fn worker_verify_and_serve_with_a_database_refuse_the_demo_unless_told() {
         let (code, _, stderr) = output(onejob_in(dir.path()).args(args)).await;
         assert_refused_with_advice(code, &stderr);
         assert!(
-            stderr.contains(&format!("onejob {} found no config file", args[0])),
+            stderr.contains(&format!("no config file found for onejob {}:", args[0])),
             "{stderr}"
         );
     }
