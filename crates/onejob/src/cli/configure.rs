@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 
 use crate::config::{
-    Config,
+    Config, LogFormat,
     discovery::{self, Found},
 };
 
@@ -124,4 +124,56 @@ fn demo(notice: &str) -> anyhow::Result<Chosen> {
         demo: true,
         notice: Some(notice.to_owned()),
     })
+}
+
+/// Which database `migrate` and the `keys` commands work on: `--database` (or
+/// `ONEJOB_DATABASE`), else the `database` of the config file found as every command finds
+/// it. With neither they refuse: a schema or a key written to a guessed `sqlite://onejob.db`
+/// would serve nothing.
+#[derive(Debug, clap::Args)]
+pub struct DatabaseArgs {
+    /// Database URL (`sqlite://onejob.db`, `postgres://user@host:5432/db?sslmode=require`);
+    /// overrides the config file's `database`.
+    #[arg(long, env = DATABASE_ENV)]
+    database: Option<String>,
+    /// The onejob.toml whose `database` to use (else `$ONEJOB_CONFIG`, else ./onejob.toml if
+    /// present).
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+}
+
+/// The database a command works on, resolved before logging starts.
+#[derive(Debug)]
+pub struct Target {
+    /// The database URL.
+    pub database: String,
+    /// The config file's `log_format`, if a file was read.
+    pub log_format: Option<LogFormat>,
+}
+
+impl DatabaseArgs {
+    /// The database (and the config file's log format) to work on.
+    pub fn target(&self) -> anyhow::Result<Target> {
+        let file =
+            match discovery::discover_here(self.config.as_deref()) {
+                Some((path, how)) => Some(Config::load(Some(&path)).with_context(|| {
+                    format!("loading the config file named by {}", how.describe())
+                })?),
+                None => None,
+            };
+        let log_format = file.as_ref().map(|config| config.log_format);
+        let database = match (&self.database, file) {
+            (Some(database), _) => database.clone(),
+            (None, Some(config)) => config.database,
+            (None, None) => bail!(
+                "which database? pass --database URL (or set ONEJOB_DATABASE), or --config \
+                 onejob.toml (or set ONEJOB_CONFIG, or put onejob.toml in the working \
+                 directory) to use its `database`"
+            ),
+        };
+        Ok(Target {
+            database,
+            log_format,
+        })
+    }
 }

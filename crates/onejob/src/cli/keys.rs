@@ -6,17 +6,17 @@
 //! With neither, the commands refuse: a key written to a guessed `sqlite://onejob.db`
 //! would authenticate nothing.
 
-use std::path::PathBuf;
-
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::Subcommand;
 use onejob_domain::Principal;
 
-use super::display::timestamp;
+use super::{
+    configure::{DatabaseArgs, Target},
+    display::timestamp,
+};
 use crate::{
     api_key,
     app::open_store,
-    config::{Config, LogFormat, discovery},
     store::{ApiKeySummary, Revocation, Store, StoreError},
 };
 
@@ -32,24 +32,11 @@ pub enum KeysCommand {
     Revoke(RevokeArgs),
 }
 
-/// Which database the key commands work on.
-#[derive(Debug, clap::Args)]
-pub struct KeyDatabaseArgs {
-    /// Database URL (`sqlite://onejob.db`, `postgres://user@host:5432/db`); overrides the
-    /// config file's `database`.
-    #[arg(long, env = "ONEJOB_DATABASE")]
-    database: Option<String>,
-    /// The onejob.toml whose `database` to use (else `$ONEJOB_CONFIG`, else ./onejob.toml if
-    /// present).
-    #[arg(long, short)]
-    config: Option<PathBuf>,
-}
-
 /// Arguments of `onejob keys create`.
 #[derive(Debug, clap::Args)]
 pub struct CreateArgs {
     #[command(flatten)]
-    database: KeyDatabaseArgs,
+    database: DatabaseArgs,
     /// The tenant the key belongs to.
     #[arg(long)]
     tenant: String,
@@ -65,56 +52,26 @@ pub struct CreateArgs {
 #[derive(Debug, clap::Args)]
 pub struct ListArgs {
     #[command(flatten)]
-    database: KeyDatabaseArgs,
+    database: DatabaseArgs,
 }
 
 /// Arguments of `onejob keys revoke`.
 #[derive(Debug, clap::Args)]
 pub struct RevokeArgs {
     #[command(flatten)]
-    database: KeyDatabaseArgs,
+    database: DatabaseArgs,
     /// The key's id (the hex part after `oj_`), or the whole key.
     key_id: String,
 }
 
-/// Where the key commands work, resolved before logging starts.
-#[derive(Debug)]
-pub struct Target {
-    /// The database URL.
-    database: String,
-    /// The config file's `log_format`, if a file was read.
-    pub log_format: Option<LogFormat>,
-}
-
 impl KeysCommand {
-    /// The database (and the config file's log format) this command works on.
-    pub fn target(&self) -> anyhow::Result<Target> {
-        let args = match self {
+    /// Where this command looks for its database.
+    pub fn database(&self) -> &DatabaseArgs {
+        match self {
             KeysCommand::Create(args) => &args.database,
             KeysCommand::List(args) => &args.database,
             KeysCommand::Revoke(args) => &args.database,
-        };
-        let file =
-            match discovery::discover_here(args.config.as_deref()) {
-                Some((path, how)) => Some(Config::load(Some(&path)).with_context(|| {
-                    format!("loading the config file named by {}", how.describe())
-                })?),
-                None => None,
-            };
-        let log_format = file.as_ref().map(|config| config.log_format);
-        let database = match (&args.database, file) {
-            (Some(database), _) => database.clone(),
-            (None, Some(config)) => config.database,
-            (None, None) => bail!(
-                "which database? pass --database URL (or set ONEJOB_DATABASE), or --config \
-                 onejob.toml (or set ONEJOB_CONFIG, or put onejob.toml in the working \
-                 directory) to use its `database`"
-            ),
-        };
-        Ok(Target {
-            database,
-            log_format,
-        })
+        }
     }
 }
 

@@ -54,7 +54,7 @@ pub enum Command {
     /// Run a worker only (no API): claims due jobs and runs their attempts.
     Worker(worker::WorkerArgs),
     /// Apply the database schema migrations and exit.
-    Migrate(DatabaseArgs),
+    Migrate(configure::DatabaseArgs),
     /// Manage API keys.
     #[command(subcommand)]
     Keys(keys::KeysCommand),
@@ -74,14 +74,6 @@ pub enum Command {
     /// Your jobs.
     #[command(subcommand)]
     Jobs(jobs::JobsCommand),
-}
-
-/// Where the database is, for commands that need only that.
-#[derive(Debug, clap::Args)]
-pub struct DatabaseArgs {
-    /// Database URL (`sqlite://onejob.db`, `postgres://user@host:5432/db`).
-    #[arg(long, env = "ONEJOB_DATABASE", default_value = crate::config::DEFAULT_DATABASE)]
-    pub database: String,
 }
 
 /// Parses the command line and runs it; the exit code says whether it succeeded.
@@ -129,13 +121,19 @@ pub fn run() -> anyhow::Result<ExitCode> {
             with(&chosen)?.block_on(verify::run(args, chosen))
         }
         Command::Keys(command) => {
-            let target = command.target()?;
+            let target = command.database().target()?;
             done(
                 start(target.log_format, DEFAULT_FILTER)?,
                 keys::run(command, target),
             )
         }
-        Command::Migrate(args) => done(plain()?, migrate::run(args)),
+        Command::Migrate(args) => {
+            let target = args.target()?;
+            done(
+                start(target.log_format, DEFAULT_FILTER)?,
+                migrate::run(target),
+            )
+        }
         Command::Openapi => {
             openapi::run()?;
             Ok(ExitCode::SUCCESS)

@@ -119,12 +119,13 @@ async fn a_bare_serve_runs_the_demo_and_says_so() {
 }
 
 #[tokio::test]
-async fn keys_refuse_to_guess_the_database() {
+async fn keys_and_migrate_refuse_to_guess_the_database() {
     let dir = tempfile::tempdir().unwrap();
-    let runs: [&[&str]; 3] = [
+    let runs: [&[&str]; 4] = [
         &["keys", "create", "--tenant", "acme", "--user", "alice"],
         &["keys", "list"],
         &["keys", "revoke", "0011223344556677"],
+        &["migrate"],
     ];
     for args in runs {
         let (code, stdout, stderr) = output(onejob_in(dir.path()).args(args)).await;
@@ -145,6 +146,9 @@ async fn keys_refuse_to_guess_the_database() {
         format!("database = \"{db}\"\n"),
     )
     .unwrap();
+    let (code, _, stderr) = output(onejob_in(dir.path()).args(runs[3])).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("keys.db is up to date"), "{stderr}");
     let (code, stdout, stderr) = output(onejob_in(dir.path()).args(runs[0])).await;
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.starts_with("oj_"), "{stdout}");
