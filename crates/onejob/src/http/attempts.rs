@@ -77,23 +77,28 @@ fn not_unknown(state: AttemptState) -> Problem {
     .with("state", state.as_str())
 }
 
-/// `POST /v1/attempts/{id}/resolve`.
+/// `POST /v1/attempts/{id}/resolve`: settle an unknown attempt out of band (operator keys).
+///
+/// Only an attempt in the operator's tenant that is `unknown` can be resolved: any other is
+/// refused with `409` (invalid-state). A `succeeded` resolution's result must pass the
+/// kind's output schema (`400` result-invalid otherwise).
 #[utoipa::path(
     post,
     path = "/v1/attempts/{id}/resolve",
     tag = "operators",
+    operation_id = "resolveAttempt",
     params(("id" = uuid::Uuid, Path, description = "The attempt id")),
     request_body(content = ResolveBody, content_type = "application/json"),
     responses(
         (status = 200, description = "Resolved; the event names the operator", body = Resolved),
-        (status = 400, description = "Malformed body, or a result failing the kind's output schema (result-invalid)", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "Not an operator key", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such attempt in the operator's tenant", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The attempt is not unknown", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 413, description = "Body over max_body_bytes", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 415, description = "Not JSON", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or invalid API key", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The database is unavailable; retry after Retry-After", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 400, response = openapi::BadRequest),
+        (status = 403, response = openapi::Forbidden),
+        (status = 404, response = openapi::NotFound),
+        (status = 409, response = openapi::Conflict),
+        (status = 413, response = openapi::ContentTooLarge),
+        (status = 415, response = openapi::UnsupportedMediaType),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 503, response = openapi::Unavailable),
     )
 )]
 pub async fn resolve(

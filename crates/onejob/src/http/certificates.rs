@@ -70,16 +70,17 @@ pub struct CertificateList {
     get,
     path = "/v1/certificates",
     tag = "operators",
+    operation_id = "listCertificates",
     params(
         ("before" = Option<uuid::Uuid>, Query, description = "Only runs older than this one (next_before of the previous page)"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Page size, 1-500 (default 100)"),
     ),
     responses(
         (status = 200, description = "One page of verification runs, newest first, each with whether it certifies its provider now (decided over all runs, not only this page); next_before is null on the last page", body = CertificateList),
-        (status = 400, description = "Malformed before or limit", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or invalid API key", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "Not an operator key", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The database is unavailable; retry after Retry-After", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 400, response = openapi::BadRequest),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 403, response = openapi::Forbidden),
+        (status = 503, response = openapi::Unavailable),
     )
 )]
 pub async fn list(

@@ -160,12 +160,37 @@ pub struct StreamOptions {
     include_usage: Option<bool>,
 }
 
-/// `POST /v1/chat/completions`.
+/// An error answer of the gateway, in OpenAI's shape (the schema only; [`openai_error`]
+/// writes it).
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct OpenAiError {
+    /// What went wrong.
+    error: OpenAiErrorDetail,
+}
+
+/// The `error` member of an [`OpenAiError`]; onejob's problem members (`job_id`,
+/// `changed`, …) come beside these.
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct OpenAiErrorDetail {
+    /// What was wrong and how to fix it.
+    message: String,
+    /// OpenAI's error type (`invalid_request_error`, `authentication_error`, …).
+    #[serde(rename = "type")]
+    kind: String,
+    /// Always `null`.
+    param: Option<String>,
+    /// onejob's problem type slug (`key-reused`, `unavailable`, …), or `upstream_error`.
+    code: String,
+}
+
+/// `POST /v1/chat/completions`: an OpenAI chat completion, as one job per Idempotency-Key.
 #[utoipa::path(
     post,
     path = "/v1/chat/completions",
     tag = "gateway",
-    operation_id = "create_chat_completion",
+    operation_id = "createChatCompletion",
     params(("Idempotency-Key" = String, Header, pattern = r#"^(?:[!-~]|[!#-~][!-~]{0,253}[!-~]|"[!-~]{0,253}[!#-~]|"(?:[!#-\[\]-~]|\\[\\"]){1,255}")$"#, description = "Your name for this call, the same on every retry of it (an OpenAI SDK's `extra_headers`)")),
     request_body(content = ChatRequest, content_type = "application/json", description = "An OpenAI chat completion request whose `model` is one of GET /v1/models"),
     responses(
@@ -175,15 +200,15 @@ pub struct StreamOptions {
         ), headers(
             ("onejob-job-id" = String, description = "The job"),
             ("Idempotent-Replayed" = String, description = "`true` when the key already named the job"))),
-        (status = 400, description = "No or a malformed Idempotency-Key, bad JSON, or not a chat request", body = Object),
-        (status = 401, description = "Missing or invalid API key", body = Object),
-        (status = 404, description = "No kind serves this model", body = Object),
-        (status = 409, description = "Still running after the wait (retry with the same key after Retry-After), awaiting proof (unknown), or cancelled", body = Object),
-        (status = 413, description = "Body over max_body_bytes", body = Object),
-        (status = 415, description = "Not JSON", body = Object),
-        (status = 422, description = "The key names a call with another body", body = Object),
-        (status = 502, description = "Every attempt failed without a definite upstream status", body = Object),
-        (status = 503, description = "The database is unavailable; retry after Retry-After", body = Object),
+        (status = 400, description = "No or a malformed Idempotency-Key, bad JSON, or not a chat request", body = OpenAiError),
+        (status = 401, description = "Missing or invalid API key", body = OpenAiError),
+        (status = 404, description = "No kind serves this model", body = OpenAiError),
+        (status = 409, description = "Still running after the wait (retry with the same key after Retry-After), awaiting proof (unknown), or cancelled", body = OpenAiError),
+        (status = 413, description = "Body over max_body_bytes", body = OpenAiError),
+        (status = 415, description = "Not JSON", body = OpenAiError),
+        (status = 422, description = "The key names a call with another body", body = OpenAiError),
+        (status = 502, description = "Every attempt failed without a definite upstream status", body = OpenAiError),
+        (status = 503, description = "The database is unavailable; retry after Retry-After", body = OpenAiError),
     )
 )]
 pub async fn chat_completions(
@@ -528,11 +553,11 @@ where
     get,
     path = "/v1/models",
     tag = "gateway",
-    operation_id = "list_models",
+    operation_id = "listModels",
     responses(
         (status = 200, description = "The models served at POST /v1/chat/completions", body = Object),
-        (status = 401, description = "Missing or invalid API key", body = Object),
-        (status = 503, description = "The database is unavailable; retry after Retry-After", body = Object),
+        (status = 401, description = "Missing or invalid API key", body = OpenAiError),
+        (status = 503, description = "The database is unavailable; retry after Retry-After", body = OpenAiError),
     )
 )]
 pub async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {

@@ -15,6 +15,7 @@ use super::{
     get,
     path = "/healthz",
     tag = "health",
+    operation_id = "getLiveness",
     security(()),
     responses((status = 200, description = "The process serves requests", body = serde_json::Value)),
 )]
@@ -27,10 +28,11 @@ pub async fn healthz() -> Json<Value> {
     get,
     path = "/readyz",
     tag = "health",
+    operation_id = "getReadiness",
     security(()),
     responses(
         (status = 200, description = "The database answers too", body = serde_json::Value),
-        (status = 503, description = "The database does not answer", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, response = openapi::Unavailable),
     )
 )]
 pub async fn readyz(State(state): State<Arc<AppState>>) -> Result<Json<Value>, Problem> {

@@ -51,6 +51,7 @@ pub struct SubmitBody {
     post,
     path = "/v1/jobs",
     tag = "jobs",
+    operation_id = "submitJob",
     params(("Idempotency-Key" = String, Header, pattern = r#"^(?:[!-~]|[!#-~][!-~]{0,253}[!-~]|"[!-~]{0,253}[!#-~]|"(?:[!#-\[\]-~]|\\[\\"]){1,255}")$"#, description = "Your name for this business action, the same on every retry of it: 1-255 visible ASCII characters, bare or as a structured-field string (\"abc\", escapes \\\" and \\\\)")),
     request_body(content = SubmitBody, content_type = "application/json"),
     responses(
@@ -60,12 +61,12 @@ pub struct SubmitBody {
         (status = 200, description = "A replay: the key and fingerprint match an existing job; nothing new runs", body = view::JobView, headers(
             ("Idempotent-Replayed" = String, description = "Always `true`"),
             ("Retry-After" = u64, description = "Seconds before polling (while not terminal)"))),
-        (status = 400, description = "Key missing or malformed, bad JSON, unknown kind, params failing the kind's schema or limits", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 413, description = "Body over max_body_bytes", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 415, description = "Not JSON", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 422, description = "The key names a job with another fingerprint or kind (key-reused: changed paths, never values)", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or invalid API key", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The database is unavailable; retry after Retry-After", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 400, response = openapi::BadRequest),
+        (status = 413, response = openapi::ContentTooLarge),
+        (status = 415, response = openapi::UnsupportedMediaType),
+        (status = 422, response = openapi::KeyReused),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 503, response = openapi::Unavailable),
     )
 )]
 pub async fn submit(
@@ -112,7 +113,9 @@ pub async fn submit(
     })
 }
 
-/// What `GET /v1/jobs` answers: one job (by key) or a page of jobs (the schema only).
+/// What `GET /v1/jobs` answers (the schema only): with `idempotency_key`, the one
+/// [`JobView`] under it; without, a [`JobList`] page. The two are told apart by their
+/// required members (`id` and `jobs`), so a generated client decodes either.
 #[derive(utoipa::ToSchema)]
 #[allow(dead_code)]
 #[serde(untagged)]
@@ -123,19 +126,20 @@ pub enum JobOrList {
     List(view::JobList),
 }
 
-/// `GET /v1/jobs/{id}`.
+/// `GET /v1/jobs/{id}`: a job, with its result once it has one.
 #[utoipa::path(
     get,
     path = "/v1/jobs/{id}",
     tag = "jobs",
+    operation_id = "getJob",
     params(("id" = uuid::Uuid, Path, description = "The job id")),
     responses(
         (status = 200, description = "The job; while not terminal with poll_after_ms and Retry-After and no result", body = view::JobView, headers(
             ("Retry-After" = u64, description = "Seconds before polling again (while not terminal)"))),
-        (status = 400, description = "Malformed id", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such job (or another principal's: indistinguishable)", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or invalid API key", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The database is unavailable; retry after Retry-After", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 400, response = openapi::BadRequest),
+        (status = 404, response = openapi::NotFound),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 503, response = openapi::Unavailable),
     )
 )]
 pub async fn get(
@@ -197,13 +201,17 @@ pub fn page_query(
     Ok(query)
 }
 
-/// `GET /v1/jobs?idempotency_key=…`: the caller's job under that key; without the key, the
-/// caller's jobs, newest first, filtered by `state` and `kind`, paged with `limit` (default
-/// 50, at most 500) and `before` (the `next_before` of the previous page).
+/// `GET /v1/jobs`: the caller's jobs, or with `idempotency_key` the one job under it.
+///
+/// With `idempotency_key=…`: the caller's job under that key (a `JobView`), or `404`.
+/// Without it: the caller's jobs (a `JobList`), newest first, filtered by `state` and
+/// `kind`, paged with `limit` (default 50, at most 500) and `before` (the `next_before` of
+/// the previous page).
 #[utoipa::path(
     get,
     path = "/v1/jobs",
     tag = "jobs",
+    operation_id = "listJobs",
     params(
         ("idempotency_key" = Option<String>, Query, pattern = "^[!-~]{1,255}$", description = "Answer the caller's job under this key (a JobView, or 404); the other parameters are then checked but mean nothing"),
         ("state" = Option<String>, Query, pattern = "^(pending|running|unknown|succeeded|failed|cancelled)$", description = "List only jobs in this state"),
@@ -212,11 +220,11 @@ pub fn page_query(
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Page size, 1-500 (default 50)"),
     ),
     responses(
-        (status = 200, description = "With idempotency_key: the job (JobView); without: a page of the caller's jobs (JobList)", body = JobOrList),
-        (status = 400, description = "Malformed key or filter", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No job under that key", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or invalid API key", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The database is unavailable; retry after Retry-After", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 200, description = "With idempotency_key: the one job under it (a JobView); without: a page of the caller's jobs (a JobList)", body = JobOrList),
+        (status = 400, response = openapi::BadRequest),
+        (status = 404, response = openapi::NotFound),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 503, response = openapi::Unavailable),
     )
 )]
 pub async fn by_key(
@@ -298,21 +306,24 @@ fn listing_filter(query: &HashMap<String, String>) -> Result<JobFilter, Problem>
     Ok(filter)
 }
 
-/// `GET /v1/attempts?state=unknown`: attempts newest first: an operator's across its
-/// tenant, anyone else's across their own jobs (`limit` as for jobs).
+/// `GET /v1/attempts?state=unknown`: attempts newest first, filtered by state.
+///
+/// An operator's across its tenant, anyone else's across their own jobs (`limit` as for
+/// jobs); `state=unknown` is the unknown queue.
 #[utoipa::path(
     get,
     path = "/v1/attempts",
     tag = "operators",
+    operation_id = "listAttempts",
     params(
         ("state" = Option<String>, Query, pattern = "^(starting|running|unknown|succeeded|failed|cancelled|discarded)$", description = "Only attempts in this state (`unknown` for the unknown queue)"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "1-500 (default 50)"),
     ),
     responses(
         (status = 200, description = "Attempts newest first: an operator's across its tenant, anyone else's across their own jobs", body = view::AttemptList),
-        (status = 400, description = "Malformed filter", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or invalid API key", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The database is unavailable; retry after Retry-After", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 400, response = openapi::BadRequest),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 503, response = openapi::Unavailable),
     )
 )]
 pub async fn list_attempts(
@@ -362,6 +373,7 @@ pub const EVENTS_PAGE: u32 = 100;
     get,
     path = "/v1/jobs/{id}/events",
     tag = "jobs",
+    operation_id = "listJobEvents",
     params(
         ("id" = uuid::Uuid, Path, description = "The job id"),
         ("after" = Option<i64>, Query, description = "Only events with a larger id (next_after of the previous page)"),
@@ -369,10 +381,10 @@ pub const EVENTS_PAGE: u32 = 100;
     ),
     responses(
         (status = 200, description = "One page of the job's append-only event log, oldest first; next_after is null on the last page", body = view::EventsView),
-        (status = 400, description = "Malformed id, after or limit", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such job", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or invalid API key", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The database is unavailable; retry after Retry-After", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 400, response = openapi::BadRequest),
+        (status = 404, response = openapi::NotFound),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 503, response = openapi::Unavailable),
     )
 )]
 pub async fn events(
@@ -413,18 +425,19 @@ pub async fn events(
     }))
 }
 
-/// `GET /v1/jobs/{id}/attempts`.
+/// `GET /v1/jobs/{id}/attempts`: a job's attempts, oldest first.
 #[utoipa::path(
     get,
     path = "/v1/jobs/{id}/attempts",
     tag = "jobs",
+    operation_id = "listJobAttempts",
     params(("id" = uuid::Uuid, Path, description = "The job id")),
     responses(
         (status = 200, description = "The job's attempts, oldest first", body = view::AttemptsView),
-        (status = 400, description = "Malformed id", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such job", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or invalid API key", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The database is unavailable; retry after Retry-After", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 400, response = openapi::BadRequest),
+        (status = 404, response = openapi::NotFound),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 503, response = openapi::Unavailable),
     )
 )]
 pub async fn attempts(

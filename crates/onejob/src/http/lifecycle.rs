@@ -21,19 +21,23 @@ use super::{
 };
 use crate::store::{AttemptRecord, CancelOutcome, RecoverOutcome};
 
-/// `POST /v1/jobs/{id}/cancel`.
+/// `POST /v1/jobs/{id}/cancel`: cancel a job that has not finished.
+///
+/// A job already cancelled answers as it is; one that already succeeded or failed is
+/// refused with `409` (invalid-state).
 #[utoipa::path(
     post,
     path = "/v1/jobs/{id}/cancel",
     tag = "jobs",
+    operation_id = "cancelJob",
     params(("id" = uuid::Uuid, Path, description = "The job id")),
     responses(
         (status = 200, description = "Cancelled (now, or already before); live attempts are asked to cancel upstream", body = view::JobView),
-        (status = 400, description = "Malformed id", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such job", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The job already succeeded or failed", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or invalid API key", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The database is unavailable; retry after Retry-After", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 400, response = openapi::BadRequest),
+        (status = 404, response = openapi::NotFound),
+        (status = 409, response = openapi::Conflict),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 503, response = openapi::Unavailable),
     )
 )]
 pub async fn cancel(
@@ -79,19 +83,23 @@ async fn cancel_upstream(state: Arc<AppState>, attempt: AttemptRecord) {
     }
 }
 
-/// `POST /v1/jobs/{id}/retry`.
+/// `POST /v1/jobs/{id}/retry`: run a failed job again.
+///
+/// The same job, pending again with a fresh attempt budget; a job that is not failed is
+/// refused with `409` (invalid-state).
 #[utoipa::path(
     post,
     path = "/v1/jobs/{id}/retry",
     tag = "jobs",
+    operation_id = "retryJob",
     params(("id" = uuid::Uuid, Path, description = "The job id")),
     responses(
         (status = 200, description = "The failed job is pending again (same job, fresh attempt budget)", body = view::JobView),
-        (status = 400, description = "Malformed id", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such job", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The job is not failed", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or invalid API key", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The database is unavailable; retry after Retry-After", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 400, response = openapi::BadRequest),
+        (status = 404, response = openapi::NotFound),
+        (status = 409, response = openapi::Conflict),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 503, response = openapi::Unavailable),
     )
 )]
 pub async fn retry(

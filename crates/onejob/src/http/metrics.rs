@@ -12,11 +12,12 @@ use axum::{
 use super::AppState;
 use crate::{store::Chain, telemetry};
 
-/// `GET /metrics`.
+/// `GET /metrics`: the process's metrics in Prometheus text format.
 #[utoipa::path(
     get,
     path = "/metrics",
     tag = "health",
+    operation_id = "getMetrics",
     security(()),
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String)),
 )]

@@ -21,24 +21,34 @@ const LINKS: &[(&str, &str, &[&str], &[Link])] = &[
         "post",
         &["200", "201"],
         &[
-            ("GetJob", "get", "id", "$response.body#/id"),
-            ("GetAttempts", "attempts", "id", "$response.body#/id"),
-            ("GetEvents", "events", "id", "$response.body#/id"),
-            ("Cancel", "cancel", "id", "$response.body#/id"),
-            ("Retry", "retry", "id", "$response.body#/id"),
+            ("GetJob", "getJob", "id", "$response.body#/id"),
+            ("GetAttempts", "listJobAttempts", "id", "$response.body#/id"),
+            ("GetEvents", "listJobEvents", "id", "$response.body#/id"),
+            ("Cancel", "cancelJob", "id", "$response.body#/id"),
+            ("Retry", "retryJob", "id", "$response.body#/id"),
         ],
     ),
     (
         "/v1/jobs/{id}/attempts",
         "get",
         &["200"],
-        &[("Resolve", "resolve", "id", "$response.body#/attempts/0/id")],
+        &[(
+            "Resolve",
+            "resolveAttempt",
+            "id",
+            "$response.body#/attempts/0/id",
+        )],
     ),
     (
         "/v1/attempts",
         "get",
         &["200"],
-        &[("Resolve", "resolve", "id", "$response.body#/attempts/0/id")],
+        &[(
+            "Resolve",
+            "resolveAttempt",
+            "id",
+            "$response.body#/attempts/0/id",
+        )],
     ),
 ];
 

@@ -756,37 +756,3 @@ async fn the_dashboard_works_in_headless_chromium(backend: Backend) {
     assert_eq!(job["state"], "succeeded", "{job}");
     assert_eq!(job["completed_by"], json!(unknown_attempt));
 }
-
-#[test]
-fn the_openapi_document_describes_the_dashboard_as_html_behind_its_cookie() {
-    let doc: Value = serde_json::from_str(&onejob::http::openapi::pretty()).unwrap();
-    let paths = &doc["paths"];
-    for (path, method) in [
-        ("/ui", "get"),
-        ("/ui/login", "get"),
-        ("/ui/login", "post"),
-        ("/ui/logout", "post"),
-        ("/ui/jobs", "get"),
-        ("/ui/jobs/{id}", "get"),
-        ("/ui/unknown", "get"),
-        ("/ui/attempts/{id}/resolve", "post"),
-        ("/ui/races", "get"),
-        ("/ui/certificates", "get"),
-    ] {
-        let operation = &paths[path][method];
-        assert_eq!(operation["tags"], json!(["dashboard"]), "{method} {path}");
-        if method == "get" && path != "/ui" {
-            assert!(
-                operation["responses"]["200"]["content"]["text/html"].is_object(),
-                "{method} {path}"
-            );
-        }
-    }
-    assert_eq!(
-        paths["/ui/jobs"]["get"]["security"],
-        json!([{"dashboard_cookie": []}])
-    );
-    let cookie = &doc["components"]["securitySchemes"]["dashboard_cookie"];
-    assert_eq!(cookie["in"], "cookie");
-    assert_eq!(cookie["name"], "onejob_ui");
-}

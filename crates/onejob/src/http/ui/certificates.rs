@@ -65,23 +65,6 @@ fn short(hash: &str) -> String {
 }
 
 /// `GET /ui/certificates?before=`.
-#[utoipa::path(
-    get,
-    path = "/ui/certificates",
-    operation_id = "ui_certificates",
-    tag = "dashboard",
-    summary = "The verification runs, newest first, with whether each is valid now (operator keys)",
-    security(("dashboard_cookie" = [])),
-    params(
-        ("before" = Option<uuid::Uuid>, Query, description = "Only runs older than this one"),
-    ),
-    responses(
-        (status = 200, description = "The page", content_type = "text/html", body = String),
-        (status = 400, description = "A malformed before (an HTML page)", content_type = "text/html", body = String),
-        (status = 403, description = "Not an operator key (an HTML page)", content_type = "text/html", body = String),
-        (status = 303, description = "No valid sign-in cookie: to /ui/login"),
-    )
-)]
 pub async fn list(
     State(state): State<Arc<AppState>>,
     session: Session,

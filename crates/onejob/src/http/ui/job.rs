@@ -113,20 +113,6 @@ pub struct JobPage {
 }
 
 /// `GET /ui/jobs/{id}`.
-#[utoipa::path(
-    get,
-    path = "/ui/jobs/{id}",
-    operation_id = "ui_job",
-    tag = "dashboard",
-    summary = "A job: its view, its attempts as a timeline, its event log",
-    security(("dashboard_cookie" = [])),
-    params(("id" = uuid::Uuid, Path, description = "The job id")),
-    responses(
-        (status = 200, description = "The page", content_type = "text/html", body = String),
-        (status = 404, description = "No such job of the signed-in principal (an HTML page)", content_type = "text/html", body = String),
-        (status = 303, description = "No valid sign-in cookie: to /ui/login"),
-    )
-)]
 pub async fn show(
     State(state): State<Arc<AppState>>,
     session: Session,

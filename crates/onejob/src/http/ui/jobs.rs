@@ -65,24 +65,6 @@ pub struct JobsPage {
 }
 
 /// `GET /ui/jobs?state=&kind=&before=`: empty values mean "any".
-#[utoipa::path(
-    get,
-    path = "/ui/jobs",
-    operation_id = "ui_jobs",
-    tag = "dashboard",
-    summary = "The jobs list, filtered by state and kind, paged with before",
-    security(("dashboard_cookie" = [])),
-    params(
-        ("state" = Option<String>, Query, description = "Only jobs in this state (empty: any)"),
-        ("kind" = Option<String>, Query, description = "Only jobs of this kind (empty: any)"),
-        ("before" = Option<uuid::Uuid>, Query, description = "Only jobs older than this one"),
-    ),
-    responses(
-        (status = 200, description = "The page", content_type = "text/html", body = String),
-        (status = 400, description = "A malformed filter (an HTML page)", content_type = "text/html", body = String),
-        (status = 303, description = "No valid sign-in cookie: to /ui/login"),
-    )
-)]
 pub async fn list(
     State(state): State<Arc<AppState>>,
     session: Session,

@@ -29,15 +29,6 @@ pub struct LoginPage {
 }
 
 /// `GET /ui/login`.
-#[utoipa::path(
-    get,
-    path = "/ui/login",
-    operation_id = "ui_login_form",
-    tag = "dashboard",
-    summary = "The sign-in form",
-    security(()),
-    responses((status = 200, description = "The form", content_type = "text/html", body = String))
-)]
 pub async fn form() -> Result<Html<String>, PageError> {
     render(&LoginPage {
         chrome: None,
@@ -56,20 +47,6 @@ fn again(status: StatusCode, error: String) -> Response {
 }
 
 /// `POST /ui/login` (form field `key`): sets the cookie and goes to the jobs list.
-#[utoipa::path(
-    post,
-    path = "/ui/login",
-    operation_id = "ui_login",
-    tag = "dashboard",
-    summary = "Sign in with an API key (form field `key`)",
-    security(()),
-    responses(
-        (status = 303, description = "Signed in: the sign-in cookie is set (HttpOnly, SameSite=Strict, Path=/ui; Secure unless plain http to a loopback host), to /ui/jobs"),
-        (status = 400, description = "No key in the form (or not a form): the form again, with an error", content_type = "text/html", body = String),
-        (status = 401, description = "Not a valid key: the form again, with an error", content_type = "text/html", body = String),
-        (status = 403, description = "Submitted from another origin", content_type = "text/html", body = String),
-    )
-)]
 pub async fn submit(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -110,18 +87,6 @@ pub async fn submit(
 
 /// `POST /ui/logout`: clears the cookie and goes to the sign-in form. It needs no token
 /// (signing out grants nothing), but a POST from another origin is still refused.
-#[utoipa::path(
-    post,
-    path = "/ui/logout",
-    operation_id = "ui_logout",
-    tag = "dashboard",
-    summary = "Sign out: clears the sign-in cookie",
-    security(()),
-    responses(
-        (status = 303, description = "Signed out, to /ui/login"),
-        (status = 403, description = "Submitted from another origin", content_type = "text/html", body = String),
-    )
-)]
 pub async fn logout(headers: HeaderMap) -> Response {
     if let Err(error) = csrf::check_origin(&headers) {
         return PageError::Problem(crate::http::Problem::new(

@@ -7,7 +7,7 @@
 //! ([`session`]). The JSON API never reads the cookie. Cookie-authenticated POSTs carry a
 //! token derived from the key and are refused from another origin ([`csrf`]). Every page is
 //! sent with a strict Content-Security-Policy: no inline script or style, nothing from
-//! elsewhere.
+//! elsewhere. The pages are for browsers: they are not in the API's OpenAPI document.
 
 mod assets;
 mod certificates;
@@ -19,7 +19,6 @@ mod error;
 mod job;
 mod jobs;
 mod login;
-pub mod openapi;
 mod races;
 mod session;
 mod timeline;
@@ -56,15 +55,6 @@ pub fn router() -> Router<Arc<AppState>> {
 }
 
 /// `GET /ui`: the jobs list.
-#[utoipa::path(
-    get,
-    path = "/ui",
-    operation_id = "ui_home",
-    tag = "dashboard",
-    summary = "The dashboard: to the jobs list (which sends a visitor without a cookie to /ui/login)",
-    security(()),
-    responses((status = 303, description = "To /ui/jobs"))
-)]
 async fn home() -> Redirect {
     Redirect::to("/ui/jobs")
 }

@@ -47,18 +47,6 @@ pub struct RacesPage {
 }
 
 /// `GET /ui/races`.
-#[utoipa::path(
-    get,
-    path = "/ui/races",
-    operation_id = "ui_races",
-    tag = "dashboard",
-    summary = "Recent race_lost events, linked to their jobs",
-    security(("dashboard_cookie" = [])),
-    responses(
-        (status = 200, description = "The page", content_type = "text/html", body = String),
-        (status = 303, description = "No valid sign-in cookie: to /ui/login"),
-    )
-)]
 pub async fn list(
     State(state): State<Arc<AppState>>,
     session: Session,

@@ -94,18 +94,6 @@ pub struct UnknownPage {
 }
 
 /// `GET /ui/unknown`.
-#[utoipa::path(
-    get,
-    path = "/ui/unknown",
-    operation_id = "ui_unknown",
-    tag = "dashboard",
-    summary = "The unknown queue (an operator's tenant, anyone else's own), with resolve forms for operators",
-    security(("dashboard_cookie" = [])),
-    responses(
-        (status = 200, description = "The page", content_type = "text/html", body = String),
-        (status = 303, description = "No valid sign-in cookie: to /ui/login"),
-    )
-)]
 pub async fn queue(
     State(state): State<Arc<AppState>>,
     session: Session,
@@ -154,28 +142,6 @@ async fn page(
 
 /// `POST /ui/attempts/{id}/resolve` (form fields `csrf`, `outcome`, `result`, `reason`):
 /// operators only, with the session's CSRF token.
-#[utoipa::path(
-    post,
-    path = "/ui/attempts/{id}/resolve",
-    operation_id = "ui_resolve",
-    tag = "dashboard",
-    summary = "The resolve form: POST /v1/attempts/{id}/resolve for a signed-in operator",
-    description = "A form (`application/x-www-form-urlencoded`) with `csrf` (the token the \
-                   page's forms carry), `outcome` (failed, cancelled or succeeded), `result` \
-                   (JSON text, for succeeded) and `reason`. Answers the unknown queue with \
-                   what the resolution did, or why it was refused, with the status the JSON \
-                   API would have answered.",
-    security(("dashboard_cookie" = [])),
-    params(("id" = uuid::Uuid, Path, description = "The attempt id")),
-    responses(
-        (status = 200, description = "Resolved; the queue with what it did", content_type = "text/html", body = String),
-        (status = 400, description = "A malformed form or a result failing the output schema", content_type = "text/html", body = String),
-        (status = 403, description = "Not an operator key, or no valid CSRF proof", content_type = "text/html", body = String),
-        (status = 404, description = "No such attempt in the operator's tenant", content_type = "text/html", body = String),
-        (status = 409, description = "The attempt is not unknown", content_type = "text/html", body = String),
-        (status = 303, description = "No valid sign-in cookie: to /ui/login"),
-    )
-)]
 pub async fn resolve(
     State(state): State<Arc<AppState>>,
     session: Session,
