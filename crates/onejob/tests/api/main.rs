@@ -19,6 +19,7 @@ mod logs;
 mod metrics;
 mod online_migration;
 mod openapi;
+mod openapi_client;
 mod paging;
 mod probes;
 mod providers;

@@ -46,15 +46,15 @@ const WITHIN: Duration = Duration::from_secs(180);
 
 const DEFAULT_VENV: &str = "/var/cache/onejob/venv-sdk";
 
-fn repository() -> PathBuf {
+pub(crate) fn repository() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
 }
 
-fn sdk(path: &str) -> PathBuf {
+pub(crate) fn sdk(path: &str) -> PathBuf {
     repository().join("sdk").join(path)
 }
 
-fn read(path: &Path) -> String {
+pub(crate) fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -135,17 +135,17 @@ async fn serving(db: &TestDatabase, fakes: &Fakes) -> TestApp {
 }
 
 /// What a script printed.
-struct Printed {
-    stdout: String,
-    stderr: String,
+pub(crate) struct Printed {
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
 }
 
 /// Where a script sends its calls: `ONEJOB_URL`, `ONEJOB_API_KEY` and (for the test
 /// scripts) `ONEJOB_FAKE_URL`.
-struct Target {
-    url: String,
-    api_key: String,
-    fake_url: Option<String>,
+pub(crate) struct Target {
+    pub(crate) url: String,
+    pub(crate) api_key: String,
+    pub(crate) fake_url: Option<String>,
 }
 
 impl Target {
@@ -160,7 +160,7 @@ impl Target {
 
 /// Runs a script against `target`, asserting it exits 0; on failure the assertion shows
 /// everything it printed.
-async fn run(mut command: tokio::process::Command, target: &Target) -> Printed {
+pub(crate) async fn run(mut command: tokio::process::Command, target: &Target) -> Printed {
     command
         .env("ONEJOB_URL", &target.url)
         .env("ONEJOB_API_KEY", &target.api_key)
@@ -197,14 +197,14 @@ async fn run(mut command: tokio::process::Command, target: &Target) -> Printed {
 }
 
 /// The number in the line of `text` that starts with `prefix` (a test runner's summary).
-fn count_after(text: &str, prefix: &str) -> Option<u32> {
+pub(crate) fn count_after(text: &str, prefix: &str) -> Option<u32> {
     text.lines()
         .find_map(|line| line.strip_prefix(prefix))
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|n| n.parse().ok())
 }
 
-fn in_dir(
+pub(crate) fn in_dir(
     program: impl AsRef<std::ffi::OsStr>,
     dir: &Path,
     args: &[&str],
