@@ -1,9 +1,11 @@
-//! [`ClientBuilder`]: a [`Client`]'s settings (timeouts, retry policy, user agent) before it
-//! is built.
+//! [`ClientBuilder`]: a [`Client`]'s settings (timeouts, retry policy, user agent, or one's
+//! own `reqwest::Client`) before it is built, and the TLS setup of the HTTP client it builds
+//! (rustls with the `ring` provider, passed to reqwest explicitly: nothing process-wide).
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use reqwest::header::HeaderValue;
+use rustls_platform_verifier::BuilderVerifierExt;
 
 use crate::{Client, Error, RetryPolicy};
 
@@ -28,6 +30,7 @@ pub struct ClientBuilder {
     connect_timeout: Duration,
     retry: RetryPolicy,
     user_agent: String,
+    http: Option<reqwest::Client>,
 }
 
 impl ClientBuilder {
@@ -39,6 +42,7 @@ impl ClientBuilder {
             connect_timeout: Duration::from_secs(10),
             retry: RetryPolicy::default(),
             user_agent: concat!("onejob-client/", env!("CARGO_PKG_VERSION")).to_owned(),
+            http: None,
         }
     }
 
@@ -49,7 +53,8 @@ impl ClientBuilder {
         self
     }
 
-    /// The longest connecting may take (default 10 s).
+    /// The longest connecting may take (default 10 s; not for a client given to
+    /// [`ClientBuilder::http_client`], whose own setting holds).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -61,9 +66,32 @@ impl ClientBuilder {
         self
     }
 
-    /// The `User-Agent` sent (default `onejob-client/<version>`).
+    /// The `User-Agent` sent (default `onejob-client/<version>`; not for a client given to
+    /// [`ClientBuilder::http_client`], whose own setting holds).
     pub fn user_agent(mut self, user_agent: impl Into<String>) -> Self {
         self.user_agent = user_agent.into();
+        self
+    }
+
+    /// Sends every request with this `reqwest::Client` instead of one built here: for its
+    /// proxy, TLS roots or connection pool shared with the rest of the application. Its own
+    /// connect timeout, user agent and TLS settings hold; [`ClientBuilder::timeout`] and the
+    /// [`RetryPolicy`] still apply to every request.
+    ///
+    /// ```
+    /// use onejob_client::Client;
+    ///
+    /// // The application's own choices, its rustls crypto provider among them.
+    /// let _ = rustls::crypto::ring::default_provider().install_default();
+    /// let shared = reqwest::Client::builder().build()?;
+    /// let client = Client::builder("http://127.0.0.1:8080", "oj_…")
+    ///     .http_client(shared)
+    ///     .build()?;
+    /// # let _ = client;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn http_client(mut self, client: reqwest::Client) -> Self {
+        self.http = Some(client);
         self
     }
 
@@ -83,20 +111,36 @@ impl ClientBuilder {
         let mut authorization = HeaderValue::from_str(&format!("Bearer {}", self.api_key))
             .map_err(|_| Error::InvalidApiKey)?;
         authorization.set_sensitive(true);
-        // reqwest is built without a TLS crypto provider; install ring's process-wide (a
-        // provider installed before, by the application, is kept).
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
-            .user_agent(self.user_agent)
-            .timeout(self.timeout)
-            .connect_timeout(self.connect_timeout)
-            .build()
-            .map_err(Error::Build)?;
+        let http = match self.http {
+            Some(http) => http,
+            None => reqwest::Client::builder()
+                .tls_backend_preconfigured(tls_config()?)
+                .user_agent(self.user_agent)
+                .connect_timeout(self.connect_timeout)
+                .build()
+                .map_err(Error::Build)?,
+        };
         Ok(Client {
             http,
+            timeout: self.timeout,
             base_url: parsed.as_str().trim_end_matches('/').to_owned(),
             authorization,
             retry: self.retry,
         })
     }
+}
+
+/// The TLS settings of a built client: rustls with `ring`'s crypto given to it directly (no
+/// process-wide default is read or installed, so the application keeps its own choice),
+/// the platform's certificate verifier, and ALPN offering HTTP/2 and HTTP/1.1.
+fn tls_config() -> Result<rustls::ClientConfig, Error> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(Error::Tls)?
+        .with_platform_verifier()
+        .map_err(Error::Tls)?
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(config)
 }

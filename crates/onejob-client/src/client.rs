@@ -26,6 +26,9 @@ const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
 #[derive(Clone)]
 pub struct Client {
     pub(crate) http: reqwest::Client,
+    /// The longest one request may take (set per request, so that it holds for a
+    /// `reqwest::Client` given to the builder too).
+    pub(crate) timeout: std::time::Duration,
     pub(crate) base_url: String,
     pub(crate) authorization: HeaderValue,
     pub(crate) retry: RetryPolicy,
@@ -73,9 +76,9 @@ impl Client {
     /// Name the key once per business action (`order-42:caption`) and pass the same key
     /// whenever that action is retried: the server answers the job the key already names
     /// ([`Submission::replayed`]) instead of starting a second one. The key is checked here
-    /// first ([`Error::InvalidKey`], nothing sent). Transport errors, timeouts and `503`
-    /// are resent with the same key under the client's [`RetryPolicy`], which is safe for
-    /// that reason. The same key with other params or another kind is
+    /// first ([`Error::InvalidKey`], nothing sent). Transport errors, timeouts and the
+    /// answers that say "not now" (`408`, `429`, `502`, `503`, `504`) are resent with the
+    /// same key under the client's [`RetryPolicy`], which is safe for that reason. The same key with other params or another kind is
     /// [`Error::KeyReused`], never resent.
     pub async fn submit(&self, key: &str, kind: &str, params: &Value) -> Result<Submission, Error> {
         validate_key(key)?;

@@ -33,6 +33,9 @@ pub enum Error {
     /// The HTTP client could not be built.
     #[error("building the HTTP client")]
     Build(#[source] reqwest::Error),
+    /// The TLS settings could not be built (the platform's certificate verifier failed).
+    #[error("setting up TLS")]
+    Tls(#[source] rustls::Error),
     /// `422`: the idempotency key already names a job with other params or another kind.
     /// The stored job is untouched; this is never retried. Retry with the original params,
     /// or name the new intent with a new key.
@@ -110,9 +113,10 @@ impl Error {
         }
     }
 
-    /// Whether the server could not be reached or said it is unavailable (`503`), even
-    /// after the client's retries: trying again later may succeed.
+    /// Whether the server could not be reached or said to come back later (`429`, `502`,
+    /// `503`, `504`), even after the client's retries: trying again later may succeed.
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, Error::Transport { .. }) || self.status() == Some(503)
+        matches!(self, Error::Transport { .. })
+            || matches!(self.status(), Some(429 | 502 | 503 | 504))
     }
 }

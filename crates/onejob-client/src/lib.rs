@@ -2,8 +2,8 @@
 //! intent, one job.
 //!
 //! Submit a job under an *idempotency key* that names the business action; however often
-//! the submission is retried (by you, or by this client after a timeout or a `503`), the
-//! key names the same one job. A reused key with other params is refused with
+//! the submission is retried (by you, or by this client after a timeout, a `429` or a
+//! `503`), the key names the same one job. A reused key with other params is refused with
 //! [`Error::KeyReused`] instead of silently starting a second job. Then wait for the result.
 //!
 //! ```no_run

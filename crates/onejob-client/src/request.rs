@@ -6,6 +6,7 @@ use reqwest::{
     Method, RequestBuilder, StatusCode,
     header::{AUTHORIZATION, HeaderMap},
 };
+
 use serde::de::DeserializeOwned;
 
 use crate::{Client, Error, problem, retry};
@@ -55,8 +56,8 @@ impl Answer {
 
 impl Client {
     /// Sends `method path` (built further by `build`, called again for every try) and
-    /// returns the answer, resending after transport errors (as `resend` allows) and after
-    /// `503`, as the retry policy says.
+    /// returns the answer, resending after transport errors and "not now" answers (as
+    /// `resend` allows, see [`retry::retryable`]), as the retry policy says.
     pub(crate) async fn send(
         &self,
         method: Method,
@@ -71,6 +72,7 @@ impl Client {
             let request = self
                 .http
                 .request(method.clone(), &url)
+                .timeout(self.timeout)
                 .header(AUTHORIZATION, self.authorization.clone());
             let sent = build(request).send().await;
             let received = match sent {
@@ -83,7 +85,8 @@ impl Client {
             };
             let wait = match received {
                 Ok((status, headers, body)) => {
-                    if status != StatusCode::SERVICE_UNAVAILABLE || retries >= self.retry.retries()
+                    if !retry::retryable(status, resend == Resend::Safe)
+                        || retries >= self.retry.retries()
                     {
                         return Ok(Answer {
                             endpoint,

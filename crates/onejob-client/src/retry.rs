@@ -1,19 +1,32 @@
 //! [`RetryPolicy`]: how often and how patiently the client resends a request that did not
-//! get a usable answer (a transport error, a timeout, or `503` with its `Retry-After`).
+//! get a usable answer (a transport error, a timeout, or a `408`, `429`, `502`, `503` or
+//! `504` with its `Retry-After`), and which answers are worth resending at all.
 
 use std::time::Duration;
 
-use reqwest::header::{HeaderMap, RETRY_AFTER};
+use rand::Rng;
+use reqwest::{
+    StatusCode,
+    header::{HeaderMap, RETRY_AFTER},
+};
 
 /// How the client retries its own requests.
 ///
-/// A request is resent after a transport error or timeout (only when resending is safe:
-/// reads, submissions — the same idempotency key names the same job — and cancellation;
-/// `retry` and `resolve_attempt` are resent only when the connection was never made) and
-/// after a `503 Service Unavailable`. The wait before a resend is the server's
-/// `Retry-After` when it sent one (at most [`RetryPolicy::max_retry_after`]), otherwise an
-/// exponential backoff from [`RetryPolicy::initial_backoff`] up to
-/// [`RetryPolicy::max_backoff`].
+/// A request is resent after a transport error or timeout, and after an answer that says
+/// "not now": `429 Too Many Requests` and `503 Service Unavailable` for every call, and
+/// `408 Request Timeout`, `502 Bad Gateway` and `504 Gateway Timeout` (which a proxy may
+/// send after the request reached onejob) only where resending is safe: reads,
+/// submissions (the same idempotency key names the same job) and cancellation. `retry` and
+/// `resolve_attempt` are resent after a transport error only when the connection was never
+/// made, and never after a `408`, `502` or `504`: a second one that reached the server would
+/// be refused, hiding the first one's success. Any other answer (`400`, `404`, `422`, …) is
+/// final and never resent.
+///
+/// The wait before a resend is the server's `Retry-After` when it sent one in seconds (at
+/// most [`RetryPolicy::max_retry_after`]), otherwise a jittered exponential backoff: a
+/// random wait between half and all of [`RetryPolicy::initial_backoff`] doubled per resend,
+/// capped at [`RetryPolicy::max_backoff`], so that clients turned away together do not
+/// come back together.
 ///
 /// ```
 /// use std::time::Duration;
@@ -83,16 +96,40 @@ impl RetryPolicy {
         self.max_retries
     }
 
+    /// The longest wait before resend number `retry` (0 for the first) without
+    /// `Retry-After`: [`RetryPolicy::initial_backoff`] doubled `retry` times, at most
+    /// [`RetryPolicy::max_backoff`].
+    pub fn backoff(&self, retry: u32) -> Duration {
+        self.initial_backoff
+            .saturating_mul(2u32.saturating_pow(retry))
+            .min(self.max_backoff)
+    }
+
     /// The wait before resend number `retry` (0 for the first), given the server's
-    /// `Retry-After` if it sent one.
+    /// `Retry-After` if it sent one: that (at most [`RetryPolicy::max_retry_after`]), else
+    /// a random wait between half and all of [`RetryPolicy::backoff`].
     pub fn delay(&self, retry: u32, retry_after: Option<Duration>) -> Duration {
         match retry_after {
             Some(wait) => wait.min(self.max_retry_after),
-            None => self
-                .initial_backoff
-                .saturating_mul(2u32.saturating_pow(retry))
-                .min(self.max_backoff),
+            None => {
+                let ceiling = self.backoff(retry);
+                let floor = ceiling / 2;
+                floor + (ceiling - floor).mul_f64(rand::rng().random::<f64>())
+            }
         }
+    }
+}
+
+/// Whether an answer with `status` is worth resending: `429` and `503` (the server turned
+/// the request away before doing anything) for every call, `408`, `502` and `504` (the
+/// request may have reached onejob) only for calls that are safe to repeat.
+pub(crate) fn retryable(status: StatusCode, safe_to_repeat: bool) -> bool {
+    match status {
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => true,
+        StatusCode::REQUEST_TIMEOUT | StatusCode::BAD_GATEWAY | StatusCode::GATEWAY_TIMEOUT => {
+            safe_to_repeat
+        }
+        _ => false,
     }
 }
 
@@ -119,15 +156,53 @@ mod tests {
             .initial_backoff(Duration::from_millis(100))
             .max_backoff(Duration::from_millis(350))
             .max_retry_after(Duration::from_secs(5));
-        assert_eq!(policy.delay(0, None), Duration::from_millis(100));
-        assert_eq!(policy.delay(1, None), Duration::from_millis(200));
-        assert_eq!(policy.delay(2, None), Duration::from_millis(350));
-        assert_eq!(policy.delay(40, None), Duration::from_millis(350));
+        assert_eq!(policy.backoff(0), Duration::from_millis(100));
+        assert_eq!(policy.backoff(1), Duration::from_millis(200));
+        assert_eq!(policy.backoff(2), Duration::from_millis(350));
+        assert_eq!(policy.backoff(40), Duration::from_millis(350));
         assert_eq!(policy.delay(3, Some(Duration::ZERO)), Duration::ZERO);
         assert_eq!(
             policy.delay(0, Some(Duration::from_secs(90))),
             Duration::from_secs(5)
         );
+    }
+
+    #[test]
+    fn the_backoff_is_jittered_between_half_and_all_of_its_ceiling() {
+        let policy = RetryPolicy::default()
+            .initial_backoff(Duration::from_millis(100))
+            .max_backoff(Duration::from_secs(10));
+        let waits: Vec<Duration> = (0..200).map(|_| policy.delay(2, None)).collect();
+        for wait in &waits {
+            assert!(
+                (Duration::from_millis(200)..=Duration::from_millis(400)).contains(wait),
+                "{wait:?}"
+            );
+        }
+        let distinct: std::collections::BTreeSet<_> = waits.iter().collect();
+        assert!(distinct.len() > 100, "jittered, not fixed: {distinct:?}");
+    }
+
+    #[test]
+    fn only_not_now_answers_are_retryable_and_some_only_when_safe() {
+        for status in [429, 503] {
+            let status = StatusCode::from_u16(status).unwrap();
+            assert!(
+                retryable(status, true) && retryable(status, false),
+                "{status}"
+            );
+        }
+        for status in [408, 502, 504] {
+            let status = StatusCode::from_u16(status).unwrap();
+            assert!(
+                retryable(status, true) && !retryable(status, false),
+                "{status}"
+            );
+        }
+        for status in [200, 201, 400, 401, 403, 404, 409, 413, 415, 422, 500] {
+            let status = StatusCode::from_u16(status).unwrap();
+            assert!(!retryable(status, true), "{status}");
+        }
     }
 
     #[test]

@@ -7,5 +7,6 @@ mod lifecycle;
 mod listing;
 mod resend;
 mod server;
+mod statuses;
 mod submit;
 mod wait;
