@@ -18,7 +18,7 @@ Exit codes:
   4  the idempotency key already names a job with other params or another kind (422)
   5  not found (404)
   6  unauthorized or forbidden: missing, wrong or non-operator API key (401, 403)
-  7  server unavailable: unreachable, timed out, or 503 after the client's retries
+  7  server unavailable: unreachable, timed out, or 429/502/503/504 after the client's retries
   8  gave up waiting (--timeout passed); the job goes on";
 
 /// How a remote command ended.
@@ -38,7 +38,7 @@ pub enum Exit {
     NotFound,
     /// `401` or `403`.
     Denied,
-    /// Unreachable, timed out, or `503`.
+    /// Unreachable, timed out, or `429`, `502`, `503`, `504`.
     Unavailable,
     /// The job had not finished when the wait gave up.
     StillRunning,

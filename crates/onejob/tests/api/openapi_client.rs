@@ -6,11 +6,18 @@
 //! (same job), the same key with other params (`422` key-reused, as the generated `Problem`),
 //! the job read back by id and by key (`listJobs` answering one `JobView`), and refusals.
 //!
+//! The README's snippet, `sdk/openapi-python/quickstart.py`, is included verbatim (checked
+//! here) and run here against `onejob serve`'s demo with a client generated from the
+//! committed `openapi.json`.
+//!
 //! The generator is installed by `.ci/run` into a venv (`ONEJOB_OPENAPI_VENV`, default
 //! `/var/cache/onejob/venv-openapi`). Without it these tests fail with how to install it;
 //! they never skip.
 
-use std::{path::PathBuf, process::Stdio};
+use std::{
+    path::{Path, PathBuf},
+    process::Stdio,
+};
 
 use crate::{
     helpers::{Backend, Fakes, TestApp, TestDatabase, backend_tests},
@@ -65,25 +72,10 @@ fn venv() -> PathBuf {
     venv
 }
 
-async fn a_generated_python_client_submits_replays_and_reads_jobs(backend: Backend) {
-    let venv = venv();
-    let db = TestDatabase::create(backend).await;
-    let fakes = Fakes::spawn().await;
-    let app = TestApp::running(&db, &fakes, |_| {}).await;
-    let work = tempfile::tempdir().unwrap();
-
-    // The document as served, not as committed (a test compares those two).
-    let served = app
-        .client
-        .get(app.url("/openapi.json"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(served.status(), 200);
-    let document = work.path().join("openapi.json");
-    std::fs::write(&document, served.bytes().await.unwrap()).unwrap();
-
-    let package = work.path().join("onejob_api");
+/// Generates the client of `document` as the package `onejob_api` in `dir`, failing on any
+/// warning of the generator.
+async fn generate(venv: &Path, document: &Path, dir: &Path) {
+    let package = dir.join("onejob_api");
     // The generator formats what it wrote with ruff, from the same venv.
     let path = format!(
         "{}:{}",
@@ -93,12 +85,12 @@ async fn a_generated_python_client_submits_replays_and_reads_jobs(backend: Backe
     let generated = tokio::process::Command::new(venv.join("bin/openapi-python-client"))
         .arg("generate")
         .arg("--path")
-        .arg(&document)
+        .arg(document)
         .args(["--meta", "none", "--fail-on-warning", "--output-path"])
         .arg(&package)
         .env("PATH", &path)
         .env("NO_COLOR", "1")
-        .current_dir(work.path())
+        .current_dir(dir)
         .stdin(Stdio::null())
         .output()
         .await
@@ -123,6 +115,27 @@ async fn a_generated_python_client_submits_replays_and_reads_jobs(backend: Backe
             "the client has {module}:\n{said}"
         );
     }
+}
+
+async fn a_generated_python_client_submits_replays_and_reads_jobs(backend: Backend) {
+    let venv = venv();
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, |_| {}).await;
+    let work = tempfile::tempdir().unwrap();
+
+    // The document as served, not as committed (a test compares those two).
+    let served = app
+        .client
+        .get(app.url("/openapi.json"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(served.status(), 200);
+    let document = work.path().join("openapi.json");
+    std::fs::write(&document, served.bytes().await.unwrap()).unwrap();
+
+    generate(&venv, &document, work.path()).await;
 
     let mut script = in_dir(
         venv.join("bin/python"),
@@ -145,5 +158,52 @@ async fn a_generated_python_client_submits_replays_and_reads_jobs(backend: Backe
         ran == Some(CASES) && printed.stderr.lines().any(|l| l == "OK"),
         "all {CASES} cases ran and passed:\n{}",
         printed.stderr
+    );
+}
+
+/// What the README says the snippet prints against the demo.
+const QUICKSTART_PRINTS: &str = "succeeded {'text': 'fake answer: Describe a red fox.'}";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_snippet_runs_a_job_through_the_generated_client() {
+    let venv = venv();
+    let work = tempfile::tempdir().unwrap();
+    generate(&venv, &repository().join("openapi.json"), work.path()).await;
+    let demo = tempfile::tempdir().unwrap();
+    let (mut server, url, api_key) = crate::cli::serve_demo(demo.path()).await;
+    let mut script = in_dir(venv.join("bin/python"), &dir(), &["quickstart.py"]);
+    script.env("PYTHONPATH", work.path());
+    let printed = run(
+        script,
+        &Target {
+            url,
+            api_key,
+            fake_url: None,
+        },
+    )
+    .await;
+    assert_eq!(printed.stdout.trim_end(), QUICKSTART_PRINTS);
+    let _ = server.kill().await;
+}
+
+#[test]
+fn the_readme_includes_the_generated_client_snippet_verbatim() {
+    let readme = read(&repository().join("README.md"));
+    let snippet = read(&dir().join("quickstart.py"));
+    assert!(
+        readme.contains(&format!("```python\n{snippet}```\n")),
+        "README.md must include sdk/openapi-python/quickstart.py verbatim:\n{snippet}"
+    );
+    assert!(readme.contains(&format!("`{QUICKSTART_PRINTS}`")));
+    let pinned = read(&dir().join("requirements.txt"))
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix("openapi-python-client==")
+                .map(str::to_owned)
+        })
+        .unwrap();
+    assert!(
+        readme.contains(&format!("openapi-python-client=={pinned}")),
+        "README.md installs the pinned generator ({pinned})"
     );
 }
