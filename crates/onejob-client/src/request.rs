@@ -6,7 +6,6 @@ use reqwest::{
     Method, RequestBuilder, StatusCode,
     header::{AUTHORIZATION, HeaderMap},
 };
-
 use serde::de::DeserializeOwned;
 
 use crate::{Client, Error, problem, retry};
