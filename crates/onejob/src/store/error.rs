@@ -32,6 +32,11 @@ pub enum StoreError {
     /// Applying the schema migrations failed.
     #[error("migrating the schema failed")]
     Migrate(#[source] Arc<sqlx::migrate::MigrateError>),
+    /// TLS to PostgreSQL could not be set up as the URL's `sslmode` and `sslrootcert` ask
+    /// (certificate not trusted, wrong host name, server without TLS, unreadable
+    /// `sslrootcert`); the message says what to check. Retrying will not fix it.
+    #[error("TLS to PostgreSQL failed: {0}")]
+    Tls(String),
     /// The database URL names no database onejob supports.
     #[error("unsupported database URL {0:?}: use postgres://user@host:5432/db or sqlite://file.db")]
     UnsupportedUrl(String),

@@ -28,6 +28,7 @@ mod retention;
 mod sdk;
 mod slow_clients;
 mod store_conformance;
+mod tls;
 mod ui;
 mod unattended;
 mod worker;

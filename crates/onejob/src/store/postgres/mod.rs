@@ -55,6 +55,7 @@ pub mod online;
 mod relaxed;
 mod retention;
 mod statistics;
+mod tls;
 mod wake;
 
 /// The channel workers LISTEN on: intake notifies it after each batch that created jobs,
@@ -75,14 +76,18 @@ impl PgStore {
         let connect: PgConnectOptions = url
             .parse()
             .map_err(|e| StoreError::Database(std::sync::Arc::new(e)))?;
+        let tls = tls::TlsSettings::of(url, &connect);
+        tls.check_root_cert()?;
         // One direct connection first: a pool would retry until its timeout and then report
-        // only that it timed out, hiding why (refused, unknown host, bad password…).
+        // only that it timed out, hiding why (refused, unknown host, bad password, a
+        // certificate not trusted…).
         let mut probe = tokio::time::timeout(
             options.acquire_timeout,
             PgConnection::connect_with(&connect),
         )
         .await
-        .map_err(|_| StoreError::unavailable(sqlx::Error::PoolTimedOut))??;
+        .map_err(|_| StoreError::unavailable(sqlx::Error::PoolTimedOut))?
+        .map_err(|e| tls.explain(e))?;
         warn_without_autovacuum(&mut probe).await;
         probe.close().await?;
         let pool = held::checked_after_idle(PgPoolOptions::new())
