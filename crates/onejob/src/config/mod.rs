@@ -2,12 +2,13 @@
 //! built-in demo configuration used when no file is given.
 //!
 //! Loading has two steps. The file is first parsed alone with `toml`, so a syntax or type
-//! error names its line and key; then the file and the environment are merged with
-//! `figment` (`ONEJOB_LISTEN`, `ONEJOB_DATABASE`, `ONEJOB_WORKER__CONCURRENCY`, …) and the
-//! result is checked as a whole ([`Config::validate`]) into the [`crate::kind::Kinds`] the
-//! service runs with.
+//! error names its line and key; then the `ONEJOB_*` environment variables
+//! (`ONEJOB_LISTEN`, `ONEJOB_DATABASE`, `ONEJOB_WORKER__CONCURRENCY`, …) are laid over the
+//! parsed table ([`env`]) and the result is deserialized again. [`crate::kind::Kinds`] then
+//! checks it as a whole into what the service runs with.
 
 pub mod discovery;
+mod env;
 mod gateway;
 mod http;
 mod kind;
@@ -20,10 +21,6 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use figment::{
-    Figment,
-    providers::{Format, Serialized, Toml},
-};
 use serde::{Deserialize, Serialize};
 
 pub use gateway::GatewayConfig;
@@ -204,41 +201,30 @@ impl Config {
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Config, ConfigError> {
         // First alone, for errors that carry the line and the key.
-        toml::from_str::<Config>(text).map_err(|e| ConfigError::Parse {
+        let parse_error = |e: toml::de::Error| ConfigError::Parse {
             path: source.to_owned(),
             message: e.to_string(),
-        })?;
-        let overrides: Vec<(String, String)> = env
-            .into_iter()
-            .filter_map(|(k, v)| {
-                let key = k.strip_prefix("ONEJOB_")?.to_ascii_lowercase();
-                let top = key.split("__").next().unwrap_or_default();
-                ENV_KEYS.contains(&top).then_some((key, v))
-            })
-            .collect();
-        let mut figment = Figment::new().merge(Toml::string(text));
-        let mut names = Vec::new();
-        for (key, value) in overrides {
-            names.push(format!("ONEJOB_{}", key.to_ascii_uppercase()));
-            figment = figment.merge(Serialized::default(
-                &key.replace("__", "."),
-                parse_env_value(&value),
-            ));
-        }
-        let mut config: Config = figment
-            .extract()
-            .map_err(|e| ConfigError::Env(format!("{e} (overrides set: {})", names.join(", "))))?;
+        };
+        let from_file = toml::from_str::<Config>(text).map_err(parse_error)?;
+        let overrides = env::overrides(env, &ENV_KEYS);
+        let mut config = if overrides.is_empty() {
+            from_file
+        } else {
+            let mut table = toml::from_str::<toml::Table>(text).map_err(parse_error)?;
+            let names = env::overlay(&mut table, &overrides);
+            toml::Value::Table(table)
+                .try_into::<Config>()
+                .map_err(|e| {
+                    ConfigError::Env(format!(
+                        "{} (overrides set: {})",
+                        e.message(),
+                        names.join(", ")
+                    ))
+                })?
+        };
         config.base_dir = base_dir;
         Ok(config)
     }
-}
-
-/// Reads an environment value the way figment's `Env` provider does: integers, floats and
-/// booleans become those types, anything else stays a string.
-fn parse_env_value(value: &str) -> figment::value::Value {
-    value
-        .parse::<figment::value::Value>()
-        .unwrap_or_else(|_| figment::value::Value::from(value.to_owned()))
 }
 
 #[cfg(test)]
