@@ -3,15 +3,26 @@
 //! guarantee does — the double click, the conflicting retry, the timeout that turns unknown
 //! and its reconciliation, and the out-of-order race — through the real HTTP API. The
 //! dashboard stays up afterwards until Ctrl-C (or the command exits with `--exit`).
+//!
+//! It needs the bundled fake (cargo feature `fake`, on by default); a build without it
+//! keeps the command and says so.
 
-use std::{net::SocketAddr, time::Duration};
+use std::net::SocketAddr;
+#[cfg(feature = "fake")]
+use std::time::Duration;
 
+#[cfg(feature = "fake")]
 use anyhow::{Context, bail};
+#[cfg(feature = "fake")]
 use onejob_domain::Principal;
+#[cfg(feature = "fake")]
 use onejob_fake::{Behaviour, Rule};
+#[cfg(feature = "fake")]
 use serde_json::{Value, json};
 
+#[cfg(feature = "fake")]
 use super::serve::{certify_bundled_fakes, shutdown_signal};
+#[cfg(feature = "fake")]
 use crate::{
     app::App,
     config::{Config, DEMO_CONFIG},
@@ -19,6 +30,7 @@ use crate::{
 
 /// Arguments of `onejob demo`.
 #[derive(Debug, clap::Args)]
+#[cfg_attr(not(feature = "fake"), allow(dead_code))]
 pub struct DemoArgs {
     /// Where the demo's API and dashboard listen.
     #[arg(long, default_value = "127.0.0.1:8080")]
@@ -28,10 +40,21 @@ pub struct DemoArgs {
     exit: bool,
 }
 
+#[cfg(feature = "fake")]
 /// How long the demo's attempts may take before their outcome is unknown.
 const DEMO_TIMEOUT: Duration = Duration::from_millis(800);
 
+/// Runs `onejob demo` (in a build without the bundled fake: says so).
+#[cfg(not(feature = "fake"))]
+pub async fn run(_args: DemoArgs) -> anyhow::Result<()> {
+    anyhow::bail!(
+        "this onejob was built without the bundled fake provider (cargo feature `fake`), \
+         which the demo runs on; build onejob with its default features to play it"
+    )
+}
+
 /// Runs `onejob demo`.
+#[cfg(feature = "fake")]
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let dir = tempfile_dir()?;
     let database = format!("sqlite://{}", dir.join("onejob.db").display());
@@ -231,17 +254,20 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+#[cfg(feature = "fake")]
 /// The first block of a uuid, for short output.
 fn short(id: &str) -> &str {
     id.split('-').next().unwrap_or(id)
 }
 
+#[cfg(feature = "fake")]
 fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
     let dir = std::env::temp_dir().join(format!("onejob-demo-{}", uuid::Uuid::now_v7().simple()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(dir)
 }
 
+#[cfg(feature = "fake")]
 /// The demo's HTTP calls, as a client application would make them.
 struct Scenes {
     http: reqwest::Client,
@@ -249,6 +275,7 @@ struct Scenes {
     token: String,
 }
 
+#[cfg(feature = "fake")]
 impl Scenes {
     async fn submit(&self, key: &str, body: &Value) -> anyhow::Result<(u16, Value)> {
         let response = self

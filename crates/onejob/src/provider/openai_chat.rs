@@ -41,6 +41,7 @@ pub struct OpenAiChat {
     idempotency_header: Option<String>,
     structured_output: StructuredOutput,
     max_tokens: Option<u32>,
+    #[cfg_attr(not(feature = "tokenizers"), allow(dead_code))]
     tokenizer: Option<PathBuf>,
     request_timeout: std::time::Duration,
     max_response_bytes: u64,
@@ -73,6 +74,13 @@ impl OpenAiChat {
             tokenizer: match &config.tokenizer {
                 // Checked now, read only when counting: a model's tokenizer.json can be tens
                 // of megabytes, and only `onejob verify` counts.
+                Some(_) if !cfg!(feature = "tokenizers") => {
+                    return Err("tokenizer is set, but this onejob was built without the \
+                                `tokenizers` feature (rebuild with it, or remove the key: \
+                                `onejob verify` then counts with the upstream's tokenize \
+                                endpoint only)"
+                        .to_owned());
+                }
                 Some(path) if !path.is_file() => {
                     return Err(format!(
                         "tokenizer {} is not a readable file (give the path of the model's \
@@ -294,7 +302,8 @@ impl Provider for OpenAiChat {
 
     /// The upstream's own tokenizer where the server exposes one (llama-cpp-python's
     /// `/extras/tokenize`, llama.cpp's `/tokenize`), else tiktoken for OpenAI model names,
-    /// else the configured local `tokenizer.json`.
+    /// else the configured local `tokenizer.json` (these two only in a build with the
+    /// `tokenizers` feature).
     async fn count_tokens(&self, text: &str) -> Result<Option<TokenCount>, ProviderError> {
         let endpoints = [
             (
@@ -318,16 +327,19 @@ impl Provider for OpenAiChat {
                 }));
             }
         }
-        if let Ok(bpe) = tiktoken_rs::bpe_for_model(&self.model) {
-            return Ok(Some(TokenCount {
-                tokens: bpe.encode_with_special_tokens(text).len(),
-                tokenizer: format!("tiktoken for {}", self.model),
-            }));
-        }
-        if let Some(path) = &self.tokenizer {
-            return count_with_file(path.clone(), text.to_owned())
-                .await
-                .map(Some);
+        #[cfg(feature = "tokenizers")]
+        {
+            if let Ok(bpe) = tiktoken_rs::bpe_for_model(&self.model) {
+                return Ok(Some(TokenCount {
+                    tokens: bpe.encode_with_special_tokens(text).len(),
+                    tokenizer: format!("tiktoken for {}", self.model),
+                }));
+            }
+            if let Some(path) = &self.tokenizer {
+                return count_with_file(path.clone(), text.to_owned())
+                    .await
+                    .map(Some);
+            }
         }
         Ok(None)
     }
@@ -417,6 +429,7 @@ impl http_body::Body for SentBody {
 
 /// Counts `text` with a Hugging Face `tokenizer.json` (special tokens such as BOS included,
 /// as the model would see them), off the async threads: loading one takes a while.
+#[cfg(feature = "tokenizers")]
 async fn count_with_file(path: PathBuf, text: String) -> Result<TokenCount, ProviderError> {
     tokio::task::spawn_blocking(move || {
         let tokenizer = tokenizers::Tokenizer::from_file(&path).map_err(|e| {
@@ -461,6 +474,18 @@ mod tests {
     }
 
     #[test]
+    #[cfg(not(feature = "tokenizers"))]
+    fn a_tokenizer_file_without_the_tokenizers_feature_is_a_configuration_error() {
+        let mut config = ProviderConfig::new("chat", crate::config::Adapter::OpenaiChat);
+        config.base_url = Some("http://127.0.0.1:9/v1".into());
+        config.model = Some("m".into());
+        config.tokenizer = Some("/nonexistent/tokenizer.json".into());
+        let error = OpenAiChat::new(&config, crate::provider::http_client()).unwrap_err();
+        assert!(error.contains("`tokenizers` feature"), "{error}");
+    }
+
+    #[test]
+    #[cfg(feature = "tokenizers")]
     fn a_missing_tokenizer_file_is_a_configuration_error() {
         let mut config = ProviderConfig::new("chat", crate::config::Adapter::OpenaiChat);
         config.base_url = Some("http://127.0.0.1:9/v1".into());

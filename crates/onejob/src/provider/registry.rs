@@ -7,9 +7,12 @@
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
+#[cfg(feature = "fake")]
 use onejob_fake::FakeServer;
 
-use super::{Provider, async_task::AsyncTask, fake, openai_chat::OpenAiChat};
+#[cfg(feature = "fake")]
+use super::fake;
+use super::{Provider, async_task::AsyncTask, openai_chat::OpenAiChat};
 use crate::{
     certification::ProviderHashes,
     config::{Adapter, Config, ConfigError, DEFAULT_CONNECT_TIMEOUT, ProviderConfig},
@@ -20,6 +23,7 @@ use crate::{
 pub struct Providers {
     by_name: HashMap<String, Arc<dyn Provider>>,
     hashes: ProviderHashes,
+    #[cfg(feature = "fake")]
     fakes: Vec<Arc<FakeServer>>,
 }
 
@@ -42,6 +46,9 @@ impl Providers {
                     Arc::new(OpenAiChat::new(raw, http.clone()).map_err(invalid)?)
                 }
                 Adapter::AsyncTask => Arc::new(AsyncTask::new(raw, http.clone()).map_err(invalid)?),
+                #[cfg(not(feature = "fake"))]
+                Adapter::Fake => return Err(invalid(without_fake())),
+                #[cfg(feature = "fake")]
                 Adapter::Fake => {
                     let base_url = match &raw.base_url {
                         Some(url) => url.clone(),
@@ -86,9 +93,19 @@ impl Providers {
     }
 
     /// The fake servers started in-process, in configuration order.
+    #[cfg(feature = "fake")]
     pub fn bundled_fakes(&self) -> &[Arc<FakeServer>] {
         &self.fakes
     }
+}
+
+/// Why a `fake` provider cannot run in a build without the `fake` feature.
+#[cfg(not(feature = "fake"))]
+pub(crate) fn without_fake() -> String {
+    "adapter \"fake\" is the bundled fake provider, and this onejob was built without it \
+     (cargo feature `fake`): use adapter \"openai-chat\" or \"async-task\", or build onejob \
+     with its default features (the demo and a `onejob serve` without a config need it too)"
+        .to_owned()
 }
 
 /// The connect timeout of `provider`: its `connect_timeout`, which must be shorter than the
