@@ -10,7 +10,7 @@ use std::{net::SocketAddr, time::Duration};
 use axum::{Router, http::StatusCode, response::IntoResponse, routing::get, routing::post};
 use onejob::{
     config::{Adapter, Config, ProviderConfig},
-    store::{AttemptStart, Intake, StartOutcome},
+    store::{AttemptStart, Intake, StartOutcome, postgres::PgStore},
 };
 use onejob_fake::{Behaviour, FakeServer, Outcome, Rule};
 use serde_json::{Value, json};
@@ -784,11 +784,14 @@ async fn lowering_max_attempts_settles_the_job_failed(backend: Backend) {
     assert!(kinds_of(&app.events(&id).await).contains(&"exhausted"));
 }
 
-/// Makes every `UPDATE` of `jobs` fail with a serialization failure (SQLSTATE 40001, which
-/// onejob classifies as retryable) while the flag table holds a row: a database refusing
-/// writes for a while, for real. PostgreSQL only: SQLite's retryable error is "busy", which
-/// onejob's 30 s busy timeout absorbs before it ever reaches the worker.
-async fn refuse_job_updates(db: &TestDatabase) {
+/// Installs a switch that makes every `UPDATE` of `jobs` fail with a serialization failure
+/// (SQLSTATE 40001, which onejob classifies as retryable) while the flag table holds a row: a
+/// database refusing writes for a while, for real. Returns a store on the database, already
+/// connected, to flip the switch with: connecting inside the timed window would eat into it
+/// (a TLS handshake to the local server takes ~90 ms with sqlx 0.9). PostgreSQL only:
+/// SQLite's retryable error is "busy", which onejob's 30 s busy timeout absorbs before it
+/// ever reaches the worker.
+async fn job_update_switch(db: &TestDatabase) -> PgStore {
     for statement in [
         "CREATE TABLE test_refuse_writes (on_ boolean)",
         "CREATE FUNCTION test_refuse_writes() RETURNS trigger LANGUAGE plpgsql AS $$ \
@@ -797,14 +800,26 @@ async fn refuse_job_updates(db: &TestDatabase) {
          RETURN NEW; END $$",
         "CREATE TRIGGER test_refuse_writes BEFORE UPDATE ON jobs \
          FOR EACH ROW EXECUTE FUNCTION test_refuse_writes()",
-        "INSERT INTO test_refuse_writes VALUES (true)",
     ] {
         db.exec(statement).await.unwrap();
     }
+    PgStore::connect(&db.url, &Default::default())
+        .await
+        .unwrap()
 }
 
-async fn accept_job_updates(db: &TestDatabase) {
-    db.exec("DELETE FROM test_refuse_writes").await.unwrap();
+async fn refuse_job_updates(switch: &PgStore) {
+    sqlx::query("INSERT INTO test_refuse_writes VALUES (true)")
+        .execute(switch.pool())
+        .await
+        .unwrap();
+}
+
+async fn accept_job_updates(switch: &PgStore) {
+    sqlx::query("DELETE FROM test_refuse_writes")
+        .execute(switch.pool())
+        .await
+        .unwrap();
 }
 
 /// A chat job whose answer comes after `answer_ms`, with `timeout`, on PostgreSQL: the
@@ -822,17 +837,18 @@ async fn answer_survives_refused_writes(answer_ms: u64, timeout: Duration, refus
     ));
     let provider = chat_provider("chat", &fakes.primary.base_url());
     let app = TestApp::running(&db, &fakes, only(provider, timeout)).await;
+    let switch = job_update_switch(&db).await;
     let id = id_of(&app.create("answer", &chat("answer")).await);
     app.wait_attempts(&id, WITHIN, |a| a[0]["state"] == "running")
         .await;
-    refuse_job_updates(&db).await;
+    refuse_job_updates(&switch).await;
     tokio::time::sleep(refused).await;
     assert_eq!(
         app.job(&id).await["state"],
         "running",
         "nothing recorded yet"
     );
-    accept_job_updates(&db).await;
+    accept_job_updates(&switch).await;
     let job = app
         .wait_job(&id, WITHIN, |j| j["state"] == "succeeded")
         .await;
