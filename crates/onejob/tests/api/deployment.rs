@@ -11,28 +11,32 @@ use std::{path::Path, process::Stdio, time::Duration};
 
 use crate::helpers::{Backend, TestDatabase};
 
-/// The README's `## Deployment` section.
-fn section() -> String {
+/// The README's section whose heading starts with `heading` (`## Deployment`), up to the
+/// next `## ` heading.
+pub(crate) fn section(heading: &str) -> String {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
         .expect("read README.md");
     let start = readme
-        .find("\n## Deployment")
-        .expect("README has a Deployment section");
+        .find(&format!("\n{heading}"))
+        .unwrap_or_else(|| panic!("README has a section {heading:?}"));
     let rest = &readme[start + 1..];
     let end = rest.find("\n## ").unwrap_or(rest.len());
     rest[..end].to_owned()
 }
 
-/// The fenced blocks of `text` whose info string is `lang`, in order.
-fn blocks(text: &str, lang: &str) -> Vec<String> {
+/// Every fenced block of `text`, in order: its info string and its lines.
+pub(crate) fn fenced(text: &str) -> Vec<(String, String)> {
     let mut found = Vec::new();
-    let mut current: Option<String> = None;
+    let mut current: Option<(String, String)> = None;
     for line in text.lines() {
         match &mut current {
-            None if line.trim_end() == format!("```{lang}") => current = Some(String::new()),
-            None => {}
+            None => {
+                if let Some(lang) = line.trim_end().strip_prefix("```") {
+                    current = Some((lang.to_owned(), String::new()));
+                }
+            }
             Some(_) if line.trim_end() == "```" => found.push(current.take().unwrap()),
-            Some(block) => {
+            Some((_, block)) => {
                 block.push_str(line);
                 block.push('\n');
             }
@@ -41,11 +45,20 @@ fn blocks(text: &str, lang: &str) -> Vec<String> {
     found
 }
 
+/// The fenced blocks of `text` whose info string is `lang`, in order.
+pub(crate) fn blocks(text: &str, lang: &str) -> Vec<String> {
+    fenced(text)
+        .into_iter()
+        .filter(|(info, _)| info == lang)
+        .map(|(_, block)| block)
+        .collect()
+}
+
 /// `text` with `from` replaced by `to`; `from` must be there.
-fn substitute(text: &str, from: &str, to: &str) -> String {
+pub(crate) fn substitute(text: &str, from: &str, to: &str) -> String {
     assert!(
         text.contains(from),
-        "the README's deployment text no longer contains {from:?}"
+        "the README's text no longer contains {from:?}"
     );
     text.replace(from, to)
 }
@@ -60,7 +73,7 @@ fn free_port() -> u16 {
 
 #[tokio::test]
 async fn the_readme_deployment_walkthrough_runs_as_written() {
-    let section = section();
+    let section = section("## Deployment");
     let [config] = &blocks(&section, "toml")[..] else {
         panic!("one toml block in the deployment section");
     };

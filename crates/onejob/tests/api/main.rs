@@ -9,6 +9,7 @@ mod attempts;
 mod bad_input;
 mod cli;
 mod cli_client;
+mod curl_session;
 mod deployment;
 mod discovery;
 mod gateway;

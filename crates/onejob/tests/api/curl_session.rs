@@ -1,0 +1,133 @@
+//! The README's curl session, run as written against `onejob serve` with no configuration:
+//! every `$ curl …` of its transcripts must answer the HTTP status the transcript shows, and
+//! every command of its shell blocks must succeed without a problem answer.
+//!
+//! The only changes are the ones a reader makes: the server's address (a free port instead
+//! of 8080), and `KEY` and `JOB` set to the key the server printed and the job it made
+//! (the blocks that set them to the sample values are skipped).
+
+use std::time::Duration;
+
+use crate::{
+    cli::serve_demo,
+    deployment::{fenced, section, substitute},
+};
+
+/// One command of a `text` transcript: the command (continuation lines joined) and the
+/// status its first output line shows, if it shows one.
+struct Shown {
+    command: String,
+    status: Option<u16>,
+}
+
+fn transcript(block: &str) -> Vec<Shown> {
+    let mut shown: Vec<Shown> = Vec::new();
+    let mut continuing = false;
+    for line in block.lines() {
+        if let Some(command) = line.strip_prefix("$ ") {
+            shown.push(Shown {
+                command: command.to_owned(),
+                status: None,
+            });
+            continuing = command.ends_with('\\');
+        } else if continuing {
+            let last = shown.last_mut().expect("a command before its continuation");
+            last.command.push('\n');
+            last.command.push_str(line);
+            continuing = line.ends_with('\\');
+        } else if let Some(last) = shown.last_mut()
+            && last.status.is_none()
+            && let Some(code) = line.strip_prefix("HTTP/1.1 ")
+        {
+            last.status = code.split_whitespace().next().and_then(|c| c.parse().ok());
+        }
+    }
+    shown
+}
+
+async fn bash(command: &str, key: &str, job: &str) -> (bool, String) {
+    let out = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::process::Command::new("bash")
+            .args(["-euo", "pipefail", "-c", command])
+            .env("KEY", key)
+            .env("JOB", job)
+            .output(),
+    )
+    .await
+    .expect("a README command finished within 30 s")
+    .expect("run bash");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// The `"id"` of the JSON object in an answer.
+fn job_id(answer: &str) -> Option<String> {
+    let body = answer.lines().last()?;
+    let value: serde_json::Value = serde_json::from_str(body).ok()?;
+    value["id"].as_str().map(str::to_owned)
+}
+
+#[tokio::test]
+async fn the_readme_curl_session_answers_as_shown() {
+    let section = section("## A curl session");
+    let dir = tempfile::tempdir().unwrap();
+    let (mut server, url, key) = serve_demo(dir.path()).await;
+    let mut job = String::new();
+    let (mut transcribed, mut scripted) = (0, 0);
+    for (lang, block) in fenced(&section) {
+        match lang.as_str() {
+            "text" => {
+                for shown in transcript(&block) {
+                    if shown.command.starts_with("cargo run -p onejob -- serve") {
+                        assert!(block.contains("onejob is running on http://127.0.0.1:8080"));
+                        continue;
+                    }
+                    let command = substitute(&shown.command, "http://127.0.0.1:8080", &url);
+                    let (ok, answer) = bash(&command, &key, &job).await;
+                    assert!(ok, "{command}\n{answer}");
+                    let status = answer
+                        .lines()
+                        .next()
+                        .and_then(|line| line.strip_prefix("HTTP/1.1 "))
+                        .and_then(|rest| rest.split_whitespace().next())
+                        .and_then(|code| code.parse::<u16>().ok());
+                    assert_eq!(
+                        status, shown.status,
+                        "the README shows another status for\n{command}\n{answer}"
+                    );
+                    if job.is_empty()
+                        && let Some(id) = job_id(&answer)
+                    {
+                        job = id;
+                    }
+                    transcribed += 1;
+                }
+            }
+            "sh" => {
+                for line in block.lines() {
+                    let line = line.trim();
+                    if line.is_empty() || line.starts_with("KEY=") || line.starts_with("JOB=") {
+                        continue;
+                    }
+                    let command = substitute(line, "http://127.0.0.1:8080", &url);
+                    let (ok, answer) = bash(&command, &key, &job).await;
+                    assert!(
+                        ok && !answer.contains("onejob.dev/problems/"),
+                        "{command}\n{answer}"
+                    );
+                    scripted += 1;
+                }
+            }
+            other => panic!("a {other:?} block in the curl session: run it here"),
+        }
+    }
+    assert!(!job.is_empty(), "the first answer named a job");
+    assert!(
+        transcribed >= 3 && scripted >= 7,
+        "ran {transcribed} transcribed and {scripted} scripted commands"
+    );
+    let _ = server.kill().await;
+}
