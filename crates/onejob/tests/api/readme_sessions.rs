@@ -1,10 +1,15 @@
-//! The README's curl session, run as written against `onejob serve` with no configuration:
-//! every `$ curl …` of its transcripts must answer the HTTP status the transcript shows, and
-//! every command of its shell blocks must succeed without a problem answer.
+//! The README's sessions, run as written against `onejob serve` with no configuration.
+//!
+//! * The curl session: every `$ curl …` of its transcripts must answer the HTTP status the
+//!   transcript shows, and every command of its shell blocks must succeed without a problem
+//!   answer.
+//! * The command line's `submit --wait` and `watch` transcript: each must succeed and print
+//!   every line the transcript shows that carries no sample id.
 //!
 //! The only changes are the ones a reader makes: the server's address (a free port instead
-//! of 8080), and `KEY` and `JOB` set to the key the server printed and the job it made
-//! (the blocks that set them to the sample values are skipped).
+//! of 8080), and `KEY`/`ONEJOB_API_KEY` and `JOB` set to the key the server printed and the
+//! job it made (the lines that set them to the sample values are skipped, and the sample
+//! job id is replaced by the real one).
 
 use std::time::Duration;
 
@@ -45,13 +50,30 @@ fn transcript(block: &str) -> Vec<Shown> {
     shown
 }
 
-async fn bash(command: &str, key: &str, job: &str) -> (bool, String) {
+/// The job id the README's samples show.
+const SAMPLE_JOB: &str = "01a22a98-4599-75a0-b1cb-7cdbcd0f53a7";
+
+/// Runs `command` with bash: whether it succeeded, what it printed on stdout and on stderr.
+async fn bash(command: &str, key: &str, job: &str) -> (bool, String, String) {
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_onejob"))
+        .parent()
+        .unwrap()
+        .to_owned();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let out = tokio::time::timeout(
         Duration::from_secs(30),
         tokio::process::Command::new("bash")
             .args(["-euo", "pipefail", "-c", command])
+            .env("PATH", path)
             .env("KEY", key)
+            .env("ONEJOB_API_KEY", key)
             .env("JOB", job)
+            .env_remove("ONEJOB_URL")
+            .env("RUST_LOG", "warn")
             .output(),
     )
     .await
@@ -60,6 +82,7 @@ async fn bash(command: &str, key: &str, job: &str) -> (bool, String) {
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
 
@@ -86,8 +109,8 @@ async fn the_readme_curl_session_answers_as_shown() {
                         continue;
                     }
                     let command = substitute(&shown.command, "http://127.0.0.1:8080", &url);
-                    let (ok, answer) = bash(&command, &key, &job).await;
-                    assert!(ok, "{command}\n{answer}");
+                    let (ok, answer, errors) = bash(&command, &key, &job).await;
+                    assert!(ok, "{command}\n{answer}{errors}");
                     let status = answer
                         .lines()
                         .next()
@@ -113,10 +136,10 @@ async fn the_readme_curl_session_answers_as_shown() {
                         continue;
                     }
                     let command = substitute(line, "http://127.0.0.1:8080", &url);
-                    let (ok, answer) = bash(&command, &key, &job).await;
+                    let (ok, answer, errors) = bash(&command, &key, &job).await;
                     assert!(
                         ok && !answer.contains("onejob.dev/problems/"),
-                        "{command}\n{answer}"
+                        "{command}\n{answer}{errors}"
                     );
                     scripted += 1;
                 }
@@ -129,5 +152,58 @@ async fn the_readme_curl_session_answers_as_shown() {
         transcribed >= 3 && scripted >= 7,
         "ran {transcribed} transcribed and {scripted} scripted commands"
     );
+    let _ = server.kill().await;
+}
+
+#[tokio::test]
+async fn the_readme_command_line_session_prints_as_shown() {
+    let section = section("## Command line");
+    let block = fenced(&section)
+        .into_iter()
+        .find(|(lang, block)| lang == "text" && block.contains("| onejob submit"))
+        .map(|(_, block)| block)
+        .expect("the command line section shows a submit session");
+    let dir = tempfile::tempdir().unwrap();
+    let (mut server, url, key) = serve_demo(dir.path()).await;
+    let mut job = String::new();
+    let mut ran = 0;
+    for (index, line) in block.lines().enumerate() {
+        let Some(command) = line.strip_prefix("$ ") else {
+            continue;
+        };
+        if command.starts_with("export ONEJOB_API_KEY=") {
+            continue;
+        }
+        let command = command.replace(SAMPLE_JOB, &job);
+        let (ok, stdout, stderr) =
+            bash(&format!("export ONEJOB_URL={url}; {command}"), &key, &job).await;
+        let printed = format!("{stderr}{stdout}");
+        assert!(ok, "{command}\n{printed}");
+        if job.is_empty() {
+            job = printed
+                .split_whitespace()
+                .map(|word| word.trim_end_matches(';'))
+                .find(|word| word.len() == 36 && word.matches('-').count() == 4)
+                .map(str::to_owned)
+                .unwrap_or_default();
+        }
+        // The lines shown after this command, up to the next one.
+        for shown in block.lines().skip(index + 1) {
+            if shown.starts_with("$ ") {
+                break;
+            }
+            if shown.contains(SAMPLE_JOB) || shown.contains('…') {
+                continue;
+            }
+            assert!(
+                printed
+                    .lines()
+                    .any(|line| line.trim_end() == shown.trim_end()),
+                "the README shows {shown:?} after\n{command}\nbut it printed\n{printed}"
+            );
+        }
+        ran += 1;
+    }
+    assert!(!job.is_empty() && ran >= 2, "ran {ran} commands");
     let _ = server.kill().await;
 }
