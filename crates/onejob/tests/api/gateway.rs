@@ -312,7 +312,9 @@ async fn a_finished_jobs_error_tells_sdks_not_to_retry(backend: Backend) {
     ));
     let app = TestApp::running(&db, &fakes, |config| {
         gateway(config);
-        config.gateway.wait = Duration::from_millis(200);
+        // Long enough for the failing job to end under a loaded CI machine (a new pooled
+        // connection costs ~90 ms over TLS), well short of the slow job's 5 s.
+        config.gateway.wait = Duration::from_secs(2);
     })
     .await;
     // OpenAI's SDKs retry 5xx, 408, 409 and 429 unless `x-should-retry: false`; a failed or
