@@ -11,6 +11,7 @@ mod cli;
 mod cli_client;
 mod deployment;
 mod discovery;
+mod examples;
 mod gateway;
 mod helpers;
 mod intake;
