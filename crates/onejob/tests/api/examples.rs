@@ -55,6 +55,39 @@ fn every_example_directory_has_a_test() {
     }
 }
 
+/// No dead ends: each example says what it shows and how to run it, and each provider it
+/// declares is used by a kind (a kind naming an undeclared one fails at start, below).
+#[test]
+fn every_example_has_a_header_and_no_unused_provider() {
+    for name in TESTED {
+        let dir = examples_dir().join(name);
+        let text = std::fs::read_to_string(dir.join("onejob.toml")).expect("read onejob.toml");
+        assert!(
+            text.starts_with("# ") && text.contains("Run it"),
+            "examples/{name}/onejob.toml needs a comment header saying what it shows and how \
+             to run it"
+        );
+        let config = onejob::config::Config::from_toml(
+            &text,
+            &dir.join("onejob.toml"),
+            dir.clone(),
+            std::iter::empty(),
+        )
+        .unwrap_or_else(|e| panic!("examples/{name}: {e}"));
+        assert!(!config.kinds.is_empty(), "examples/{name} has no kind");
+        for provider in &config.providers {
+            assert!(
+                config
+                    .kinds
+                    .iter()
+                    .any(|kind| kind.providers.contains(&provider.name)),
+                "examples/{name}: provider {:?} is used by no kind",
+                provider.name
+            );
+        }
+    }
+}
+
 /// A copy of `examples/<name>` in a temporary directory, where the commands run.
 struct Example {
     dir: tempfile::TempDir,
@@ -252,7 +285,7 @@ async fn sqlite_fake_runs_a_job_on_the_bundled_fake() {
         "{job}"
     );
     // The example's own database file, where the commands ran.
-    assert!(example.dir.path().join("onejob-example.db").is_file());
+    assert!(example.dir.path().join("onejob-sqlite-fake.db").is_file());
 }
 
 #[tokio::test]
