@@ -25,7 +25,13 @@ use crate::{
 };
 
 /// The example directories with a test below, sorted.
-const TESTED: [&str; 4] = ["async-task", "openai-chat", "postgres", "sqlite-fake"];
+const TESTED: [&str; 5] = [
+    "async-task",
+    "openai-chat",
+    "postgres",
+    "reference",
+    "sqlite-fake",
+];
 
 /// How long a node may take to answer `/readyz`, and a job to finish.
 const WITHIN: Duration = Duration::from_secs(60);
@@ -399,4 +405,62 @@ async fn async_task_runs_a_job_through_the_task_api() {
     );
     // One task submitted: the job is one side effect upstream.
     assert_eq!(upstream.submissions().total, 1);
+}
+
+/// The README's Configuration section shows `examples/reference/onejob.toml` whole.
+#[test]
+fn the_readme_configuration_is_the_reference_example() {
+    let readme = std::fs::read_to_string(examples_dir().join("../README.md")).expect("README");
+    let text = std::fs::read_to_string(examples_dir().join("reference/onejob.toml"))
+        .expect("read examples/reference/onejob.toml");
+    assert!(
+        readme.contains(&format!("```toml\n{text}```\n")),
+        "README.md's Configuration section must show examples/reference/onejob.toml verbatim"
+    );
+}
+
+#[tokio::test]
+async fn reference_runs_a_chat_call_and_an_image_job() {
+    let chat = FakeServer::spawn(([127, 0, 0, 1], 0).into()).await.unwrap();
+    let images = FakeServer::spawn(([127, 0, 0, 1], 0).into()).await.unwrap();
+    // An image API answers images (the fake, sent bare params, would answer text).
+    images.add_rule(
+        onejob_fake::Rule::from_json(json!({
+            "output": {"images": [{"url": "https://images.example/fox.png"}]}
+        }))
+        .unwrap(),
+    );
+    let example = Example::copy("reference");
+    example.substitute("http://127.0.0.1:9001", &chat.base_url());
+    example.substitute("http://127.0.0.1:9002", &images.base_url());
+    let addr = free_addr();
+    let env = [("ONEJOB_LISTEN", addr.clone())];
+    let mut serve = example.start(&["serve"], &env);
+    serve.ready(&addr).await;
+    let key = example.key(&env).await;
+    let (status, answer) = json(
+        client()
+            .post(format!("http://{addr}/v1/chat/completions"))
+            .bearer_auth(&key)
+            .header("Idempotency-Key", "order-42:caption")
+            .json(&json!({"model": "fast", "messages": [{"role": "user", "content": "Describe a red fox."}]}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}\n{}", serve.log());
+    let job = run_job(
+        &addr,
+        &key,
+        "order-42:image",
+        &json!({"kind": "image.generate", "params": {"prompt": "A red fox in the snow", "n": 1}}),
+        &serve,
+    )
+    .await;
+    assert_eq!(
+        job["result"]["images"][0]["url"], "https://images.example/fox.png",
+        "{job}"
+    );
+    assert_eq!(images.submissions().total, 1, "one image task upstream");
 }
