@@ -115,6 +115,11 @@ pub fn finish(remote: &RemoteArgs, result: anyhow::Result<Exit>) -> anyhow::Resu
         Error::Problem { status: 401, .. } => {
             eprintln!("onejob: pass an API key with --api-key or ONEJOB_API_KEY")
         }
+        Error::Problem { body, .. } => {
+            for line in problem_details(body) {
+                eprintln!("onejob: {line}");
+            }
+        }
         _ => {}
     }
     if remote.json
@@ -123,4 +128,56 @@ pub fn finish(remote: &RemoteArgs, result: anyhow::Result<Exit>) -> anyhow::Resu
         println!("{}", serde_json::to_string_pretty(body)?);
     }
     Ok(Exit::of_error(client_error).into())
+}
+
+/// What a problem document says beyond its detail, one line each: the field errors of a
+/// schema refusal (`/prompt: "prompt" is a required property`) and the kinds an unknown
+/// kind could have been (`known kinds: chat.completion, image.generate`).
+fn problem_details(body: &serde_json::Value) -> Vec<String> {
+    let mut lines: Vec<String> = body["errors"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|error| {
+            let message = error["message"].as_str()?;
+            Some(match error["path"].as_str() {
+                Some("") | None => format!("  (the params): {message}"),
+                Some(path) => format!("  {path}: {message}"),
+            })
+        })
+        .collect();
+    if let Some(kinds) = body["known_kinds"].as_array() {
+        let kinds: Vec<&str> = kinds.iter().filter_map(serde_json::Value::as_str).collect();
+        lines.push(if kinds.is_empty() {
+            "no kinds are configured on this server".to_owned()
+        } else {
+            format!("known kinds: {}", kinds.join(", "))
+        });
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::problem_details;
+
+    #[test]
+    fn a_problem_shows_its_field_errors_and_the_known_kinds() {
+        let body = json!({
+            "detail": "params fail the kind's schema at /prompt",
+            "errors": [{"path": "/prompt", "message": "expected a string"}, {"path": "", "message": "too big"}],
+        });
+        assert_eq!(
+            problem_details(&body),
+            ["  /prompt: expected a string", "  (the params): too big"]
+        );
+        let body = json!({"known_kinds": ["chat.completion", "image.generate"]});
+        assert_eq!(
+            problem_details(&body),
+            ["known kinds: chat.completion, image.generate"]
+        );
+        assert!(problem_details(&json!({"detail": "x"})).is_empty());
+    }
 }

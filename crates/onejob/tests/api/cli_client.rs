@@ -135,6 +135,29 @@ async fn submit_replay_and_conflict_have_their_exit_codes(backend: Backend) {
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("not JSON"), "{stderr}");
 
+    // The API's reasons for refusing a submission reach the terminal: the kinds there are
+    // for an unknown kind, the path and message of each schema error.
+    let (code, _, stderr) =
+        output(remote(&app, &["submit", "--kind", "chat.nope", "--key", "k"]).arg(&fox)).await;
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("there is no kind \"chat.nope\"")
+            && stderr.contains("known kinds: ")
+            && stderr.contains("chat.completion")
+            && stderr.contains("image.generate"),
+        "{stderr}"
+    );
+    let wrong = params_file(&dir, "wrong.json", &serde_json::json!({"prompt": 5}));
+    let (code, _, stderr) =
+        output(remote(&app, &["submit", "--kind", "chat.completion", "--key", "k"]).arg(&wrong))
+            .await;
+    assert_eq!(code, 1, "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|line| line.starts_with("onejob:   /prompt: "))
+        .unwrap_or_else(|| panic!("the schema error's path and message: {stderr}"));
+    assert!(line.len() > "onejob:   /prompt: ".len(), "{stderr}");
+
     // A bad API key: exit 6; nobody listening: exit 7.
     let (code, _, stderr) = output(onejob().args(submit).args([
         &fox,
