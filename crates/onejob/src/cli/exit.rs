@@ -103,7 +103,16 @@ pub fn finish(remote: &RemoteArgs, result: anyhow::Result<Exit>) -> anyhow::Resu
     let Some(client_error) = error.downcast_ref::<Error>() else {
         return Err(error);
     };
-    eprintln!("onejob: {}", Chain(error.as_ref()));
+    match client_error {
+        // The client's own wording shows the wait to the nanosecond.
+        Error::WaitTimedOut { job, waited } => eprintln!(
+            "onejob: job {} is still {} after waiting {}; it goes on",
+            job.id,
+            job.state,
+            super::display::duration(*waited)
+        ),
+        _ => eprintln!("onejob: {}", Chain(error.as_ref())),
+    }
     match client_error {
         Error::KeyReused { .. } => eprintln!(
             "onejob: retry with the original params, or name the new intent with a new key"

@@ -83,8 +83,9 @@ fn print_report(report: &verify::VerifyReport, id: &str) {
         };
         let verdict = if case.passed { "pass" } else { "FAIL" };
         println!(
-            "  {verdict}  {} ({} ms{tokens})",
-            case.name, case.latency_ms
+            "  {verdict}  {} ({}{tokens})",
+            case.name,
+            super::display::duration(std::time::Duration::from_millis(case.latency_ms))
         );
         for problem in &case.problems {
             println!("        - {problem}");

@@ -87,8 +87,10 @@ async fn watch(args: &WatchArgs) -> anyhow::Result<Exit> {
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
             eprintln!(
-                "onejob: job {} is still {} after {:?}; it goes on",
-                poll.job.id, poll.job.state, args.timeout
+                "onejob: job {} is still {} after {}; it goes on",
+                poll.job.id,
+                poll.job.state,
+                display::duration(args.timeout)
             );
             return Ok(Exit::StillRunning);
         }
@@ -148,11 +150,11 @@ impl Output {
 /// The live view: the job on one line, then one line per attempt.
 fn live_frame(job: &Job, attempts: &[Attempt], elapsed: Duration) -> String {
     let mut frame = format!(
-        "job {}  {}  \x1b[1m{}\x1b[0m  ({:.1}s)\n",
+        "job {}  {}  \x1b[1m{}\x1b[0m  ({})\n",
         job.id,
         job.kind,
         job.state,
-        elapsed.as_secs_f64()
+        display::duration(elapsed)
     );
     for attempt in attempts {
         let task = attempt

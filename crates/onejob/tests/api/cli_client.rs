@@ -395,6 +395,46 @@ async fn a_failed_job_exits_2_and_a_cancelled_one_3(backend: Backend) {
     let id = job["id"].as_str().unwrap().to_owned();
     let (code, _, stderr) = output(&mut remote(&app, &["watch", &id, "--timeout", "1s"])).await;
     assert_eq!(code, 8, "gave up waiting: {stderr}");
+    assert!(
+        stderr.contains("after 1.0s; it goes on"),
+        "the timeout rounded for reading: {stderr}"
+    );
+    let forever = params_file(
+        &dir,
+        "forever.json",
+        &serde_json::json!({"prompt": "forever"}),
+    );
+    let (code, _, stderr) = output(
+        remote(
+            &app,
+            &[
+                "submit",
+                "--kind",
+                "chat.completion",
+                "--key",
+                "forever-too",
+                "--wait",
+                "--timeout",
+                "1s",
+            ],
+        )
+        .arg(&forever),
+    )
+    .await;
+    assert_eq!(code, 8, "gave up waiting: {stderr}");
+    let waited = stderr
+        .split("after waiting ")
+        .nth(1)
+        .and_then(|rest| rest.split(';').next())
+        .unwrap_or_else(|| panic!("how long it waited: {stderr}"));
+    let (whole, tenths) = waited
+        .strip_suffix('s')
+        .and_then(|n| n.split_once('.'))
+        .unwrap_or_else(|| panic!("seconds to the tenth: {waited:?}"));
+    assert!(
+        whole.parse::<u32>().is_ok() && tenths.len() == 1,
+        "a rounded wait, not {waited:?}"
+    );
     let cancelled = app
         .client
         .post(app.url(&format!("/v1/jobs/{id}/cancel")))
