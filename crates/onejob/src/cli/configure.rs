@@ -58,6 +58,10 @@ pub struct Chosen {
     pub config: Config,
     /// Whether it is the built-in demo configuration.
     pub demo: bool,
+    /// The config file it was read from (`None` for the demo).
+    pub file: Option<PathBuf>,
+    /// Whether `--database` replaced the file's `database`.
+    pub database_given: bool,
     /// What to tell the user once logging is up.
     notice: Option<String>,
 }
@@ -81,6 +85,8 @@ pub fn choose(args: &ConfigArgs, database: Option<&str>, runner: Runner) -> anyh
             config: Config::load(Some(&path))
                 .with_context(|| format!("loading the config file named by {}", how.describe()))?,
             demo: false,
+            file: Some(path),
+            database_given: false,
             notice: None,
         },
         (Some((path, Found::Flag | Found::Env)), true) => bail!(
@@ -114,6 +120,7 @@ pub fn choose(args: &ConfigArgs, database: Option<&str>, runner: Runner) -> anyh
     };
     if let Some(database) = database {
         chosen.config.database = database.to_owned();
+        chosen.database_given = true;
     }
     Ok(chosen)
 }
@@ -122,6 +129,8 @@ fn demo(notice: &str) -> anyhow::Result<Chosen> {
     Ok(Chosen {
         config: Config::load(None)?,
         demo: true,
+        file: None,
+        database_given: false,
         notice: Some(notice.to_owned()),
     })
 }

@@ -2,7 +2,8 @@
 //!
 //! With no config file found and no database given (or with `--demo`) it runs the built-in
 //! demo configuration (`sqlite://onejob.db` unless told another database) and prints a
-//! fresh API key with a curl line to try.
+//! fresh API key with a curl line to try. With a config file, on a database that holds no
+//! usable API key, it says how to make one (`onejob keys create --config …`).
 
 use std::net::SocketAddr;
 
@@ -31,7 +32,11 @@ pub struct ServeArgs {
 /// Runs `onejob serve`.
 pub async fn run(args: ServeArgs, chosen: Chosen) -> anyhow::Result<()> {
     let Chosen {
-        mut config, demo, ..
+        mut config,
+        demo,
+        file,
+        database_given,
+        ..
     } = chosen;
     if let Some(listen) = args.listen {
         config.listen = listen;
@@ -44,6 +49,15 @@ pub async fn run(args: ServeArgs, chosen: Chosen) -> anyhow::Result<()> {
         certify_bundled_fakes(&app).await?;
         let token = super::keys::create(&*app.store, Principal::new("demo", "demo"), true).await?;
         print_welcome(addr, &store::redact(&app.config.database), &token);
+    } else if !has_usable_key(&*app.store).await? {
+        tracing::warn!(
+            "{}",
+            no_key_hint(
+                file.as_deref(),
+                database_given,
+                &store::redact(&app.config.database)
+            )
+        );
     }
     let worker = (!args.no_worker).then(|| app.spawn_worker());
     app.serve(listener, shutdown_signal()).await?;
@@ -51,6 +65,38 @@ pub async fn run(args: ServeArgs, chosen: Chosen) -> anyhow::Result<()> {
         worker.shutdown().await;
     }
     Ok(())
+}
+
+/// Whether the database holds an API key that is not revoked.
+async fn has_usable_key(store: &dyn store::Store) -> anyhow::Result<bool> {
+    let keys = store.api_keys().await.context("listing the API keys")?;
+    Ok(keys.iter().any(|key| key.revoked_at.is_none()))
+}
+
+/// What `serve` says on a database without a usable API key: the `keys create` line that
+/// writes one where this server reads it (the same `--config`, or the same `--database`).
+fn no_key_hint(file: Option<&std::path::Path>, database_given: bool, database: &str) -> String {
+    let target = match file {
+        Some(path) if !database_given => {
+            let path = path.display().to_string();
+            if path.contains(char::is_whitespace) {
+                format!("--config '{path}'")
+            } else {
+                format!("--config {path}")
+            }
+        }
+        _ => "--database URL".to_owned(),
+    };
+    format!(
+        "no API key in {database}: every request will get 401 until you make one with \
+         `onejob keys create {target} --tenant TENANT --user USER` (add --operator for the \
+         operator endpoints){}",
+        if target.starts_with("--database") {
+            ", URL being the database this server uses"
+        } else {
+            ""
+        }
+    )
 }
 
 /// Runs every demo kind's contract against each of its (bundled fake) providers, so the

@@ -295,6 +295,70 @@ async fn serve_without_config_runs_the_demo_and_prints_a_working_key() {
 }
 
 #[tokio::test]
+async fn serve_with_a_config_and_no_key_says_how_to_make_one_that_works() {
+    let db = TestDatabase::create(Backend::Sqlite).await;
+    let fakes = Fakes::spawn().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_file(dir.path(), &db, &fakes);
+    let config = config.to_str().unwrap();
+    let mut child = onejob()
+        .args(["serve", "--config", config, "--listen", "127.0.0.1:0"])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let (mut addr, mut hint) = (None, None);
+    while let Ok(Some(line)) = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+        .await
+        .expect("serve logs")
+    {
+        if line.contains("onejob serving")
+            && let Some(rest) = line.split("addr=").nth(1)
+        {
+            addr = rest.split_whitespace().next().map(str::to_owned);
+        }
+        if line.contains("no API key") {
+            hint = Some(line);
+            break;
+        }
+    }
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let hint = hint.expect("serve says there is no API key");
+    let command = hint
+        .split('`')
+        .nth(1)
+        .unwrap_or_else(|| panic!("a command to run: {hint}"));
+    assert!(
+        command.starts_with(&format!("onejob keys create --config {config} --tenant")),
+        "{hint}"
+    );
+    // The command as printed, placeholders filled in, makes a key this server accepts.
+    let args: Vec<String> = command
+        .split_whitespace()
+        .skip(1)
+        .map(|word| match word {
+            "TENANT" => "acme".to_owned(),
+            "USER" => "alice".to_owned(),
+            other => other.to_owned(),
+        })
+        .collect();
+    let (code, token, stderr) = output(onejob().args(&args)).await;
+    assert_eq!(code, 0, "{stderr}");
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let status = reqwest::Client::new()
+        .get(format!("http://{}/v1/jobs", addr.expect("address logged")))
+        .bearer_auth(token.trim())
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, 200);
+    let _ = child.kill().await;
+}
+
+#[tokio::test]
 async fn a_bad_config_file_names_the_line_and_key() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("onejob.toml");
