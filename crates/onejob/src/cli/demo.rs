@@ -1,15 +1,20 @@
-//! `onejob demo`: everything embedded (SQLite in a temporary directory, the bundled fake
+//! `onejob demo`: everything embedded (SQLite in a demo directory, the bundled fake
 //! providers, API and worker in one process), then four short scenes that show what each
 //! guarantee does — the double click, the conflicting retry, the timeout that turns unknown
 //! and its reconciliation, and the out-of-order race — through the real HTTP API. The
 //! dashboard stays up afterwards until Ctrl-C (or the command exits with `--exit`).
 //!
+//! The demo directory (`--dir`, else `onejob-demo` in the system's temporary directory) is
+//! kept across runs: its database, and the operator key in `operator-key` beside it, which
+//! every later run on that database prints again instead of minting a new one (so a
+//! dashboard signed in with it stays signed in).
+//!
 //! It needs the bundled fake (cargo feature `fake`, on by default); a build without it
 //! keeps the command and says so.
 
-use std::net::SocketAddr;
 #[cfg(feature = "fake")]
 use std::time::Duration;
+use std::{net::SocketAddr, path::PathBuf};
 
 #[cfg(feature = "fake")]
 use anyhow::{Context, bail};
@@ -24,8 +29,10 @@ use serde_json::{Value, json};
 use super::serve::{certify_bundled_fakes, shutdown_signal};
 #[cfg(feature = "fake")]
 use crate::{
+    api_key,
     app::App,
     config::{Config, DEMO_CONFIG},
+    store::Store,
 };
 
 /// Arguments of `onejob demo`.
@@ -38,7 +45,15 @@ pub struct DemoArgs {
     /// Exit after the scenes instead of leaving the dashboard up.
     #[arg(long)]
     exit: bool,
+    /// Where the demo keeps its SQLite database and operator key, across runs (default:
+    /// `onejob-demo` in the system's temporary directory).
+    #[arg(long)]
+    dir: Option<PathBuf>,
 }
+
+#[cfg(feature = "fake")]
+/// The file beside the demo's database that keeps its operator key.
+const KEY_FILE: &str = "operator-key";
 
 #[cfg(feature = "fake")]
 /// How long the demo's attempts may take before their outcome is unknown.
@@ -56,7 +71,7 @@ pub async fn run(_args: DemoArgs) -> anyhow::Result<()> {
 /// Runs `onejob demo`.
 #[cfg(feature = "fake")]
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
-    let dir = tempfile_dir()?;
+    let dir = demo_dir(args.dir.clone())?;
     let database = format!("sqlite://{}", dir.join("onejob.db").display());
     let mut config = Config::from_toml(
         DEMO_CONFIG,
@@ -80,7 +95,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let listener = app.bind().await?;
     let addr = listener.local_addr()?;
     certify_bundled_fakes(&app).await?;
-    let token = super::keys::create(&*app.store, Principal::new("demo", "demo"), true).await?;
+    let (token, kept) = operator_key(&*app.store, &dir).await?;
+    // The database outlives a run: each run's idempotency keys are its own.
+    let run = uuid::Uuid::now_v7().simple().to_string();
+    let key = |name: &str| format!("demo:{run}:{name}");
     let worker = app.spawn_worker();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = {
@@ -112,9 +130,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     println!("1. The double click: 5 identical submissions under one key, all at once");
     let baseline = side_effects();
     let body = json!({"kind": "chat.completion", "params": {"prompt": "Describe a red fox."}});
-    let answers =
-        futures::future::join_all((0..5).map(|_| demo.submit("demo:order-42:caption", &body)))
-            .await;
+    let caption = key("order-42:caption");
+    let answers = futures::future::join_all((0..5).map(|_| demo.submit(&caption, &body))).await;
     let mut created = 0;
     let mut ids = Vec::new();
     for answer in answers {
@@ -141,7 +158,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     println!("2. The conflicting retry: the same key, the prompt changed by one space");
     let baseline = side_effects();
     let changed = json!({"kind": "chat.completion", "params": {"prompt": "Describe a  red fox."}});
-    let (status, problem) = demo.submit("demo:order-42:caption", &changed).await?;
+    let (status, problem) = demo.submit(&caption, &changed).await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
     println!(
         "   → {status} {}: changed {} (paths, never values)",
@@ -168,7 +185,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         },
     });
     let body = json!({"kind": "chat.completion", "params": {"prompt": "A slow intent."}});
-    let (_, job) = demo.submit("demo:slow", &body).await?;
+    let (_, job) = demo.submit(&key("slow"), &body).await?;
     let id = job["id"].as_str().unwrap_or_default().to_owned();
     let unknown = demo.until(&id, |j| j["state"] == "unknown").await?;
     let attempts = demo.get(&format!("/v1/jobs/{id}/attempts")).await?;
@@ -200,7 +217,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         },
     });
     let body = json!({"kind": "image.generate", "params": {"prompt": "a fox in the snow", "n": 1}});
-    let (_, job) = demo.submit("demo:race", &body).await?;
+    let (_, job) = demo.submit(&key("race"), &body).await?;
     let id = job["id"].as_str().unwrap_or_default().to_owned();
     let done = demo.wait(&id).await?;
     let settled = demo
@@ -241,6 +258,15 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     println!("   guarantee: one winner, by compare-and-swap on the job row\n");
 
     println!("dashboard: http://{addr}/ui  (API key, operator: {token})");
+    let file = dir.join(KEY_FILE);
+    if kept {
+        println!("  (the same key as last time, kept in {})", file.display());
+    } else {
+        println!(
+            "  (kept in {}: the next demo on this directory prints it again)",
+            file.display()
+        );
+    }
     if args.exit {
         println!("done (--exit)");
     } else {
@@ -250,7 +276,6 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let _ = stop.send(());
     worker.shutdown().await;
     let _ = server.await;
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
 
@@ -261,10 +286,44 @@ fn short(id: &str) -> &str {
 }
 
 #[cfg(feature = "fake")]
-fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
-    let dir = std::env::temp_dir().join(format!("onejob-demo-{}", uuid::Uuid::now_v7().simple()));
+/// The demo directory (`--dir`, else `onejob-demo` in the temporary directory), created if
+/// need be.
+fn demo_dir(given: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    let dir = given.unwrap_or_else(|| std::env::temp_dir().join("onejob-demo"));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(dir)
+}
+
+#[cfg(feature = "fake")]
+/// The demo's operator key: the one kept in `dir` if it still authenticates an operator in
+/// `store`, else a new one, written there (readable by the owner only). `true` when kept.
+async fn operator_key(store: &dyn Store, dir: &std::path::Path) -> anyhow::Result<(String, bool)> {
+    let path = dir.join(KEY_FILE);
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let token = text.trim();
+        if let Some((id, secret)) = api_key::parse(token)
+            && let Some(record) = store.api_key(id).await?
+            && record.operator
+            && api_key::verify(&record, secret)
+        {
+            return Ok((token.to_owned(), true));
+        }
+    }
+    let token = super::keys::create(store, Principal::new("demo", "demo"), true).await?;
+    write_private(&path, &format!("{token}\n"))
+        .with_context(|| format!("keeping the demo's key in {}", path.display()))?;
+    Ok((token, false))
+}
+
+#[cfg(feature = "fake")]
+/// Writes `text` to `path`, readable and writable by the owner only (on Unix).
+fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)?.write_all(text.as_bytes())
 }
 
 #[cfg(feature = "fake")]

@@ -419,8 +419,13 @@ async fn log_format_json_writes_one_json_object_per_line() {
 
 #[tokio::test]
 async fn the_demo_plays_every_guarantee_and_exits() {
-    let (code, stdout, stderr) =
-        output(onejob().args(["demo", "--exit", "--listen", "127.0.0.1:0"])).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (code, stdout, stderr) = output(
+        onejob()
+            .args(["demo", "--exit", "--listen", "127.0.0.1:0", "--dir"])
+            .arg(dir.path()),
+    )
+    .await;
     assert_eq!(code, 0, "{stdout}{stderr}");
     for scene in [
         "1 job (",
@@ -437,4 +442,78 @@ async fn the_demo_plays_every_guarantee_and_exits() {
     ] {
         assert!(stdout.contains(scene), "{scene:?} missing from:\n{stdout}");
     }
+}
+
+/// The operator key a demo run printed.
+fn demo_key(stdout: &str) -> String {
+    let line = stdout
+        .lines()
+        .find(|line| line.starts_with("dashboard: "))
+        .unwrap_or_else(|| panic!("the dashboard line: {stdout}"));
+    line.split_whitespace()
+        .find_map(|word| word.strip_prefix("oj_"))
+        .map(|rest| format!("oj_{}", rest.trim_end_matches(')')))
+        .unwrap_or_else(|| panic!("a key on {line:?}"))
+}
+
+#[tokio::test]
+async fn the_demo_prints_the_same_working_key_on_every_run_on_its_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let demo = || {
+        let mut command = onejob();
+        command
+            .args(["demo", "--exit", "--listen", "127.0.0.1:0", "--dir"])
+            .arg(dir.path());
+        command
+    };
+    let (code, first, stderr) = output(&mut demo()).await;
+    assert_eq!(code, 0, "{first}{stderr}");
+    let (code, second, stderr) = output(&mut demo()).await;
+    assert_eq!(code, 0, "{second}{stderr}");
+    let key = demo_key(&first);
+    assert_eq!(demo_key(&second), key, "{first}\n---\n{second}");
+    assert!(second.contains("the same key as last time"), "{second}");
+    // The scenes play again on the kept database: a job created, not replayed.
+    assert!(
+        second.contains("1 × 201 Created, 4 × 200 Idempotent-Replayed"),
+        "{second}"
+    );
+
+    // The key authenticates a server on the demo's database.
+    let database = format!("sqlite://{}", dir.path().join("onejob.db").display());
+    let mut child = onejob()
+        .args([
+            "serve",
+            "--demo",
+            "--listen",
+            "127.0.0.1:0",
+            "--database",
+            &database,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut url = None;
+    while let Ok(Some(line)) = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+        .await
+        .unwrap()
+    {
+        if let Some(rest) = line.strip_prefix("onejob is running on ") {
+            url = rest.split_whitespace().next().map(str::to_owned);
+            break;
+        }
+    }
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let status = reqwest::Client::new()
+        .get(format!("{}/v1/jobs", url.expect("address printed")))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, 200, "the demo's key authenticates on its database");
+    let _ = child.kill().await;
 }
