@@ -59,6 +59,10 @@ const KEY_FILE: &str = "operator-key";
 /// How long the demo's attempts may take before their outcome is unknown.
 const DEMO_TIMEOUT: Duration = Duration::from_millis(800);
 
+#[cfg(feature = "fake")]
+/// How long the slow provider of scene 3 takes (longer than [`DEMO_TIMEOUT`]).
+const SLOW_RUN: Duration = Duration::from_millis(2500);
+
 /// Runs `onejob demo` (in a build without the bundled fake: says so).
 #[cfg(not(feature = "fake"))]
 pub async fn run(_args: DemoArgs) -> anyhow::Result<()> {
@@ -173,14 +177,15 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
 
     // 3. The timeout that turns unknown, and its reconciliation.
     println!(
-        "3. The timeout: the provider takes 2.5 s, the attempt's deadline is {} ms",
-        DEMO_TIMEOUT.as_millis()
+        "3. The timeout: the provider takes {}, the attempt's deadline is {}",
+        super::display::duration(SLOW_RUN),
+        super::display::duration(DEMO_TIMEOUT)
     );
     primary.add_rule(Rule {
         matches: Some("slow intent".into()),
         times: None,
         behaviour: Behaviour {
-            run_ms: 2500,
+            run_ms: SLOW_RUN.as_millis() as u64,
             ..Default::default()
         },
     });

@@ -428,6 +428,7 @@ async fn the_demo_plays_every_guarantee_and_exits() {
     .await;
     assert_eq!(code, 0, "{stdout}{stderr}");
     for scene in [
+        "the provider takes 2.5s, the attempt's deadline is 800ms",
         "1 job (",
         "1 × 201 Created, 4 × 200 Idempotent-Replayed",
         "the provider ran it 1 time(s)",
