@@ -5,6 +5,8 @@
 //!   answer.
 //! * The command line's `submit --wait` and `watch` transcript: each must succeed and print
 //!   every line the transcript shows that carries no sample id.
+//! * The command line's `keys list` / `keys revoke` transcript, on a config file's SQLite
+//!   database, the sample key id replaced by a real one.
 //!
 //! The only changes are the ones a reader makes: the server's address (a free port instead
 //! of 8080), and `KEY`/`ONEJOB_API_KEY` and `JOB` set to the key the server printed and the
@@ -73,6 +75,8 @@ async fn bash(command: &str, key: &str, job: &str) -> (bool, String, String) {
             .env("ONEJOB_API_KEY", key)
             .env("JOB", job)
             .env_remove("ONEJOB_URL")
+            .env_remove("ONEJOB_CONFIG")
+            .env_remove("ONEJOB_DATABASE")
             .env("RUST_LOG", "warn")
             .output(),
     )
@@ -206,4 +210,67 @@ async fn the_readme_command_line_session_prints_as_shown() {
     }
     assert!(!job.is_empty() && ran >= 2, "ran {ran} commands");
     let _ = server.kill().await;
+}
+
+/// The key id the README's `keys` sample shows.
+const SAMPLE_KEY_ID: &str = "3f9c1e0a7b2d4c58";
+
+#[tokio::test]
+async fn the_readme_keys_session_prints_as_shown() {
+    let section = section("## Command line");
+    let block = fenced(&section)
+        .into_iter()
+        .find(|(lang, block)| lang == "text" && block.contains("$ onejob keys list"))
+        .map(|(_, block)| block)
+        .expect("the command line section shows a keys session");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("onejob.toml"),
+        "database = \"sqlite://keys.db\"\n",
+    )
+    .unwrap();
+    let in_dir = |command: &str| format!("cd {} && {command}", dir.path().display());
+    let (ok, token, errors) = bash(
+        &in_dir("onejob keys create --config onejob.toml --tenant acme --user alice"),
+        "",
+        "",
+    )
+    .await;
+    assert!(ok, "{errors}");
+    let id = token
+        .trim()
+        .split('_')
+        .nth(1)
+        .expect("oj_ID_SECRET")
+        .to_owned();
+    let mut ran = 0;
+    for (index, line) in block.lines().enumerate() {
+        let Some(command) = line.strip_prefix("$ ") else {
+            continue;
+        };
+        let command = command.replace(SAMPLE_KEY_ID, &id);
+        let (ok, stdout, stderr) = bash(&in_dir(&command), "", "").await;
+        assert!(ok, "{command}\n{stdout}{stderr}");
+        for shown in block.lines().skip(index + 1) {
+            if shown.starts_with("$ ") {
+                break;
+            }
+            // The creation time is the run's own.
+            if shown.contains("T10:00:00Z") {
+                assert!(stdout.lines().any(|line| line.starts_with(&id)
+                    && line.contains("acme")
+                    && line.contains("alice")));
+                continue;
+            }
+            let shown = shown.replace(SAMPLE_KEY_ID, &id);
+            assert!(
+                stdout
+                    .lines()
+                    .any(|line| line.trim_end() == shown.trim_end()),
+                "the README shows {shown:?} after\n{command}\nbut it printed\n{stdout}"
+            );
+        }
+        ran += 1;
+    }
+    assert_eq!(ran, 2, "keys list and keys revoke");
 }
