@@ -5,6 +5,7 @@
 
 mod lifecycle;
 mod listing;
+mod readme;
 mod resend;
 mod server;
 mod statuses;
