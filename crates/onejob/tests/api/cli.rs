@@ -30,6 +30,36 @@ pub(crate) async fn output(command: &mut tokio::process::Command) -> (i32, Strin
     )
 }
 
+/// Starts `command` with its stderr piped and reads its log lines until `until` holds for
+/// one (each within 60 s) or the stream ends; returns the process and the lines read, the
+/// last one first to satisfy `until`. Stderr is drained afterwards, so that the process
+/// never blocks on a full pipe.
+pub(crate) async fn start_until(
+    command: &mut tokio::process::Command,
+    mut until: impl FnMut(&str) -> bool,
+) -> (tokio::process::Child, Vec<String>) {
+    let mut child = command
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start onejob");
+    let mut lines = BufReader::new(child.stderr.take().expect("piped stderr")).lines();
+    let mut seen = Vec::new();
+    while let Some(line) = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+        .await
+        .expect("logs within 60 s")
+        .expect("read the logs")
+    {
+        let done = until(&line);
+        seen.push(line);
+        if done {
+            break;
+        }
+    }
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, seen)
+}
+
 /// A config file for the demo kinds with the fakes as providers.
 fn config_file(dir: &std::path::Path, db: &TestDatabase, fakes: &Fakes) -> std::path::PathBuf {
     let demo = onejob::config::DEMO_CONFIG
@@ -301,30 +331,24 @@ async fn serve_with_a_config_and_no_key_says_how_to_make_one_that_works() {
     let dir = tempfile::tempdir().unwrap();
     let config = config_file(dir.path(), &db, &fakes);
     let config = config.to_str().unwrap();
-    let mut child = onejob()
-        .args(["serve", "--config", config, "--listen", "127.0.0.1:0"])
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let (mut addr, mut hint) = (None, None);
-    while let Ok(Some(line)) = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
-        .await
-        .expect("serve logs")
-    {
-        if line.contains("onejob serving")
-            && let Some(rest) = line.split("addr=").nth(1)
-        {
-            addr = rest.split_whitespace().next().map(str::to_owned);
-        }
-        if line.contains("no API key") {
-            hint = Some(line);
-            break;
-        }
-    }
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let (mut child, lines) = start_until(
+        onejob()
+            .args(["serve", "--config", config, "--listen", "127.0.0.1:0"])
+            .env("RUST_LOG", "info"),
+        |line| line.contains("no API key"),
+    )
+    .await;
+    let addr = lines.iter().find_map(|line| {
+        line.contains("onejob serving")
+            .then(|| line.split("addr=").nth(1))
+            .flatten()
+            .and_then(|rest| rest.split_whitespace().next())
+            .map(str::to_owned)
+    });
+    let hint = lines
+        .last()
+        .filter(|line| line.contains("no API key"))
+        .cloned();
     let hint = hint.expect("serve says there is no API key");
     let command = hint
         .split('`')

@@ -1,41 +1,18 @@
 //! Log lines: the config file's `log_format` applies (the flag wins over it), and no ANSI
 //! colour codes are written when stderr is not a terminal.
 
-use std::{process::Stdio, time::Duration};
-
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::discovery::onejob_in;
+use crate::{cli::start_until, discovery::onejob_in};
 
 /// Runs `onejob serve` in `dir` with `args`, stderr piped, and returns its log lines up to
 /// and including the one that says it is serving.
 async fn serve_logs(dir: &std::path::Path, args: &[&str]) -> Vec<String> {
-    let mut child = onejob_in(dir)
-        .args(args)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut seen = Vec::new();
-    while let Some(line) = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
-        .await
-        .expect("logs within 60 s")
-        .unwrap()
-    {
-        let serving = line.contains("onejob serving");
-        seen.push(line);
-        if serving {
-            break;
-        }
-    }
+    let serving = |line: &str| line.contains("onejob serving");
+    let (mut child, seen) =
+        start_until(onejob_in(dir).args(args).env("RUST_LOG", "info"), serving).await;
     let _ = child.kill().await;
-    assert!(
-        seen.last().is_some_and(|l| l.contains("onejob serving")),
-        "{seen:#?}"
-    );
+    assert!(seen.last().is_some_and(|l| serving(l)), "{seen:#?}");
     seen
 }
 

@@ -1,12 +1,12 @@
 //! A worker-only node's probes: `onejob worker` with `[worker] listen` (or `--listen`)
 //! serves `/metrics`, `/healthz` and `/readyz`, and `/readyz` turns 503 without its database.
 
-use std::{process::Stdio, time::Duration};
+use std::time::Duration;
 
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::{
+    cli::start_until,
     discovery::onejob_in,
     helpers::{Backend, TestDatabase},
     metrics::assert_every_family_is_described,
@@ -15,29 +15,21 @@ use crate::{
 /// Starts `onejob worker` in `dir` with `args` (JSON logs) and returns it with the address
 /// its probes listen on, read from its log.
 async fn worker(dir: &std::path::Path, args: &[&str]) -> (tokio::process::Child, String) {
-    let mut child = onejob_in(dir)
-        .args(["--log-format", "json", "worker"])
-        .args(args)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut addr = None;
-    while let Some(line) = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
-        .await
-        .expect("logs within 60 s")
-        .unwrap()
-    {
-        let entry: Value = serde_json::from_str(&line).unwrap_or_default();
-        if entry["fields"]["message"] == "worker serving /metrics, /healthz and /readyz" {
-            addr = entry["fields"]["addr"].as_str().map(str::to_owned);
-            break;
-        }
-    }
-    // Keep reading, so that the worker never writes into a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let probes = |line: &str| {
+        let entry: Value = serde_json::from_str(line).unwrap_or_default();
+        (entry["fields"]["message"] == "worker serving /metrics, /healthz and /readyz")
+            .then(|| entry["fields"]["addr"].as_str().map(str::to_owned))
+            .flatten()
+    };
+    let (child, lines) = start_until(
+        onejob_in(dir)
+            .args(["--log-format", "json", "worker"])
+            .args(args)
+            .env("RUST_LOG", "info"),
+        |line| probes(line).is_some(),
+    )
+    .await;
+    let addr = lines.last().and_then(|line| probes(line));
     (child, addr.expect("the worker logged its probe address"))
 }
 
