@@ -269,6 +269,23 @@ async fn run_job(addr: &str, key: &str, idempotency_key: &str, body: &Value, nod
     }
 }
 
+/// Runs the fake's `chat.completion` job the sqlite-fake and postgres examples share, and
+/// checks the bundled fake answered it.
+async fn caption_a_fox(addr: &str, key: &str, node: &Node) {
+    let job = run_job(
+        addr,
+        key,
+        "order-42:caption",
+        &json!({"kind": "chat.completion", "params": {"prompt": "Describe a red fox."}}),
+        node,
+    )
+    .await;
+    assert_eq!(
+        job["result"]["text"], "fake answer: Describe a red fox.",
+        "{job}"
+    );
+}
+
 #[tokio::test]
 async fn sqlite_fake_runs_a_job_on_the_bundled_fake() {
     let example = Example::copy("sqlite-fake");
@@ -278,18 +295,7 @@ async fn sqlite_fake_runs_a_job_on_the_bundled_fake() {
     let mut serve = example.start(&["serve"], &env);
     serve.ready(&addr).await;
     let key = example.key(&env).await;
-    let job = run_job(
-        &addr,
-        &key,
-        "order-42:caption",
-        &json!({"kind": "chat.completion", "params": {"prompt": "Describe a red fox."}}),
-        &serve,
-    )
-    .await;
-    assert_eq!(
-        job["result"]["text"], "fake answer: Describe a red fox.",
-        "{job}"
-    );
+    caption_a_fox(&addr, &key, &serve).await;
     // The example's own database file, where the commands ran.
     assert!(example.dir.path().join("onejob-sqlite-fake.db").is_file());
 }
@@ -317,18 +323,7 @@ async fn postgres_runs_an_api_node_and_a_worker_node() {
     api.ready(&addr).await;
     worker.ready(&probes).await;
     let key = example.key(&env).await;
-    let job = run_job(
-        &addr,
-        &key,
-        "order-42:caption",
-        &json!({"kind": "chat.completion", "params": {"prompt": "Describe a red fox."}}),
-        &worker,
-    )
-    .await;
-    assert_eq!(
-        job["result"]["text"], "fake answer: Describe a red fox.",
-        "{job}"
-    );
+    caption_a_fox(&addr, &key, &worker).await;
     // The job is in the test database: the override, not the example's own, was used.
     assert_eq!(db.scalar("SELECT count(*) FROM jobs").await, 1);
 }
