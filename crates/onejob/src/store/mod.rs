@@ -3,19 +3,26 @@
 //! The database is the arbiter of the design's invariants: the unique constraint on
 //! `(tenant, user_id, key_hash)` decides which of two racing submissions creates the job,
 //! check constraints and triggers keep a job's intent immutable and its result written once.
-//! Both implementations pass the same conformance suite (`tests/api/store_conformance.rs`).
+//!
+//! The rules are written once and the SQL twice. The state changes ([`Transitions`]: start,
+//! acknowledge, complete, fail, mark unknown, settle, cancel, recover) live in
+//! `transitions/`, generic over the statement interface (`statements.rs`) that each backend
+//! implements with its own dialect; the rest of [`Store`] is one statement (or one read)
+//! per method, so each backend writes it directly. Both backends pass the same conformance
+//! suite (`tests/store/`).
 
 mod batch;
 mod error;
 pub mod postgres;
 mod records;
 pub mod sqlite;
+mod statements;
+mod transitions;
 
 use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use onejob_domain::{AttemptState, EventKind, KeyHash, Principal};
-use serde_json::Value;
 use uuid::Uuid;
 
 pub use error::{Chain, StoreError};
@@ -26,10 +33,12 @@ pub use records::{
     Scope, StartOutcome, StartRefusal, UnknownBy, Unsuccessful, payload_digest, storable,
     storable_text,
 };
+pub use transitions::Transitions;
 
-/// Everything onejob keeps durably. One implementation per database.
+/// Everything onejob keeps durably. One implementation per database; the state changes
+/// come with it, written once ([`Transitions`]).
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Store: Transitions + Send + Sync + 'static {
     /// Which database this is (`"postgres"` or `"sqlite"`), for logs and `/readyz`.
     fn backend(&self) -> &'static str;
 
@@ -95,7 +104,7 @@ pub trait Store: Send + Sync + 'static {
     // ----- Dispatch: used by workers, never with a client's principal. -----
 
     /// Ids of jobs whose dispatch time has come, oldest first. Only candidates:
-    /// [`Store::start_attempt`] decides.
+    /// [`Transitions::start_attempt`] decides.
     async fn due_jobs(&self, limit: u32) -> Result<Vec<Uuid>, StoreError>;
 
     /// A job by id, whoever owns it.
@@ -103,26 +112,6 @@ pub trait Store: Send + Sync + 'static {
 
     /// All attempts of a job, oldest first.
     async fn job_attempts(&self, job_id: Uuid) -> Result<Vec<AttemptRecord>, StoreError>;
-
-    /// Starts an attempt if the attempt guard allows it, in one atomic step: the job is due,
-    /// its attempt count is the expected one and under `max_attempts`, no attempt of it is
-    /// `starting` or `unknown`, and one is `running` exactly when this start is a hedge.
-    /// The job becomes `running`; `attempt_started` (and `failover` when the provider changes)
-    /// is logged.
-    async fn start_attempt(&self, start: &AttemptStart) -> Result<StartOutcome, StoreError>;
-
-    /// The provider acknowledged a `starting` attempt. Its task id (if any) is stored
-    /// whatever the attempt's state. A `starting` attempt becomes `running` (with
-    /// `hedge_after`, the job becomes due again for a hedge at that time), or `cancelled`
-    /// if its job was cancelled meanwhile ([`Acknowledged::JobCancelled`]: the caller asks
-    /// the provider to cancel). Any other state is [`Acknowledged::NotStarting`]: the
-    /// attempt is no longer the caller's.
-    async fn acknowledge_attempt(
-        &self,
-        attempt_id: Uuid,
-        task_id: Option<&str>,
-        hedge_after: Option<Duration>,
-    ) -> Result<Acknowledged, StoreError>;
 
     /// The fence before an attempt's irreversible send: whether `worker` still holds its
     /// `starting` attempt with at least `margin` of lease left, and its job is not cancelled.
@@ -140,48 +129,6 @@ pub trait Store: Send + Sync + 'static {
     /// job was cancelled meanwhile (the worker stops them).
     async fn heartbeat(&self, worker: &str, lease: Duration) -> Result<Vec<Uuid>, StoreError>;
 
-    /// Offers an attempt's validated output as the job's result. Exactly one attempt per job
-    /// wins, by `UPDATE … WHERE id = $1 AND version = $2 AND completed_by IS NULL`; any
-    /// other is `discarded` with a `race_lost` event recording only the payload's size and
-    /// hash.
-    async fn complete_attempt(
-        &self,
-        attempt_id: Uuid,
-        output: &Value,
-        by: &Resolution,
-    ) -> Result<Completion, StoreError>;
-
-    /// Records a definite failure (or cancellation). The job goes back to `pending` (due
-    /// after the backoff) while its attempt budget lasts, else `failed`; it stays
-    /// `running`/`unknown` while another attempt is open. An attempt of a cancelled job ends
-    /// `cancelled`.
-    async fn fail_attempt(
-        &self,
-        attempt_id: Uuid,
-        end: Unsuccessful,
-        error: &Value,
-        retry: RetryPolicy,
-        by: &Resolution,
-    ) -> Result<FailOutcome, StoreError>;
-
-    /// A live attempt's outcome became unknown (deadline, lost lease, shutdown): it blocks new
-    /// attempts until resolved. `why` (`{"reason": …}`, with operator-only details under
-    /// `internal`) becomes the attempt's error and its event's detail. If the job already has a winner (or was cancelled), the
-    /// attempt is `discarded` instead. A rescuer ([`UnknownBy::Rescuer`]) acts only if the
-    /// lease is still expired (or the deadline long past) when the update runs. Returns
-    /// whether it became `unknown`.
-    async fn mark_unknown(
-        &self,
-        attempt_id: Uuid,
-        why: &Value,
-        by: UnknownBy,
-    ) -> Result<bool, StoreError>;
-
-    /// Settles a `pending` job with no open attempt and no attempt budget left under
-    /// `max_attempts` (lowered since it last ran) as `failed`, with an `exhausted` event
-    /// saying why. False if the job is not in that situation.
-    async fn settle_exhausted(&self, job_id: Uuid, max_attempts: u32) -> Result<bool, StoreError>;
-
     /// Claims up to `limit` `unknown` attempts due for reconciliation and pushes each one's
     /// next check back (doubling from `backoff`, at most `max_backoff`), so nodes reconciling
     /// side by side do not ask twice.
@@ -195,26 +142,6 @@ pub trait Store: Send + Sync + 'static {
     /// Stores a task id learned late (from a lookup by idempotency key, or a re-send), in
     /// whatever state the attempt is; a task id already stored is kept.
     async fn set_task_id(&self, attempt_id: Uuid, task_id: &str) -> Result<(), StoreError>;
-
-    /// Cancels the owner's job unless it already succeeded or failed: its `unknown` attempts
-    /// become `cancelled`, and its live attempts are returned so their provider can be asked
-    /// to cancel. Cancelling a cancelled job again answers it unchanged. `None` if the job is
-    /// not the owner's.
-    async fn cancel_job(
-        &self,
-        owner: &Principal,
-        job_id: Uuid,
-        actor: &str,
-    ) -> Result<Option<CancelOutcome>, StoreError>;
-
-    /// Controlled recovery of the owner's `failed` job: back to `pending`, due now, version
-    /// bumped, with a fresh attempt budget; a `recovered` event names the actor.
-    async fn recover_job(
-        &self,
-        owner: &Principal,
-        job_id: Uuid,
-        actor: &str,
-    ) -> Result<Option<RecoverOutcome>, StoreError>;
 
     /// An attempt and its job, if the job belongs to `tenant` (operator scope).
     async fn attempt_in_tenant(

@@ -259,7 +259,7 @@ pub struct AttemptStart {
     pub upstream_key: String,
 }
 
-/// What [`super::Store::start_attempt`] did.
+/// What [`super::Transitions::start_attempt`] did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StartOutcome {
     /// The attempt exists, in state `starting`, leased to the worker.
@@ -292,7 +292,7 @@ pub enum StartRefusal {
     Exhausted,
 }
 
-/// What [`super::Store::complete_attempt`] did with a result.
+/// What [`super::Transitions::complete_attempt`] did with a result.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Completion {
     /// The result won the compare-and-swap and is the job's result.
@@ -415,7 +415,7 @@ impl Unsuccessful {
     }
 }
 
-/// What [`super::Store::acknowledge_attempt`] found.
+/// What [`super::Transitions::acknowledge_attempt`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Acknowledged {
     /// The attempt is `running` now; its task id (if any) is stored.
@@ -441,7 +441,7 @@ pub enum UnknownBy {
     },
 }
 
-/// What [`super::Store::fail_attempt`] did.
+/// What [`super::Transitions::fail_attempt`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FailOutcome {
     /// Recorded; the job is now in this state.
@@ -450,7 +450,7 @@ pub enum FailOutcome {
     NotOpen(AttemptState),
 }
 
-/// What [`super::Store::cancel_job`] did.
+/// What [`super::Transitions::cancel_job`] did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum CancelOutcome {
     /// The job is cancelled (now or before). `live` are the attempts still running upstream,
@@ -465,7 +465,7 @@ pub enum CancelOutcome {
     Final(JobRecord),
 }
 
-/// What [`super::Store::recover_job`] did.
+/// What [`super::Transitions::recover_job`] did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RecoverOutcome {
     /// The failed job is `pending` again, due now, with a fresh attempt budget.

@@ -19,10 +19,9 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::{
-    Acknowledged, ApiKeyRecord, ApiKeySummary, AttemptRecord, AttemptStart, CancelOutcome,
-    CertificateRecord, Completion, EventRecord, FailOutcome, Intake, JobFilter, JobRecord,
-    NewApiKey, NewEvent, NewJob, Pruned, RecoverOutcome, Resolution, RetryPolicy, Revocation,
-    Scope, StartOutcome, Store, StoreError, StoreOptions, UnknownBy, Unsuccessful,
+    ApiKeyRecord, ApiKeySummary, AttemptRecord, CertificateRecord, EventRecord, Intake, JobFilter,
+    JobRecord, NewApiKey, NewEvent, NewJob, Pruned, Revocation, Scope, Store, StoreError,
+    StoreOptions,
     batch::Batcher,
     records::{storable, storable_text},
 };
@@ -49,11 +48,11 @@ mod certificates;
 mod held;
 mod intake;
 mod keys;
-mod lifecycle;
 mod listing;
 pub mod online;
 mod relaxed;
 mod retention;
+mod statements;
 mod statistics;
 mod tls;
 mod wake;
@@ -280,6 +279,20 @@ impl TryFrom<PgEventRow> for EventRecord {
     }
 }
 
+/// Seconds as PostgreSQL's `make_interval(secs => …)` takes them.
+fn secs(duration: Duration) -> f64 {
+    duration.as_secs_f64()
+}
+
+/// A state column parsed; an unknown spelling is corrupt data.
+fn parse_state<T: std::str::FromStr>(text: &str) -> Result<T, StoreError>
+where
+    T::Err: std::fmt::Display,
+{
+    text.parse::<T>()
+        .map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
 async fn insert_event(
     tx: &mut Transaction<'static, Postgres>,
     event: &NewEvent,
@@ -471,19 +484,6 @@ impl Store for PgStore {
         self.job_attempts(job_id).await.map(Some)
     }
 
-    async fn start_attempt(&self, start: &AttemptStart) -> Result<StartOutcome, StoreError> {
-        attempts::start(&self.pool, start).await
-    }
-
-    async fn acknowledge_attempt(
-        &self,
-        attempt_id: Uuid,
-        task_id: Option<&str>,
-        hedge_after: Option<Duration>,
-    ) -> Result<Acknowledged, StoreError> {
-        attempts::acknowledge(&self.pool, attempt_id, task_id, hedge_after).await
-    }
-
     async fn owns_attempt(
         &self,
         attempt_id: Uuid,
@@ -497,26 +497,6 @@ impl Store for PgStore {
         attempts::heartbeat(&self.pool, worker, lease).await
     }
 
-    async fn complete_attempt(
-        &self,
-        attempt_id: Uuid,
-        output: &Value,
-        by: &Resolution,
-    ) -> Result<Completion, StoreError> {
-        attempts::complete(&self.pool, attempt_id, output, by).await
-    }
-
-    async fn fail_attempt(
-        &self,
-        attempt_id: Uuid,
-        end: Unsuccessful,
-        error: &Value,
-        retry: RetryPolicy,
-        by: &Resolution,
-    ) -> Result<FailOutcome, StoreError> {
-        attempts::fail(&self.pool, attempt_id, end, error, retry, by).await
-    }
-
     async fn claim_unknown(
         &self,
         limit: u32,
@@ -528,24 +508,6 @@ impl Store for PgStore {
 
     async fn set_task_id(&self, attempt_id: Uuid, task_id: &str) -> Result<(), StoreError> {
         attempts::set_task_id(&self.pool, attempt_id, task_id).await
-    }
-
-    async fn cancel_job(
-        &self,
-        owner: &Principal,
-        job_id: Uuid,
-        actor: &str,
-    ) -> Result<Option<CancelOutcome>, StoreError> {
-        lifecycle::cancel(&self.pool, owner, job_id, actor).await
-    }
-
-    async fn recover_job(
-        &self,
-        owner: &Principal,
-        job_id: Uuid,
-        actor: &str,
-    ) -> Result<Option<RecoverOutcome>, StoreError> {
-        lifecycle::recover(&self.pool, owner, job_id, actor).await
     }
 
     async fn attempt_in_tenant(
@@ -627,19 +589,6 @@ impl Store for PgStore {
         limit: u32,
     ) -> Result<Vec<CertificateRecord>, StoreError> {
         certificates::page(&self.pool, before, limit).await
-    }
-
-    async fn mark_unknown(
-        &self,
-        attempt_id: Uuid,
-        why: &Value,
-        by: UnknownBy,
-    ) -> Result<bool, StoreError> {
-        attempts::mark_unknown(&self.pool, attempt_id, why, by).await
-    }
-
-    async fn settle_exhausted(&self, job_id: Uuid, max_attempts: u32) -> Result<bool, StoreError> {
-        attempts::settle_exhausted(&self.pool, job_id, max_attempts).await
     }
 
     async fn expired_attempts(&self, grace: Duration) -> Result<Vec<(Uuid, String)>, StoreError> {

@@ -24,10 +24,9 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use super::{
-    Acknowledged, ApiKeyRecord, ApiKeySummary, AttemptRecord, AttemptStart, CancelOutcome,
-    CertificateRecord, Completion, EventRecord, FailOutcome, Intake, JobFilter, JobRecord,
-    NewApiKey, NewEvent, NewJob, Pruned, RecoverOutcome, Resolution, RetryPolicy, Revocation,
-    Scope, StartOutcome, Store, StoreError, StoreOptions, UnknownBy, Unsuccessful,
+    ApiKeyRecord, ApiKeySummary, AttemptRecord, CertificateRecord, EventRecord, Intake, JobFilter,
+    JobRecord, NewApiKey, NewEvent, NewJob, Pruned, Revocation, Scope, Store, StoreError,
+    StoreOptions,
     batch::Batcher,
     records::{storable, storable_text},
 };
@@ -67,9 +66,9 @@ mod attempts;
 mod certificates;
 mod intake;
 mod keys;
-mod lifecycle;
 mod listing;
 mod retention;
+mod statements;
 
 /// How long a writer waits for SQLite's write lock before the store reports itself busy.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -132,6 +131,25 @@ impl SqliteStore {
     async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
         Ok(self.writer.begin_with("BEGIN IMMEDIATE").await?)
     }
+}
+
+/// A `strftime` modifier adding `duration` to now, bound as a parameter.
+fn plus(duration: Duration) -> String {
+    format!("+{:.3} seconds", duration.as_secs_f64())
+}
+
+/// A `strftime` modifier subtracting `duration` from now.
+fn minus(duration: Duration) -> String {
+    format!("-{:.3} seconds", duration.as_secs_f64())
+}
+
+/// A state column parsed; an unknown spelling is corrupt data.
+fn parse_state<T: FromStr>(text: &str) -> Result<T, StoreError>
+where
+    T::Err: std::fmt::Display,
+{
+    text.parse::<T>()
+        .map_err(|e| StoreError::Corrupt(e.to_string()))
 }
 
 fn corrupt(what: &str) -> impl FnOnce(String) -> StoreError + '_ {
@@ -475,19 +493,6 @@ impl Store for SqliteStore {
         rows.into_iter().map(AttemptRecord::try_from).collect()
     }
 
-    async fn start_attempt(&self, start: &AttemptStart) -> Result<StartOutcome, StoreError> {
-        attempts::start(self, start).await
-    }
-
-    async fn acknowledge_attempt(
-        &self,
-        attempt_id: Uuid,
-        task_id: Option<&str>,
-        hedge_after: Option<Duration>,
-    ) -> Result<Acknowledged, StoreError> {
-        attempts::acknowledge(self, attempt_id, task_id, hedge_after).await
-    }
-
     async fn owns_attempt(
         &self,
         attempt_id: Uuid,
@@ -501,26 +506,6 @@ impl Store for SqliteStore {
         attempts::heartbeat(self, worker, lease).await
     }
 
-    async fn complete_attempt(
-        &self,
-        attempt_id: Uuid,
-        output: &Value,
-        by: &Resolution,
-    ) -> Result<Completion, StoreError> {
-        attempts::complete(self, attempt_id, output, by).await
-    }
-
-    async fn fail_attempt(
-        &self,
-        attempt_id: Uuid,
-        end: Unsuccessful,
-        error: &Value,
-        retry: RetryPolicy,
-        by: &Resolution,
-    ) -> Result<FailOutcome, StoreError> {
-        attempts::fail(self, attempt_id, end, error, retry, by).await
-    }
-
     async fn claim_unknown(
         &self,
         limit: u32,
@@ -532,24 +517,6 @@ impl Store for SqliteStore {
 
     async fn set_task_id(&self, attempt_id: Uuid, task_id: &str) -> Result<(), StoreError> {
         attempts::set_task_id(self, attempt_id, task_id).await
-    }
-
-    async fn cancel_job(
-        &self,
-        owner: &Principal,
-        job_id: Uuid,
-        actor: &str,
-    ) -> Result<Option<CancelOutcome>, StoreError> {
-        lifecycle::cancel(self, owner, job_id, actor).await
-    }
-
-    async fn recover_job(
-        &self,
-        owner: &Principal,
-        job_id: Uuid,
-        actor: &str,
-    ) -> Result<Option<RecoverOutcome>, StoreError> {
-        lifecycle::recover(self, owner, job_id, actor).await
     }
 
     async fn attempt_in_tenant(
@@ -631,19 +598,6 @@ impl Store for SqliteStore {
         limit: u32,
     ) -> Result<Vec<CertificateRecord>, StoreError> {
         certificates::page(self, before, limit).await
-    }
-
-    async fn mark_unknown(
-        &self,
-        attempt_id: Uuid,
-        why: &Value,
-        by: UnknownBy,
-    ) -> Result<bool, StoreError> {
-        attempts::mark_unknown(self, attempt_id, why, by).await
-    }
-
-    async fn settle_exhausted(&self, job_id: Uuid, max_attempts: u32) -> Result<bool, StoreError> {
-        attempts::settle_exhausted(self, job_id, max_attempts).await
     }
 
     async fn expired_attempts(&self, grace: Duration) -> Result<Vec<(Uuid, String)>, StoreError> {
