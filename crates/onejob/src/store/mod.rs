@@ -12,9 +12,14 @@
 //! suite (`tests/store/`).
 
 mod batch;
+mod certificates;
+mod dispatch;
 mod error;
+mod keys;
+mod listing;
 pub mod postgres;
 mod records;
+mod retention;
 pub mod sqlite;
 mod statements;
 mod transitions;
@@ -22,10 +27,14 @@ mod transitions;
 use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;
-use onejob_domain::{AttemptState, EventKind, KeyHash, Principal};
+use onejob_domain::{KeyHash, Principal};
 use uuid::Uuid;
 
+pub use certificates::Certificates;
+pub use dispatch::Dispatch;
 pub use error::{Chain, StoreError};
+pub use keys::Keys;
+pub use listing::Listings;
 pub use records::{
     Acknowledged, ApiKeyRecord, ApiKeySummary, AttemptRecord, AttemptStart, CancelOutcome,
     CertificateRecord, Completion, EventRecord, FailOutcome, Intake, JobFilter, JobRecord,
@@ -33,12 +42,16 @@ pub use records::{
     Scope, StartOutcome, StartRefusal, UnknownBy, Unsuccessful, payload_digest, storable,
     storable_text,
 };
+pub use retention::Retention;
 pub use transitions::Transitions;
 
-/// Everything onejob keeps durably. One implementation per database; the state changes
-/// come with it, written once ([`Transitions`]).
+/// Everything onejob keeps durably: the jobs and their intake here, the rest by noun in the
+/// supertraits. One implementation per database; the state changes come with it, written
+/// once ([`Transitions`]).
 #[async_trait]
-pub trait Store: Transitions + Send + Sync + 'static {
+pub trait Store:
+    Transitions + Dispatch + Keys + Listings + Certificates + Retention + Send + Sync + 'static
+{
     /// Which database this is (`"postgres"` or `"sqlite"`), for logs and `/readyz`.
     fn backend(&self) -> &'static str;
 
@@ -81,67 +94,17 @@ pub trait Store: Transitions + Send + Sync + 'static {
         limit: u32,
     ) -> Result<Option<Vec<EventRecord>>, StoreError>;
 
-    /// Stores a new API key (its salted hash only).
-    async fn insert_api_key(&self, key: NewApiKey) -> Result<(), StoreError>;
-
-    /// The API key with this public id, unless revoked.
-    async fn api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError>;
-
-    /// Every API key, revoked ones included, oldest first (`onejob keys list`).
-    async fn api_keys(&self) -> Result<Vec<ApiKeySummary>, StoreError>;
-
-    /// Revokes the API key with this public id (sets its `revoked_at`, once): from then on
-    /// [`Store::api_key`] does not find it.
-    async fn revoke_api_key(&self, id: &str) -> Result<Revocation, StoreError>;
-
     /// The owner's job's attempts, oldest first; `None` if the job is not the owner's.
     async fn attempts(
         &self,
         owner: &Principal,
         job_id: Uuid,
-    ) -> Result<Option<Vec<AttemptRecord>>, StoreError>;
-
-    // ----- Dispatch: used by workers, never with a client's principal. -----
-
-    /// Ids of jobs whose dispatch time has come, oldest first. Only candidates:
-    /// [`Transitions::start_attempt`] decides.
-    async fn due_jobs(&self, limit: u32) -> Result<Vec<Uuid>, StoreError>;
-
-    /// A job by id, whoever owns it.
-    async fn job_for_dispatch(&self, id: Uuid) -> Result<Option<JobRecord>, StoreError>;
-
-    /// All attempts of a job, oldest first.
-    async fn job_attempts(&self, job_id: Uuid) -> Result<Vec<AttemptRecord>, StoreError>;
-
-    /// The fence before an attempt's irreversible send: whether `worker` still holds its
-    /// `starting` attempt with at least `margin` of lease left, and its job is not cancelled.
-    /// A rescuer makes an attempt unknown only once its lease expired (a conditional update
-    /// on the database's clock), so an owner that finds `margin` left cannot lose the attempt
-    /// for that long.
-    async fn owns_attempt(
-        &self,
-        attempt_id: Uuid,
-        worker: &str,
-        margin: Duration,
-    ) -> Result<bool, StoreError>;
-
-    /// Renews the lease of every live attempt `worker` holds; returns those of them whose
-    /// job was cancelled meanwhile (the worker stops them).
-    async fn heartbeat(&self, worker: &str, lease: Duration) -> Result<Vec<Uuid>, StoreError>;
-
-    /// Claims up to `limit` `unknown` attempts due for reconciliation and pushes each one's
-    /// next check back (doubling from `backoff`, at most `max_backoff`), so nodes reconciling
-    /// side by side do not ask twice.
-    async fn claim_unknown(
-        &self,
-        limit: u32,
-        backoff: Duration,
-        max_backoff: Duration,
-    ) -> Result<Vec<AttemptRecord>, StoreError>;
-
-    /// Stores a task id learned late (from a lookup by idempotency key, or a re-send), in
-    /// whatever state the attempt is; a task id already stored is kept.
-    async fn set_task_id(&self, attempt_id: Uuid, task_id: &str) -> Result<(), StoreError>;
+    ) -> Result<Option<Vec<AttemptRecord>>, StoreError> {
+        if self.job(owner, job_id).await?.is_none() {
+            return Ok(None);
+        }
+        self.job_attempts(job_id).await.map(Some)
+    }
 
     /// An attempt and its job, if the job belongs to `tenant` (operator scope).
     async fn attempt_in_tenant(
@@ -149,73 +112,6 @@ pub trait Store: Transitions + Send + Sync + 'static {
         tenant: &str,
         attempt_id: Uuid,
     ) -> Result<Option<(AttemptRecord, JobRecord)>, StoreError>;
-
-    /// The owner's jobs matching `filter`, newest first.
-    async fn list_jobs(
-        &self,
-        owner: &Principal,
-        filter: &JobFilter,
-    ) -> Result<Vec<JobRecord>, StoreError>;
-
-    /// Attempts in `scope` (optionally only in `state`), newest first, at most `limit`.
-    async fn list_attempts(
-        &self,
-        scope: &Scope,
-        state: Option<AttemptState>,
-        limit: u32,
-    ) -> Result<Vec<AttemptRecord>, StoreError>;
-
-    /// Events in `scope` (optionally only of `kind`), newest first, at most `limit`.
-    async fn recent_events(
-        &self,
-        scope: &Scope,
-        kind: Option<EventKind>,
-        limit: u32,
-    ) -> Result<Vec<EventRecord>, StoreError>;
-
-    /// How many attempts are `unknown` right now, across all tenants (for metrics).
-    async fn count_unknown(&self) -> Result<u64, StoreError>;
-
-    /// Records a verification run.
-    async fn insert_certificate(&self, certificate: &CertificateRecord) -> Result<(), StoreError>;
-
-    /// Every verification run, newest first.
-    async fn certificates(&self) -> Result<Vec<CertificateRecord>, StoreError>;
-
-    /// One page of verification runs, newest first (by id, a UUIDv7): the runs older than
-    /// `before` (from the newest when `None`), at most `limit` of them.
-    async fn certificates_page(
-        &self,
-        before: Option<Uuid>,
-        limit: u32,
-    ) -> Result<Vec<CertificateRecord>, StoreError>;
-
-    /// Live attempts (id and provider) whose lease expired, or whose deadline passed more
-    /// than `grace` ago.
-    async fn expired_attempts(&self, grace: Duration) -> Result<Vec<(Uuid, String)>, StoreError>;
-
-    /// Pushes a due job's dispatch time `delay` into the future, if the job is still at
-    /// `version` (a job that changed meanwhile keeps its new dispatch time).
-    async fn defer_dispatch(
-        &self,
-        job_id: Uuid,
-        version: i64,
-        delay: Duration,
-    ) -> Result<bool, StoreError>;
-
-    /// How long until the earliest job with a dispatch time is due (zero if one is due now);
-    /// `None` if no job waits for dispatch.
-    async fn next_due_in(&self) -> Result<Option<Duration>, StoreError>;
-
-    /// Deletes up to `limit` jobs that finished (succeeded, failed, cancelled) more than
-    /// `older_than` ago, with their attempts and events, in one transaction; their keys then
-    /// name nothing. Only one store prunes at a time (a second caller meanwhile deletes
-    /// nothing and says so); the event log refuses every other delete.
-    async fn prune_finished(&self, older_than: Duration, limit: u32) -> Result<Pruned, StoreError>;
-
-    /// Waits until work may have become due (a wake-up from this or another node), or
-    /// `max_wait`.
-    async fn wait_for_work(&self, max_wait: Duration);
 }
 
 /// Ends a transaction that changed nothing and answers `value`. Rolling back explicitly

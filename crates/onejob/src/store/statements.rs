@@ -87,9 +87,6 @@ pub(crate) trait Statements: Send + Sync + 'static {
         job_id: Uuid,
     ) -> Result<Vec<(Uuid, AttemptState)>, StoreError>;
 
-    /// Whether the job has a `starting`, `running` or `unknown` attempt.
-    async fn has_open_attempt(tx: &mut Tx<Self>, job_id: Uuid) -> Result<bool, StoreError>;
-
     /// The states of all the job's attempts.
     async fn attempt_states(
         tx: &mut Tx<Self>,
@@ -141,7 +138,8 @@ pub(crate) trait Statements: Send + Sync + 'static {
     async fn discard_attempt(tx: &mut Tx<Self>, attempt_id: Uuid) -> Result<(), StoreError>;
 
     /// The compare-and-swap of the result: the job succeeds with `output` by `attempt_id` if
-    /// it is still at `version`, open and without a winner. Whether it swapped.
+    /// it is still at `version`, open and without a winner, and the attempt, if still open,
+    /// ends `succeeded`. Whether both happened (if not, the caller rolls back).
     async fn swap_result(
         tx: &mut Tx<Self>,
         job_id: Uuid,
@@ -149,9 +147,6 @@ pub(crate) trait Statements: Send + Sync + 'static {
         output: &Value,
         attempt_id: Uuid,
     ) -> Result<bool, StoreError>;
-
-    /// An open attempt ends `succeeded`; whether it was open.
-    async fn mark_succeeded(tx: &mut Tx<Self>, attempt_id: Uuid) -> Result<bool, StoreError>;
 
     /// The job's `unknown` attempts other than `winner` end `discarded`; returns them.
     async fn discard_unknown_siblings(
@@ -201,14 +196,8 @@ pub(crate) trait Statements: Send + Sync + 'static {
         grace: Option<Duration>,
     ) -> Result<bool, StoreError>;
 
-    /// The job ends `cancelled`, not due.
-    async fn cancel_job_row(tx: &mut Tx<Self>, job_id: Uuid) -> Result<(), StoreError>;
-
-    /// The job's `unknown` attempts end `cancelled`; returns them.
-    async fn cancel_unknown_attempts(
-        tx: &mut Tx<Self>,
-        job_id: Uuid,
-    ) -> Result<Vec<Uuid>, StoreError>;
+    /// The job ends `cancelled`, not due, and its `unknown` attempts with it; returns those.
+    async fn cancel_job_row(tx: &mut Tx<Self>, job_id: Uuid) -> Result<Vec<Uuid>, StoreError>;
 
     /// A failed job goes back to `pending`, due now, in a new recovery generation.
     async fn recover_job_row(tx: &mut Tx<Self>, job_id: Uuid) -> Result<(), StoreError>;

@@ -1,5 +1,5 @@
 //! `GET /ui/jobs`: the signed-in user's jobs, newest first, filtered by state and kind and
-//! paged (`before` = the last job of the previous page), through [`crate::store::Store::list_jobs`].
+//! paged (`before` = the last job of the previous page), through [`crate::store::Listings::list_jobs`].
 
 use std::{collections::HashMap, sync::Arc};
 

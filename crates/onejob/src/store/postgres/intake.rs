@@ -26,9 +26,8 @@
 //! deadlocked, and every submission of the losing batch was answered 503.)
 //!
 //! The writer keeps its connection between batches ([`HeldConnection`]): taken from the pool
-//! for each batch, it cost two more round trips per batch (sqlx checks a connection when it
-//! is acquired and when it is released): at 8 clients, alternating binaries, 6,037 and
-//! 5,745 new jobs per second without, 7,897 and 9,118 with (BENCHMARKS.md).
+//! for each batch, it would cost two more round trips per batch (sqlx checks a connection
+//! when it is acquired and when it is released); bench/analysis.md has the A/B.
 //!
 //! What waits for nobody goes to [`Relaxed`]: the `replayed` events (a replay's answer
 //! points at a job already durable, so it does not wait for its event) and the dispatch
@@ -65,11 +64,9 @@ pub(super) const MAX_BATCH: usize = 256;
 /// joins the next batch.
 ///
 /// A second writer overlaps one batch's flush with the next batch's statement, but halves
-/// the batches. Measured with the benchmark harness (BENCHMARKS.md), one writer answered
-/// 10–15 % more new jobs per second than two at 8 clients and 17 % more at 128 (4 jobs per
-/// batch instead of 2.4 at 8 clients, 60 instead of 30 at 128); four or eight writers fewer
-/// still, and so did two writers whose batches overlap only from `COMMIT` on (`BEGIN`, the
-/// statement, then `COMMIT`: two more round trips per batch).
+/// the batches, and fuller batches share more of each flush; so do not raise this without
+/// the A/B in bench/analysis.md, which also covers writers overlapping only from `COMMIT`
+/// on.
 pub(super) const WRITERS: usize = 1;
 
 /// The intake batcher, writing through [`intake_pool`], each writer on a connection it holds
@@ -96,10 +93,9 @@ pub(super) fn intake_batcher(pool: &PgPool, relaxed: Relaxed) -> Batcher<NewJob,
 ///
 /// Intake's statements take arrays. Given the arrays' values, the planner knows a batch's
 /// size and estimates a custom plan cheaper than the generic one (which assumes ten rows
-/// per array), so under the default `auto` mode it plans every execution anew: about half a
-/// millisecond of database CPU per batch for the intake statement, more than executing it
-/// (measured in BENCHMARKS.md). Generic plans are made once per connection; the tests in
-/// this module check that they still look every key up in the unique index, on an empty
+/// per array), so under the default `auto` mode it plans every execution anew, which can
+/// cost more database CPU than executing it (bench/analysis.md). Generic plans are made once
+/// per connection; the tests in this module check that they still look every key up in the unique index, on an empty
 /// table and on an analyzed one. Between the two, a `jobs` table with rows but no statistics
 /// would be planned through the owner's index (see [`statistics`]), so each new connection
 /// checks for that and, if so, has `jobs` analyzed on a connection of `pool`: in the
@@ -319,8 +315,8 @@ struct Written {
 ///
 /// `found` looks up once in the unique index (`LIMIT 1`, as the read-back does) each key
 /// whose submission was not inserted, its `NOT IN` filter applied before the lookup (the
-/// plan tests below check the lookup's index; measured with `bench/statements.sh`, skipping
-/// the inserted keys took 12–14 % of the statement's buffer accesses off); its rows and
+/// plan tests below check the lookup's index; skipping the inserted keys saves buffer
+/// accesses, see `bench/statements.sh`); its rows and
 /// `inserted`'s are told apart by id, since every submission carries a new one.
 macro_rules! intake_sql {
     () => {

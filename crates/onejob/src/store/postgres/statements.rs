@@ -152,16 +152,6 @@ impl Statements for PgStore {
             .collect()
     }
 
-    async fn has_open_attempt(tx: &mut Tx<Self>, job_id: Uuid) -> Result<bool, StoreError> {
-        Ok(sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM attempts WHERE job_id = $1 \
-             AND state IN ('starting', 'running', 'unknown'))",
-        )
-        .bind(job_id)
-        .fetch_one(&mut **tx)
-        .await?)
-    }
-
     async fn attempt_states(
         tx: &mut Tx<Self>,
         job_id: Uuid,
@@ -315,10 +305,9 @@ impl Statements for PgStore {
         .execute(&mut **tx)
         .await?
         .rows_affected();
-        Ok(swapped == 1)
-    }
-
-    async fn mark_succeeded(tx: &mut Tx<Self>, attempt_id: Uuid) -> Result<bool, StoreError> {
+        if swapped != 1 {
+            return Ok(false);
+        }
         let ended = sqlx::query(
             "UPDATE attempts SET state = 'succeeded', finished_at = now() \
              WHERE id = $1 AND state IN ('starting', 'running', 'unknown')",
@@ -439,7 +428,7 @@ impl Statements for PgStore {
         Ok(changed > 0)
     }
 
-    async fn cancel_job_row(tx: &mut Tx<Self>, job_id: Uuid) -> Result<(), StoreError> {
+    async fn cancel_job_row(tx: &mut Tx<Self>, job_id: Uuid) -> Result<Vec<Uuid>, StoreError> {
         sqlx::query(
             "UPDATE jobs SET state = 'cancelled', dispatch_at = NULL, version = version + 1, \
              updated_at = now() WHERE id = $1",
@@ -447,13 +436,6 @@ impl Statements for PgStore {
         .bind(job_id)
         .execute(&mut **tx)
         .await?;
-        Ok(())
-    }
-
-    async fn cancel_unknown_attempts(
-        tx: &mut Tx<Self>,
-        job_id: Uuid,
-    ) -> Result<Vec<Uuid>, StoreError> {
         Ok(sqlx::query_scalar(
             "UPDATE attempts SET state = 'cancelled', finished_at = now() \
              WHERE job_id = $1 AND state = 'unknown' RETURNING id",

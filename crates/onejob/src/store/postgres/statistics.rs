@@ -6,8 +6,7 @@
 //! off, or in the minute before autovacuum's first analyze), that plan looks keys up through
 //! the owner's index `jobs_owner_recent`: without statistics both indexes are estimated to
 //! return one row, and the narrower one costs a hair less. It then reads every job of the
-//! owner for each submission (in the benchmark, 1,937 submissions/s at 32 clients instead of
-//! about 9,000). Once `jobs` has statistics, the planner picks the key's unique index, so
+//! owner for each submission (bench/analysis.md has how much slower that is). Once `jobs` has statistics, the planner picks the key's unique index, so
 //! each new intake connection checks whether it has them, and has `jobs` analyzed if not.
 
 use sqlx::{PgConnection, PgPool};

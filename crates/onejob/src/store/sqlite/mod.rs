@@ -24,8 +24,7 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use super::{
-    ApiKeyRecord, ApiKeySummary, AttemptRecord, CertificateRecord, EventRecord, Intake, JobFilter,
-    JobRecord, NewApiKey, NewEvent, NewJob, Pruned, Revocation, Scope, Store, StoreError,
+    AttemptRecord, EventRecord, Intake, JobRecord, NewEvent, NewJob, Store, StoreError,
     StoreOptions,
     batch::Batcher,
     records::{storable, storable_text},
@@ -62,8 +61,8 @@ macro_rules! attempt_columns {
     };
 }
 
-mod attempts;
 mod certificates;
+mod dispatch;
 mod intake;
 mod keys;
 mod listing;
@@ -403,122 +402,6 @@ impl Store for SqliteStore {
             .map(Some)
     }
 
-    async fn insert_api_key(&self, key: NewApiKey) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO api_keys (id, tenant, user_id, salt, secret_hash, operator) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        )
-        .bind(&key.id)
-        .bind(&key.principal.tenant)
-        .bind(&key.principal.user)
-        .bind(&key.salt[..])
-        .bind(&key.secret_hash[..])
-        .bind(key.operator)
-        .execute(&self.writer)
-        .await?;
-        Ok(())
-    }
-
-    async fn api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
-        let row: Option<(String, String, String, Vec<u8>, Vec<u8>, bool)> = sqlx::query_as(
-            "SELECT id, tenant, user_id, salt, secret_hash, operator FROM api_keys \
-             WHERE id = ?1 AND revoked_at IS NULL",
-        )
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(row.map(
-            |(id, tenant, user, salt, secret_hash, operator)| ApiKeyRecord {
-                id,
-                principal: Principal::new(tenant, user),
-                salt,
-                secret_hash,
-                operator,
-            },
-        ))
-    }
-
-    async fn api_keys(&self) -> Result<Vec<ApiKeySummary>, StoreError> {
-        keys::list(self).await
-    }
-
-    async fn revoke_api_key(&self, id: &str) -> Result<Revocation, StoreError> {
-        keys::revoke(self, id).await
-    }
-
-    async fn attempts(
-        &self,
-        owner: &Principal,
-        job_id: Uuid,
-    ) -> Result<Option<Vec<AttemptRecord>>, StoreError> {
-        if self.job(owner, job_id).await?.is_none() {
-            return Ok(None);
-        }
-        self.job_attempts(job_id).await.map(Some)
-    }
-
-    async fn due_jobs(&self, limit: u32) -> Result<Vec<Uuid>, StoreError> {
-        let ids: Vec<String> = sqlx::query_scalar(concat!(
-            "SELECT id FROM jobs WHERE dispatch_at <= ",
-            now!(),
-            " ORDER BY dispatch_at LIMIT ?1"
-        ))
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?;
-        ids.iter().map(|id| parse_uuid(id)).collect()
-    }
-
-    async fn job_for_dispatch(&self, id: Uuid) -> Result<Option<JobRecord>, StoreError> {
-        let row: Option<SqliteJobRow> = sqlx::query_as(concat!(
-            "SELECT ",
-            job_columns!(),
-            " FROM jobs WHERE id = ?1"
-        ))
-        .bind(id.to_string())
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(JobRecord::try_from).transpose()
-    }
-
-    async fn job_attempts(&self, job_id: Uuid) -> Result<Vec<AttemptRecord>, StoreError> {
-        let rows: Vec<SqliteAttemptRow> = sqlx::query_as(concat!(
-            "SELECT ",
-            attempt_columns!(),
-            " FROM attempts WHERE job_id = ?1 ORDER BY number"
-        ))
-        .bind(job_id.to_string())
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter().map(AttemptRecord::try_from).collect()
-    }
-
-    async fn owns_attempt(
-        &self,
-        attempt_id: Uuid,
-        worker: &str,
-        margin: Duration,
-    ) -> Result<bool, StoreError> {
-        attempts::owns(self, attempt_id, worker, margin).await
-    }
-
-    async fn heartbeat(&self, worker: &str, lease: Duration) -> Result<Vec<Uuid>, StoreError> {
-        attempts::heartbeat(self, worker, lease).await
-    }
-
-    async fn claim_unknown(
-        &self,
-        limit: u32,
-        backoff: Duration,
-        max_backoff: Duration,
-    ) -> Result<Vec<AttemptRecord>, StoreError> {
-        attempts::claim_unknown(self, limit, backoff, max_backoff).await
-    }
-
-    async fn set_task_id(&self, attempt_id: Uuid, task_id: &str) -> Result<(), StoreError> {
-        attempts::set_task_id(self, attempt_id, task_id).await
-    }
-
     async fn attempt_in_tenant(
         &self,
         tenant: &str,
@@ -548,98 +431,5 @@ impl Store for SqliteStore {
             .map(JobRecord::try_from)
             .transpose()?
             .map(|job| (attempt, job)))
-    }
-
-    async fn list_jobs(
-        &self,
-        owner: &Principal,
-        filter: &JobFilter,
-    ) -> Result<Vec<JobRecord>, StoreError> {
-        listing::jobs(self, owner, filter).await
-    }
-
-    async fn list_attempts(
-        &self,
-        scope: &Scope,
-        state: Option<AttemptState>,
-        limit: u32,
-    ) -> Result<Vec<AttemptRecord>, StoreError> {
-        listing::attempts(self, scope, state, limit).await
-    }
-
-    async fn recent_events(
-        &self,
-        scope: &Scope,
-        kind: Option<EventKind>,
-        limit: u32,
-    ) -> Result<Vec<EventRecord>, StoreError> {
-        listing::events(self, scope, kind, limit).await
-    }
-
-    async fn count_unknown(&self) -> Result<u64, StoreError> {
-        let count: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM attempts WHERE state = 'unknown'")
-                .fetch_one(&self.pool)
-                .await?;
-        Ok(count.max(0) as u64)
-    }
-
-    async fn insert_certificate(&self, certificate: &CertificateRecord) -> Result<(), StoreError> {
-        certificates::insert(self, certificate).await
-    }
-
-    async fn certificates(&self) -> Result<Vec<CertificateRecord>, StoreError> {
-        certificates::all(self).await
-    }
-
-    async fn certificates_page(
-        &self,
-        before: Option<Uuid>,
-        limit: u32,
-    ) -> Result<Vec<CertificateRecord>, StoreError> {
-        certificates::page(self, before, limit).await
-    }
-
-    async fn expired_attempts(&self, grace: Duration) -> Result<Vec<(Uuid, String)>, StoreError> {
-        attempts::expired(self, grace).await
-    }
-
-    async fn defer_dispatch(
-        &self,
-        job_id: Uuid,
-        version: i64,
-        delay: Duration,
-    ) -> Result<bool, StoreError> {
-        let mut tx = self.begin_write().await?;
-        let result = sqlx::query(concat!(
-            "UPDATE jobs SET dispatch_at = ",
-            now_plus!("?3"),
-            " WHERE id = ?1 AND version = ?2 AND dispatch_at IS NOT NULL"
-        ))
-        .bind(job_id.to_string())
-        .bind(version)
-        .bind(format!("+{:.3} seconds", delay.as_secs_f64()))
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(result.rows_affected() == 1)
-    }
-
-    async fn next_due_in(&self) -> Result<Option<Duration>, StoreError> {
-        let seconds: Option<f64> = sqlx::query_scalar(
-            "SELECT (julianday(min(dispatch_at)) - julianday('now')) * 86400.0 FROM jobs \
-             WHERE dispatch_at IS NOT NULL",
-        )
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(seconds.map(|s| Duration::from_secs_f64(s.max(0.0))))
-    }
-
-    async fn prune_finished(&self, older_than: Duration, limit: u32) -> Result<Pruned, StoreError> {
-        retention::prune(self, older_than, limit).await
-    }
-
-    async fn wait_for_work(&self, max_wait: Duration) {
-        let _ = tokio::time::timeout(max_wait, self.wake.notified()).await;
     }
 }

@@ -6,9 +6,8 @@
 //! which lasts until the transaction ends). The jobs are chosen by the same query three
 //! times inside one write transaction, so it names the same jobs each time.
 
+use async_trait::async_trait;
 use std::time::Duration;
-
-use super::SqliteStore;
 
 /// The finished jobs a pass deletes, oldest first (`?1` the age as a `strftime` modifier,
 /// `?2` the batch size).
@@ -20,58 +19,58 @@ macro_rules! doomed {
         )
     };
 }
-use crate::store::{Pruned, StoreError};
+use super::SqliteStore;
+use crate::store::{Pruned, Retention, StoreError};
 
-pub(super) async fn prune(
-    store: &SqliteStore,
-    older_than: Duration,
-    limit: u32,
-) -> Result<Pruned, StoreError> {
-    let before = format!("-{:.3} seconds", older_than.as_secs_f64());
-    let mut tx = store.begin_write().await?;
-    sqlx::query("PRAGMA defer_foreign_keys = ON")
-        .execute(&mut *tx)
-        .await?;
-    sqlx::query("INSERT INTO onejob_retention_pass DEFAULT VALUES")
-        .execute(&mut *tx)
-        .await?;
-    let mut counts = [0u64; 3];
-    for (n, statement) in [
-        concat!(
-            "DELETE FROM job_events WHERE job_id IN (SELECT id FROM jobs ",
-            doomed!(),
-            ")"
-        ),
-        concat!(
-            "DELETE FROM attempts WHERE job_id IN (SELECT id FROM jobs ",
-            doomed!(),
-            ")"
-        ),
-        concat!(
-            "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs ",
-            doomed!(),
-            ")"
-        ),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        counts[n] = sqlx::query(statement)
-            .bind(&before)
-            .bind(i64::from(limit))
+#[async_trait]
+impl Retention for SqliteStore {
+    async fn prune_finished(&self, older_than: Duration, limit: u32) -> Result<Pruned, StoreError> {
+        let before = format!("-{:.3} seconds", older_than.as_secs_f64());
+        let mut tx = self.begin_write().await?;
+        sqlx::query("PRAGMA defer_foreign_keys = ON")
             .execute(&mut *tx)
-            .await?
-            .rows_affected();
+            .await?;
+        sqlx::query("INSERT INTO onejob_retention_pass DEFAULT VALUES")
+            .execute(&mut *tx)
+            .await?;
+        let mut counts = [0u64; 3];
+        for (n, statement) in [
+            concat!(
+                "DELETE FROM job_events WHERE job_id IN (SELECT id FROM jobs ",
+                doomed!(),
+                ")"
+            ),
+            concat!(
+                "DELETE FROM attempts WHERE job_id IN (SELECT id FROM jobs ",
+                doomed!(),
+                ")"
+            ),
+            concat!(
+                "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs ",
+                doomed!(),
+                ")"
+            ),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            counts[n] = sqlx::query(statement)
+                .bind(&before)
+                .bind(i64::from(limit))
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+        }
+        sqlx::query("DELETE FROM onejob_retention_pass")
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        let [events, attempts, jobs] = counts;
+        Ok(Pruned {
+            jobs,
+            attempts,
+            events,
+            busy: false,
+        })
     }
-    sqlx::query("DELETE FROM onejob_retention_pass")
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    let [events, attempts, jobs] = counts;
-    Ok(Pruned {
-        jobs,
-        attempts,
-        events,
-        busy: false,
-    })
 }

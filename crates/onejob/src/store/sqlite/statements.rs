@@ -158,16 +158,6 @@ impl Statements for SqliteStore {
             .collect()
     }
 
-    async fn has_open_attempt(tx: &mut Tx<Self>, job_id: Uuid) -> Result<bool, StoreError> {
-        Ok(sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM attempts WHERE job_id = ?1 \
-             AND state IN ('starting', 'running', 'unknown'))",
-        )
-        .bind(job_id.to_string())
-        .fetch_one(&mut **tx)
-        .await?)
-    }
-
     async fn attempt_states(
         tx: &mut Tx<Self>,
         job_id: Uuid,
@@ -338,10 +328,9 @@ impl Statements for SqliteStore {
         .execute(&mut **tx)
         .await?
         .rows_affected();
-        Ok(swapped == 1)
-    }
-
-    async fn mark_succeeded(tx: &mut Tx<Self>, attempt_id: Uuid) -> Result<bool, StoreError> {
+        if swapped != 1 {
+            return Ok(false);
+        }
         let ended = sqlx::query(concat!(
             "UPDATE attempts SET state = 'succeeded', finished_at = ",
             now!(),
@@ -479,7 +468,7 @@ impl Statements for SqliteStore {
         Ok(changed > 0)
     }
 
-    async fn cancel_job_row(tx: &mut Tx<Self>, job_id: Uuid) -> Result<(), StoreError> {
+    async fn cancel_job_row(tx: &mut Tx<Self>, job_id: Uuid) -> Result<Vec<Uuid>, StoreError> {
         sqlx::query(concat!(
             "UPDATE jobs SET state = 'cancelled', dispatch_at = NULL, version = version + 1, \
              updated_at = ",
@@ -489,13 +478,6 @@ impl Statements for SqliteStore {
         .bind(job_id.to_string())
         .execute(&mut **tx)
         .await?;
-        Ok(())
-    }
-
-    async fn cancel_unknown_attempts(
-        tx: &mut Tx<Self>,
-        job_id: Uuid,
-    ) -> Result<Vec<Uuid>, StoreError> {
         let cancelled: Vec<String> = sqlx::query_scalar(concat!(
             "UPDATE attempts SET state = 'cancelled', finished_at = ",
             now!(),

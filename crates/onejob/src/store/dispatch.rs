@@ -1,0 +1,75 @@
+//! What workers, the rescuer and the reconciler read and write beside the state changes:
+//! due jobs, the send fence, heartbeats, claims of unknown attempts, late task ids. Never
+//! used with a client's principal.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+use super::{AttemptRecord, JobRecord, StoreError};
+
+/// The worker's statements outside [`super::Transitions`].
+#[async_trait]
+pub trait Dispatch: Send + Sync {
+    /// Ids of jobs whose dispatch time has come, oldest first. Only candidates:
+    /// [`super::Transitions::start_attempt`] decides.
+    async fn due_jobs(&self, limit: u32) -> Result<Vec<Uuid>, StoreError>;
+
+    /// A job by id, whoever owns it.
+    async fn job_for_dispatch(&self, id: Uuid) -> Result<Option<JobRecord>, StoreError>;
+
+    /// All attempts of a job, oldest first.
+    async fn job_attempts(&self, job_id: Uuid) -> Result<Vec<AttemptRecord>, StoreError>;
+
+    /// The fence before an attempt's irreversible send: whether `worker` still holds its
+    /// `starting` attempt with at least `margin` of lease left, and its job is not cancelled.
+    /// A rescuer makes an attempt unknown only once its lease expired (a conditional update
+    /// on the database's clock), so an owner that finds `margin` left cannot lose the attempt
+    /// for that long.
+    async fn owns_attempt(
+        &self,
+        attempt_id: Uuid,
+        worker: &str,
+        margin: Duration,
+    ) -> Result<bool, StoreError>;
+
+    /// Renews the lease of every live attempt `worker` holds; returns those of them whose
+    /// job was cancelled meanwhile (the worker stops them).
+    async fn heartbeat(&self, worker: &str, lease: Duration) -> Result<Vec<Uuid>, StoreError>;
+
+    /// Claims up to `limit` `unknown` attempts due for reconciliation and pushes each one's
+    /// next check back (doubling from `backoff`, at most `max_backoff`), so nodes reconciling
+    /// side by side do not ask twice.
+    async fn claim_unknown(
+        &self,
+        limit: u32,
+        backoff: Duration,
+        max_backoff: Duration,
+    ) -> Result<Vec<AttemptRecord>, StoreError>;
+
+    /// Stores a task id learned late (from a lookup by idempotency key, or a re-send), in
+    /// whatever state the attempt is; a task id already stored is kept.
+    async fn set_task_id(&self, attempt_id: Uuid, task_id: &str) -> Result<(), StoreError>;
+
+    /// Live attempts (id and provider) whose lease expired, or whose deadline passed more
+    /// than `grace` ago.
+    async fn expired_attempts(&self, grace: Duration) -> Result<Vec<(Uuid, String)>, StoreError>;
+
+    /// Pushes a due job's dispatch time `delay` into the future, if the job is still at
+    /// `version` (a job that changed meanwhile keeps its new dispatch time).
+    async fn defer_dispatch(
+        &self,
+        job_id: Uuid,
+        version: i64,
+        delay: Duration,
+    ) -> Result<bool, StoreError>;
+
+    /// How long until the earliest job with a dispatch time is due (zero if one is due now);
+    /// `None` if no job waits for dispatch.
+    async fn next_due_in(&self) -> Result<Option<Duration>, StoreError>;
+
+    /// Waits until work may have become due (a wake-up from this or another node), or
+    /// `max_wait`.
+    async fn wait_for_work(&self, max_wait: Duration);
+}

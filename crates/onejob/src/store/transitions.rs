@@ -1,0 +1,490 @@
+//! The state changes of jobs and attempts, written once for every backend.
+//!
+//! [`Transitions`] is implemented for every [`Statements`] backend: start, acknowledge,
+//! complete, fail, mark unknown, settle, cancel and recover each run in one write
+//! transaction of the backend, and end with the conditional updates the database enforces.
+//! The backends only say how each statement is spelled. Intake is not here: each backend
+//! group-commits submissions its own way (`postgres/intake.rs`, `sqlite/intake.rs`), around
+//! the rule written once in [`NewJob::matches`](super::NewJob::matches).
+//!
+//! Every rule takes the job's lock before it reads the attempt it acts on: an operator or
+//! the reconciler resolving that attempt holds the same lock, so the state read is the one
+//! the update acts on. A start takes the lock without waiting (PostgreSQL's `SKIP LOCKED`):
+//! two starters never interleave, and the second, once the first committed, sees its
+//! `starting` attempt and is refused. The partial unique index `attempts_one_starting` and
+//! `UNIQUE (job_id, number)` back the lock structurally; the result's compare-and-swap is
+//! the one conditional update that lets exactly one attempt win. Cancellation and recovery
+//! lock the job too, so they serialize with starts and completions.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use onejob_domain::{AttemptState, EventKind, JobState, Principal};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::{
+    Acknowledged, AttemptStart, CancelOutcome, Completion, FailOutcome, NewEvent, RecoverOutcome,
+    Resolution, RetryPolicy, StartOutcome, StartRefusal, StoreError, UnknownBy, Unsuccessful,
+    payload_digest,
+    records::{Exhausted, sibling_discarded, storable, with_member, within_budget},
+    release,
+    statements::{JobHead, Statements, Tx},
+};
+
+/// The state changes every store makes the same way (see the module doc).
+#[async_trait]
+pub trait Transitions: Send + Sync {
+    /// Starts an attempt if the attempt guard allows it, in one atomic step: the job is due,
+    /// its attempt count is the expected one and under `max_attempts`, no attempt of it is
+    /// `starting` or `unknown`, and one is `running` exactly when this start is a hedge.
+    /// The job becomes `running`; `attempt_started` (and `failover` when the provider changes)
+    /// is logged.
+    async fn start_attempt(&self, start: &AttemptStart) -> Result<StartOutcome, StoreError>;
+
+    /// The provider acknowledged a `starting` attempt. Its task id (if any) is stored
+    /// whatever the attempt's state. A `starting` attempt becomes `running` (with
+    /// `hedge_after`, the job becomes due again for a hedge at that time), or `cancelled`
+    /// if its job was cancelled meanwhile ([`Acknowledged::JobCancelled`]: the caller asks
+    /// the provider to cancel). Any other state is [`Acknowledged::NotStarting`]: the
+    /// attempt is no longer the caller's.
+    async fn acknowledge_attempt(
+        &self,
+        attempt_id: Uuid,
+        task_id: Option<&str>,
+        hedge_after: Option<Duration>,
+    ) -> Result<Acknowledged, StoreError>;
+
+    /// Offers an attempt's validated output as the job's result. Exactly one attempt per job
+    /// wins, by `UPDATE … WHERE id = $1 AND version = $2 AND completed_by IS NULL`; any
+    /// other is `discarded` with a `race_lost` event recording only the payload's size and
+    /// hash.
+    async fn complete_attempt(
+        &self,
+        attempt_id: Uuid,
+        output: &Value,
+        by: &Resolution,
+    ) -> Result<Completion, StoreError>;
+
+    /// Records a definite failure (or cancellation). The job goes back to `pending` (due
+    /// after the backoff) while its attempt budget lasts, else `failed`; it stays
+    /// `running`/`unknown` while another attempt is open. An attempt of a cancelled job ends
+    /// `cancelled`.
+    async fn fail_attempt(
+        &self,
+        attempt_id: Uuid,
+        end: Unsuccessful,
+        error: &Value,
+        retry: RetryPolicy,
+        by: &Resolution,
+    ) -> Result<FailOutcome, StoreError>;
+
+    /// A live attempt's outcome became unknown (deadline, lost lease, shutdown): it blocks new
+    /// attempts until resolved. `why` (`{"reason": …}`, with operator-only details under
+    /// `internal`) becomes the attempt's error and its event's detail. If the job already
+    /// has a winner (or was cancelled), the attempt is `discarded` instead. A rescuer
+    /// ([`UnknownBy::Rescuer`]) acts only if the lease is still expired (or the deadline long
+    /// past) when the update runs. Returns whether it became `unknown`.
+    async fn mark_unknown(
+        &self,
+        attempt_id: Uuid,
+        why: &Value,
+        by: UnknownBy,
+    ) -> Result<bool, StoreError>;
+
+    /// Settles a `pending` job with no open attempt and no attempt budget left under
+    /// `max_attempts` (lowered since it last ran) as `failed`, with an `exhausted` event
+    /// saying why. False if the job is not in that situation.
+    async fn settle_exhausted(&self, job_id: Uuid, max_attempts: u32) -> Result<bool, StoreError>;
+
+    /// Cancels the owner's job unless it already succeeded or failed: its `unknown` attempts
+    /// become `cancelled`, and its live attempts are returned so their provider can be asked
+    /// to cancel. Cancelling a cancelled job again answers it unchanged. `None` if the job is
+    /// not the owner's.
+    async fn cancel_job(
+        &self,
+        owner: &Principal,
+        job_id: Uuid,
+        actor: &str,
+    ) -> Result<Option<CancelOutcome>, StoreError>;
+
+    /// Controlled recovery of the owner's `failed` job: back to `pending`, due now, version
+    /// bumped, with a fresh attempt budget; a `recovered` event names the actor.
+    async fn recover_job(
+        &self,
+        owner: &Principal,
+        job_id: Uuid,
+        actor: &str,
+    ) -> Result<Option<RecoverOutcome>, StoreError>;
+}
+
+#[async_trait]
+impl<S: Statements> Transitions for S {
+    async fn start_attempt(&self, start: &AttemptStart) -> Result<StartOutcome, StoreError> {
+        let mut tx = self.begin().await?;
+        let Some((job, due)) = S::lock_due_job(&mut tx, start.job_id).await? else {
+            let exists = S::job_exists(&mut tx, start.job_id).await?;
+            let refusal = if exists {
+                StartRefusal::Busy
+            } else {
+                StartRefusal::NotFound
+            };
+            return release(tx, StartOutcome::Refused(refusal)).await;
+        };
+        if job.state.is_terminal() || !due {
+            return release(tx, StartOutcome::Refused(StartRefusal::NotDue(job.state))).await;
+        }
+        if job.attempts != start.expected_attempts {
+            return release(tx, StartOutcome::Refused(StartRefusal::Stale)).await;
+        }
+        if !within_budget(job.attempts, job.recoveries, start.max_attempts) {
+            return release(tx, StartOutcome::Refused(StartRefusal::Exhausted)).await;
+        }
+        let open = S::open_attempts(&mut tx, start.job_id).await?;
+        if let Some(&(attempt_id, state)) = open.iter().find(|(_, s)| s.blocks_new_attempts()) {
+            let refusal = StartRefusal::Blocked { attempt_id, state };
+            return release(tx, StartOutcome::Refused(refusal)).await;
+        }
+        if open.is_empty() == start.hedge {
+            return release(tx, StartOutcome::Refused(StartRefusal::NotHedgeable)).await;
+        }
+        let previous = S::last_provider(&mut tx, start.job_id).await?;
+        let attempt = S::insert_attempt(&mut tx, start, job.attempts + 1).await?;
+        S::mark_job_started(&mut tx, start.job_id).await?;
+        if let Some(from) = previous.filter(|p| !start.hedge && *p != start.provider) {
+            let detail = json!({ "from": from, "to": start.provider });
+            let failover = event(start.job_id, attempt.id, EventKind::Failover, detail);
+            S::insert_event(&mut tx, &failover).await?;
+        }
+        let detail = json!({ "number": attempt.number, "provider": attempt.provider, "hedge": attempt.hedge });
+        let started = event(start.job_id, attempt.id, EventKind::AttemptStarted, detail);
+        S::insert_event(&mut tx, &started).await?;
+        tx.commit().await?;
+        Ok(StartOutcome::Started(Box::new(attempt)))
+    }
+
+    async fn acknowledge_attempt(
+        &self,
+        attempt_id: Uuid,
+        task_id: Option<&str>,
+        hedge_after: Option<Duration>,
+    ) -> Result<Acknowledged, StoreError> {
+        let mut tx = self.begin().await?;
+        // The job's lock first: a cancellation either committed before (and is seen here) or
+        // waits until the attempt is running, when it returns it as live for an upstream cancel.
+        let job_id = job_of::<S>(&mut tx, attempt_id).await?;
+        let job = locked::<S>(&mut tx, job_id).await?;
+        // The task id is stored whatever the attempt's state: it is what proves what happened.
+        let state = S::keep_task_id(&mut tx, attempt_id, task_id).await?;
+        if state != AttemptState::Starting {
+            tx.commit().await?;
+            return Ok(Acknowledged::NotStarting(state));
+        }
+        if job.state == JobState::Cancelled {
+            S::cancel_acknowledged(&mut tx, attempt_id).await?;
+            let detail = json!({
+                "outcome": "cancelled",
+                "note": "the job was cancelled while the attempt was being sent",
+            });
+            let resolved = event(job_id, attempt_id, EventKind::AttemptResolved, detail);
+            S::insert_event(&mut tx, &resolved).await?;
+            tx.commit().await?;
+            return Ok(Acknowledged::JobCancelled);
+        }
+        S::mark_running(&mut tx, attempt_id).await?;
+        if let Some(after) = hedge_after {
+            S::schedule_hedge(&mut tx, job_id, after).await?;
+        }
+        tx.commit().await?;
+        if hedge_after.is_some() {
+            self.dispatch_changed();
+        }
+        Ok(Acknowledged::Running)
+    }
+
+    async fn complete_attempt(
+        &self,
+        attempt_id: Uuid,
+        output: &Value,
+        by: &Resolution,
+    ) -> Result<Completion, StoreError> {
+        for _ in 0..CAS_ROUNDS {
+            let mut tx = self.begin().await?;
+            let job_id = job_of::<S>(&mut tx, attempt_id).await?;
+            let job = locked::<S>(&mut tx, job_id).await?;
+            let attempt_state = S::attempt_state(&mut tx, attempt_id).await?;
+            if by.only_unknown && attempt_state != AttemptState::Unknown {
+                return release(tx, Completion::NotUnknown(attempt_state)).await;
+            }
+            let winner = job.completed_by;
+            if winner == Some(attempt_id) {
+                // The winner's own answer again (a recording resent after a lost reply, or the
+                // upstream answering twice): it already is the result; no race was lost.
+                return release(tx, Completion::Won).await;
+            }
+            let job_state = job.state;
+            let open = matches!(
+                job_state,
+                JobState::Pending | JobState::Running | JobState::Unknown
+            );
+            if winner.is_some() || !open || attempt_state.is_terminal() {
+                S::discard_attempt(&mut tx, attempt_id).await?;
+                let mut detail = payload_digest(output);
+                detail["winner"] = json!(winner);
+                detail["job_state"] = json!(job_state);
+                detail["note"] = json!(by.note);
+                let lost = by.event(job_id, attempt_id, EventKind::RaceLost, detail);
+                S::insert_event(&mut tx, &lost).await?;
+                tx.commit().await?;
+                return Ok(Completion::Discarded { winner, job_state });
+            }
+            // The compare-and-swap: exactly one attempt ever gets past this.
+            let swapped = S::swap_result(&mut tx, job_id, job.version, output, attempt_id).await?;
+            if !swapped {
+                // The version or the attempt moved under us: read again and decide again.
+                tx.rollback().await?;
+                continue;
+            }
+            // The unknown siblings' outcome no longer matters; left unknown they would wait for
+            // proof (and count as unknown) forever.
+            for sibling in S::discard_unknown_siblings(&mut tx, job_id, attempt_id).await? {
+                let detail = sibling_discarded(attempt_id);
+                let resolved = event(job_id, sibling, EventKind::AttemptResolved, detail);
+                S::insert_event(&mut tx, &resolved).await?;
+            }
+            let mut detail = payload_digest(output);
+            detail["note"] = json!(by.note);
+            let won = by.event(job_id, attempt_id, EventKind::Won, detail);
+            S::insert_event(&mut tx, &won).await?;
+            tx.commit().await?;
+            return Ok(Completion::Won);
+        }
+        Err(StoreError::Contended("completion"))
+    }
+
+    async fn fail_attempt(
+        &self,
+        attempt_id: Uuid,
+        end: Unsuccessful,
+        error: &Value,
+        retry: RetryPolicy,
+        by: &Resolution,
+    ) -> Result<FailOutcome, StoreError> {
+        let error = storable(error);
+        let mut tx = self.begin().await?;
+        let job_id = job_of::<S>(&mut tx, attempt_id).await?;
+        let job = locked::<S>(&mut tx, job_id).await?;
+        let attempt_state = S::attempt_state(&mut tx, attempt_id).await?;
+        if !by.may_end(attempt_state) {
+            return release(tx, FailOutcome::NotOpen(attempt_state)).await;
+        }
+        // An attempt of a cancelled job ends cancelled, whatever its provider said.
+        let end = if job.state == JobState::Cancelled {
+            Unsuccessful::Cancelled
+        } else {
+            end
+        };
+        let end_state = end.state();
+        S::end_attempt(&mut tx, attempt_id, end_state, &error, end.spends_key()).await?;
+        let detail = json!({ "outcome": end_state, "error": &*error, "note": by.note });
+        let resolved = by.event(job_id, attempt_id, EventKind::AttemptResolved, detail);
+        S::insert_event(&mut tx, &resolved).await?;
+        let state = settle_job::<S>(&mut tx, &job, job_id, Some(retry), Some(&error)).await?;
+        tx.commit().await?;
+        if state == JobState::Pending {
+            self.dispatch_changed();
+        }
+        Ok(FailOutcome::Recorded(state))
+    }
+
+    async fn mark_unknown(
+        &self,
+        attempt_id: Uuid,
+        why: &Value,
+        by: UnknownBy,
+    ) -> Result<bool, StoreError> {
+        let why = storable(why);
+        let mut tx = self.begin().await?;
+        let job_id = job_of::<S>(&mut tx, attempt_id).await?;
+        let job = locked::<S>(&mut tx, job_id).await?;
+        // A rescuer acts only on a lease that is still expired now: a renewal that got the row
+        // first (or the attempt's own worker) keeps it.
+        let grace = match by {
+            UnknownBy::Worker => None,
+            UnknownBy::Rescuer { grace } => Some(grace),
+        };
+        if job.completed_by.is_some() || job.state == JobState::Cancelled {
+            // The job is settled: this attempt's outcome no longer matters to it.
+            let error = with_member(&why, "job_state", json!(job.state));
+            if S::discard_live(&mut tx, attempt_id, &error, grace).await? {
+                let detail = with_member(&why, "outcome", json!("discarded"));
+                let detail = with_member(&detail, "job_state", json!(job.state));
+                let resolved = event(job_id, attempt_id, EventKind::AttemptResolved, detail);
+                S::insert_event(&mut tx, &resolved).await?;
+            }
+            tx.commit().await?;
+            return Ok(false);
+        }
+        if !S::make_unknown(&mut tx, attempt_id, &why, grace).await? {
+            return release(tx, false).await;
+        }
+        let unknown = event(
+            job_id,
+            attempt_id,
+            EventKind::AttemptUnknown,
+            why.into_owned(),
+        );
+        S::insert_event(&mut tx, &unknown).await?;
+        settle_job::<S>(&mut tx, &job, job_id, None, None).await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn settle_exhausted(&self, job_id: Uuid, max_attempts: u32) -> Result<bool, StoreError> {
+        let mut tx = self.begin().await?;
+        let Some(job) = S::lock_job(&mut tx, job_id).await? else {
+            return release(tx, false).await;
+        };
+        let open = S::open_attempts(&mut tx, job_id).await?;
+        if job.state != JobState::Pending
+            || !open.is_empty()
+            || within_budget(job.attempts, job.recoveries, max_attempts)
+        {
+            return release(tx, false).await;
+        }
+        let exhausted = Exhausted::new(job_id, job.attempts, max_attempts);
+        S::fail_job(&mut tx, job_id, &exhausted.job_error()).await?;
+        S::insert_event(&mut tx, &exhausted.event()).await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn cancel_job(
+        &self,
+        owner: &Principal,
+        job_id: Uuid,
+        actor: &str,
+    ) -> Result<Option<CancelOutcome>, StoreError> {
+        let mut tx = self.begin().await?;
+        let Some(job) = S::lock_owned_job(&mut tx, owner, job_id).await? else {
+            return release(tx, None).await;
+        };
+        match job.state {
+            JobState::Succeeded | JobState::Failed => {
+                return release(tx, Some(CancelOutcome::Final(job))).await;
+            }
+            JobState::Cancelled => {
+                let unchanged = CancelOutcome::Cancelled {
+                    job,
+                    live: Vec::new(),
+                };
+                return release(tx, Some(unchanged)).await;
+            }
+            JobState::Pending | JobState::Running | JobState::Unknown => {}
+        }
+        for attempt_id in S::cancel_job_row(&mut tx, job_id).await? {
+            let detail = json!({ "outcome": "cancelled", "note": "the job was cancelled" });
+            let mut event = job_event(job_id, EventKind::AttemptResolved, actor, detail);
+            event.attempt_id = Some(attempt_id);
+            S::insert_event(&mut tx, &event).await?;
+        }
+        let live = S::live_attempts(&mut tx, job_id).await?;
+        let detail = json!({ "from": job.state, "live_attempts": live.len() });
+        S::insert_event(
+            &mut tx,
+            &job_event(job_id, EventKind::Cancelled, actor, detail),
+        )
+        .await?;
+        let job = S::reload_job(&mut tx, job_id).await?;
+        tx.commit().await?;
+        Ok(Some(CancelOutcome::Cancelled { job, live }))
+    }
+
+    async fn recover_job(
+        &self,
+        owner: &Principal,
+        job_id: Uuid,
+        actor: &str,
+    ) -> Result<Option<RecoverOutcome>, StoreError> {
+        let mut tx = self.begin().await?;
+        let Some(job) = S::lock_owned_job(&mut tx, owner, job_id).await? else {
+            return release(tx, None).await;
+        };
+        if job.state != JobState::Failed {
+            return release(tx, Some(RecoverOutcome::NotFailed(job))).await;
+        }
+        S::recover_job_row(&mut tx, job_id).await?;
+        let detail = json!({ "generation": job.recoveries + 1, "previous_error": job.error });
+        S::insert_event(
+            &mut tx,
+            &job_event(job_id, EventKind::Recovered, actor, detail),
+        )
+        .await?;
+        let job = S::reload_job(&mut tx, job_id).await?;
+        tx.commit().await?;
+        self.dispatch_changed();
+        Ok(Some(RecoverOutcome::Recovered(job)))
+    }
+}
+
+/// How many times a completion re-reads the job when its version moved for another reason.
+const CAS_ROUNDS: usize = 16;
+
+fn event(job_id: Uuid, attempt_id: Uuid, kind: EventKind, detail: Value) -> NewEvent {
+    NewEvent {
+        job_id,
+        attempt_id: Some(attempt_id),
+        kind,
+        actor: None,
+        detail,
+    }
+}
+
+/// The job of an attempt; a missing attempt is a corrupt reference.
+async fn job_of<S: Statements>(tx: &mut Tx<S>, attempt_id: Uuid) -> Result<Uuid, StoreError> {
+    S::job_of(tx, attempt_id)
+        .await?
+        .ok_or_else(|| StoreError::Corrupt(format!("no attempt {attempt_id}")))
+}
+
+/// The job's lock and head; the job of an existing attempt always exists.
+async fn locked<S: Statements>(tx: &mut Tx<S>, job_id: Uuid) -> Result<JobHead, StoreError> {
+    S::lock_job(tx, job_id)
+        .await?
+        .ok_or_else(|| StoreError::Corrupt(format!("no job {job_id}")))
+}
+
+/// Recomputes a job's state from its attempts after one of them changed. Leaves succeeded
+/// and cancelled jobs alone. `retry` decides whether a job with nothing open goes back to
+/// `pending` (and when) or `failed` (with `error`).
+async fn settle_job<S: Statements>(
+    tx: &mut Tx<S>,
+    job: &JobHead,
+    job_id: Uuid,
+    retry: Option<RetryPolicy>,
+    error: Option<&Value>,
+) -> Result<JobState, StoreError> {
+    if matches!(job.state, JobState::Succeeded | JobState::Cancelled) {
+        return Ok(job.state);
+    }
+    let states = S::attempt_states(tx, job_id).await?;
+    let may_retry =
+        retry.is_some_and(|r| within_budget(job.attempts, job.recoveries, r.max_attempts));
+    let next = JobState::settle(states, may_retry);
+    let backoff = retry.map(|r| r.backoff).unwrap_or_default();
+    let job_error = (next == JobState::Failed).then(|| {
+        json!({ "message": "no attempt succeeded", "attempts": job.attempts, "last_error": error })
+    });
+    S::set_job_state(tx, job_id, next, backoff, job_error.as_ref()).await?;
+    Ok(next)
+}
+
+fn job_event(job_id: Uuid, kind: EventKind, actor: &str, detail: Value) -> NewEvent {
+    NewEvent {
+        job_id,
+        attempt_id: None,
+        kind,
+        actor: Some(actor.to_owned()),
+        detail,
+    }
+}
