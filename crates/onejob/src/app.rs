@@ -67,13 +67,20 @@ impl App {
         let limits = ParamsLimits {
             max_depth: config.max_params_depth,
         };
-        let jobs = Jobs::new(store.clone(), kinds, limits);
+        let hub = crate::gateway::Hub::default();
+        let jobs = Jobs::new(
+            store.clone(),
+            kinds,
+            limits,
+            providers.clone(),
+            hub.watch.clone(),
+        );
         Ok(App {
             config,
             store,
             jobs,
             providers,
-            hub: crate::gateway::Hub::default(),
+            hub,
         })
     }
 
@@ -135,7 +142,6 @@ impl App {
         Arc::new(AppState {
             jobs: self.jobs.clone(),
             max_body_bytes: self.config.max_body_bytes,
-            providers: self.providers.clone(),
             keys: crate::api_key::KeyRing::with_ttl(
                 self.store.clone(),
                 self.config.http.key_cache_ttl,

@@ -7,8 +7,10 @@
 //! Layout:
 //! * [`onejob_domain`] (its own crate): states, keys, fingerprints; no I/O.
 //! * [`store`]: the one storage trait, with PostgreSQL and SQLite beside each other.
-//! * [`jobs`]: the use cases (submit, read) over a store.
-//! * [`http`]: the HTTP API, a thin adapter over [`jobs`].
+//! * [`jobs`]: the use cases over a store (submit, read, cancel, retry, resolve, listings,
+//!   certificates, health), answering typed domain errors.
+//! * [`http`]: the HTTP API and the dashboard, a thin adapter over [`jobs`]: it never sees
+//!   the store.
 //! * [`config`] and [`kind`]: the TOML configuration and the compiled job kinds.
 //! * [`api_key`]: issuing and checking API keys.
 //! * [`fault`]: off-by-default fault injection for the fault suite (`ONEJOB_FAULT`).

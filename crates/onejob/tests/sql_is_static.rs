@@ -8,22 +8,13 @@
 //! database set-up may use it for `CREATE DATABASE`), and no `format!` whose text starts
 //! like a SQL statement.
 
+mod sources;
+
 use std::path::{Path, PathBuf};
 
 const SQL_STARTS: [&str; 8] = [
     "SELECT ", "INSERT ", "UPDATE ", "DELETE ", "CREATE ", "ALTER ", "DROP ", "WITH ",
 ];
-
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            sources(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
 
 /// Every `.rs` file under `crates/*/src`.
 fn service_sources() -> Vec<PathBuf> {
@@ -32,7 +23,7 @@ fn service_sources() -> Vec<PathBuf> {
     for krate in std::fs::read_dir(&crates).unwrap().flatten() {
         let src = krate.path().join("src");
         if src.is_dir() {
-            sources(&src, &mut files);
+            files.extend(sources::rust_files(&src));
         }
     }
     assert!(files.len() > 50, "found the sources: {}", files.len());
@@ -63,13 +54,7 @@ fn offences(text: &str) -> Vec<(usize, String)> {
 
 #[test]
 fn no_sql_is_built_by_string_formatting() {
-    let mut all = Vec::new();
-    for file in service_sources() {
-        let text = std::fs::read_to_string(&file).unwrap();
-        for (line, code) in offences(&text) {
-            all.push(format!("{}:{line}: {code}", file.display()));
-        }
-    }
+    let all = sources::offending(service_sources(), offences);
     assert!(
         all.is_empty(),
         "SQL built from strings:\n{}",

@@ -1,8 +1,8 @@
 //! `POST /v1/attempts/{id}/resolve`: an operator's out-of-band resolution of an `unknown`
-//! attempt (operator keys only, within their tenant). A claimed success carries the result,
-//! validated like any output and offered through the same compare-and-swap; every
-//! resolution is an event naming the operator. [`resolve_unknown`] is shared with the
-//! dashboard's resolve form.
+//! attempt (operator keys only, within their tenant), an adapter over
+//! [`crate::jobs::resolution`] (which owns what resolving does). [`resolve_unknown`] is
+//! shared with the dashboard's resolve form: it checks the caller is an operator, calls the
+//! use case and turns its refusals into problems.
 
 use std::sync::Arc;
 
@@ -12,9 +12,8 @@ use axum::{
     extract::{Path, State},
     http::HeaderMap,
 };
-use onejob_domain::AttemptState;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 use uuid::Uuid;
 
 use super::{
@@ -26,10 +25,7 @@ use super::{
     problem::{Problem, ProblemType},
     view::{AttemptView, Audience, JobView},
 };
-use crate::{
-    outcome::{self, Offered},
-    store::{FailOutcome, Resolution, Unsuccessful},
-};
+use crate::jobs::resolution::{self, OutOfBand, ResolveError};
 
 /// What an operator establishes about an unknown attempt.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -69,12 +65,33 @@ pub struct Resolved {
     pub job: Option<JobView>,
 }
 
-fn not_unknown(state: AttemptState) -> Problem {
-    Problem::new(
-        ProblemType::InvalidState,
-        format!("only an unknown attempt is resolved out of band; this one is {state}"),
-    )
-    .with("state", state.as_str())
+impl From<Outcome> for resolution::Outcome {
+    fn from(outcome: Outcome) -> Self {
+        match outcome {
+            Outcome::Succeeded => resolution::Outcome::Succeeded,
+            Outcome::Failed => resolution::Outcome::Failed,
+            Outcome::Cancelled => resolution::Outcome::Cancelled,
+        }
+    }
+}
+
+impl From<ResolveError> for Problem {
+    fn from(error: ResolveError) -> Self {
+        let detail = error.to_string();
+        match error {
+            ResolveError::NotFound => Problem::not_found("attempt"),
+            ResolveError::NotUnknown { state } => {
+                Problem::new(ProblemType::InvalidState, detail).with("state", state.as_str())
+            }
+            ResolveError::KindGone { .. } => Problem::new(ProblemType::InvalidState, detail),
+            ResolveError::ResultMissing | ResolveError::ResultUnexpected => {
+                Problem::new(ProblemType::InvalidRequest, detail)
+            }
+            ResolveError::ResultInvalid(errors) => Problem::new(ProblemType::ResultInvalid, detail)
+                .with("errors", serde_json::to_value(errors).unwrap_or_default()),
+            ResolveError::Store(error) => error.into(),
+        }
+    }
 }
 
 /// `POST /v1/attempts/{id}/resolve`: settle an unknown attempt out of band (operator keys).
@@ -125,10 +142,9 @@ pub async fn resolve(
         .map(Json)
 }
 
-/// Resolves an `unknown` attempt for an operator: the one code path behind both
-/// `POST /v1/attempts/{id}/resolve` and the dashboard's resolve form. Operator keys only,
-/// within their tenant; a claimed success is validated like any output and offered through
-/// the same compare-and-swap as a live result.
+/// Resolves an `unknown` attempt for an operator ([`crate::jobs::Jobs::resolve`]): the one
+/// code path behind both `POST /v1/attempts/{id}/resolve` and the dashboard's resolve form.
+/// Operator keys only, within their tenant.
 pub async fn resolve_unknown(
     state: &AppState,
     caller: &Caller,
@@ -136,75 +152,20 @@ pub async fn resolve_unknown(
     request: ResolveBody,
 ) -> Result<Resolved, Problem> {
     caller.require_operator()?;
-    let store = state.jobs.store();
-    let (attempt, job) = store
-        .attempt_in_tenant(&caller.principal.tenant, attempt_id)
-        .await?
-        .ok_or_else(|| Problem::not_found("attempt"))?;
-    if attempt.state != AttemptState::Unknown {
-        return Err(not_unknown(attempt.state));
-    }
-    let kind = state.jobs.kinds().get(&job.kind).cloned().ok_or_else(|| {
-        Problem::new(
-            ProblemType::InvalidState,
-            format!("the job's kind {:?} is no longer configured", job.kind),
-        )
-    })?;
-    let note = request
-        .reason
-        .clone()
-        .unwrap_or_else(|| "resolved by an operator".to_owned());
-    let by = Resolution::of_unknown(caller.actor(), note.clone());
-    let verdict = match request.outcome {
-        Outcome::Succeeded => {
-            let Some(result) = request.result else {
-                return Err(Problem::new(
-                    ProblemType::InvalidRequest,
-                    "a succeeded resolution carries the attempt's `result`",
-                ));
-            };
-            if let Err(errors) = kind.check_output(&result) {
-                return Err(Problem::new(
-                    ProblemType::ResultInvalid,
-                    "the result does not pass the kind's output schema; nothing was changed",
-                )
-                .with("errors", serde_json::to_value(errors).unwrap_or_default()));
-            }
-            match outcome::offer(&**store, &kind, &attempt, &result, &by).await? {
-                Offered::Won => "won",
-                Offered::Discarded => "discarded",
-                Offered::NotUnknown(state) => return Err(not_unknown(state)),
-                Offered::Invalid(_) => "failed",
-            }
-        }
-        Outcome::Failed | Outcome::Cancelled => {
-            if request.result.is_some() {
-                return Err(Problem::new(
-                    ProblemType::InvalidRequest,
-                    "only a succeeded resolution carries a `result`",
-                ));
-            }
-            let end = match request.outcome {
-                Outcome::Cancelled => Unsuccessful::Cancelled,
-                _ => Unsuccessful::Failed,
-            };
-            let error = json!({ "message": note, "resolved_by": caller.actor() });
-            match outcome::fail(&**store, &kind, &attempt, end, error, &by).await? {
-                FailOutcome::Recorded(_) => "recorded",
-                FailOutcome::NotOpen(state) => return Err(not_unknown(state)),
-            }
-        }
+    let asked = OutOfBand {
+        outcome: request.outcome.into(),
+        result: request.result,
+        reason: request.reason,
     };
-    state.hub.watch.changed(job.id);
-    let attempts = store.job_attempts(job.id).await?;
-    let attempt = attempts
-        .into_iter()
-        .find(|a| a.id == attempt_id)
-        .map(|a| AttemptView::seen_by(a, Audience::Operator));
-    let job = store.job(&job.owner, job.id).await?.map(JobView::from);
+    let resolved = state
+        .jobs
+        .resolve(&caller.principal.tenant, &caller.actor(), attempt_id, asked)
+        .await?;
     Ok(Resolved {
-        outcome: verdict,
-        attempt,
-        job,
+        outcome: resolved.verdict.as_str(),
+        attempt: resolved
+            .attempt
+            .map(|a| AttemptView::seen_by(a, Audience::Operator)),
+        job: resolved.job.map(JobView::from),
     })
 }

@@ -1,6 +1,7 @@
 //! `GET /v1/certificates`: the `onejob verify` runs, newest first and paged, with whether
-//! each certifies its provider now (see [`crate::certification`]). Certificates describe
-//! the deployment's providers, not a tenant's jobs: operator keys only.
+//! each certifies its provider now, an adapter over [`crate::jobs::certificates`].
+//! Certificates describe the deployment's providers, not a tenant's jobs: operator keys
+//! only.
 
 use std::{collections::HashMap, sync::Arc};
 
@@ -20,7 +21,7 @@ use super::{
     openapi,
     problem::{Problem, ProblemType},
 };
-use crate::certification::Certified;
+use crate::{jobs::certificates::Certificate, store::StoreError};
 
 /// Runs one page of `GET /v1/certificates` returns unless told otherwise.
 pub const CERTIFICATES_PAGE: u32 = 100;
@@ -108,25 +109,19 @@ pub async fn list(
     }))
 }
 
-/// Up to `limit` runs older than `before`, newest first, and the `next_before` after them.
-/// Validity is decided over every stored run ([`Certified::load`], as failover does), so a
-/// run's `valid` does not depend on which page shows it.
+/// Up to `limit` runs older than `before`, newest first, and the `next_before` after them
+/// ([`crate::jobs::Jobs::certificates_page`]), as the API shows them.
 pub async fn page(
     state: &AppState,
     before: Option<Uuid>,
     limit: u32,
-) -> Result<(Vec<CertificateView>, Option<Uuid>), crate::store::StoreError> {
-    let store = state.jobs.store();
-    // One more than asked: whether it came tells whether there is a next page.
-    let mut records = store.certificates_page(before, limit + 1).await?;
-    let more = records.len() > limit as usize;
-    records.truncate(limit as usize);
-    let next_before = more.then(|| records.last().map(|c| c.id)).flatten();
-    let certified = Certified::load(&**store, state.jobs.kinds(), state.providers.hashes()).await?;
-    let views = records
+) -> Result<(Vec<CertificateView>, Option<Uuid>), StoreError> {
+    let page = state.jobs.certificates_page(before, limit).await?;
+    let views = page
+        .certificates
         .into_iter()
-        .map(|c| CertificateView {
-            valid: certified.is_valid(&c),
+        .map(|Certificate { record: c, valid }| CertificateView {
+            valid,
             id: c.id,
             provider: c.provider,
             kind: c.kind,
@@ -138,5 +133,5 @@ pub async fn page(
             report: c.report,
         })
         .collect();
-    Ok((views, next_before))
+    Ok((views, page.next_before))
 }

@@ -36,8 +36,7 @@ pub async fn healthz() -> Json<Value> {
     )
 )]
 pub async fn readyz(State(state): State<Arc<AppState>>) -> Result<Json<Value>, Problem> {
-    let store = state.jobs.store();
-    store.ping().await.map_err(|error| {
+    let backend = state.jobs.ping().await.map_err(|error| {
         let mut problem = Problem::new(
             ProblemType::Unavailable,
             format!("the database does not answer: {error}"),
@@ -45,7 +44,5 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Result<Json<Value>, P
         problem.retry_after = Some(1);
         problem
     })?;
-    Ok(Json(
-        json!({ "status": "ready", "database": store.backend() }),
-    ))
+    Ok(Json(json!({ "status": "ready", "database": backend })))
 }

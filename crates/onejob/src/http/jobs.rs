@@ -1,4 +1,5 @@
-//! `/v1/jobs` handlers: a thin adapter from HTTP to [`crate::jobs::Jobs`].
+//! `/v1/jobs` and `/v1/attempts` handlers: a thin adapter from HTTP to [`crate::jobs::Jobs`]
+//! (intake and reads) and [`crate::jobs::listing`] (the listings and their pages).
 
 use std::{collections::HashMap, sync::Arc};
 
@@ -26,7 +27,7 @@ use super::{
     },
 };
 use crate::{
-    jobs::{Submission, SubmitError, Submitted},
+    jobs::{Submission, SubmitError, Submitted, listing::ListingError},
     store::{JobFilter, JobRecord, Scope},
 };
 
@@ -259,18 +260,10 @@ async fn list(
     query: &HashMap<String, String>,
 ) -> Result<Response, Problem> {
     let filter = listing_filter(query)?;
-    let jobs = state
-        .jobs
-        .store()
-        .list_jobs(&caller.principal, &filter)
-        .await?;
-    let next_before = (jobs.len() == filter.limit as usize)
-        .then(|| jobs.last().map(|j| j.id))
-        .flatten();
-    let views: Vec<JobView> = jobs.into_iter().map(JobView::from).collect();
+    let page = state.jobs.jobs_page(&caller.principal, &filter).await?;
     Ok(Json(JobList {
-        jobs: views,
-        next_before,
+        jobs: page.jobs.into_iter().map(JobView::from).collect(),
+        next_before: page.next_before,
     })
     .into_response())
 }
@@ -348,11 +341,7 @@ pub async fn list_attempts(
         tenant: caller.principal.tenant.clone(),
         user: (!caller.operator).then(|| caller.principal.user.clone()),
     };
-    let attempts = state
-        .jobs
-        .store()
-        .list_attempts(&scope, wanted, limit)
-        .await?;
+    let attempts = state.jobs.attempts_in(&scope, wanted, limit).await?;
     Ok(Json(AttemptList {
         attempts: attempts
             .into_iter()
@@ -406,22 +395,18 @@ pub async fn events(
             )
         })?;
     let limit = page_limit(&query, EVENTS_PAGE)?;
-    // One more than asked: whether it came tells whether there is a next page.
-    let mut events = state
+    let page = state
         .jobs
-        .events(&caller.principal, job_id, after, limit + 1)
-        .await?
-        .ok_or_else(|| Problem::not_found("job"))?;
-    let more = events.len() > limit as usize;
-    events.truncate(limit as usize);
-    let next_after = more.then(|| events.last().map(|e| e.id)).flatten();
+        .events_page(&caller.principal, job_id, after, limit)
+        .await?;
     Ok(Json(EventsView {
         job_id,
-        events: events
+        events: page
+            .events
             .into_iter()
             .map(|e| EventView::seen_by(e, Audience::of(caller.operator)))
             .collect(),
-        next_after,
+        next_after: page.next_after,
     }))
 }
 
@@ -446,12 +431,7 @@ pub async fn attempts(
     Path(id): Path<String>,
 ) -> Result<Json<AttemptsView>, Problem> {
     let job_id = parse_id(&id)?;
-    let attempts = state
-        .jobs
-        .store()
-        .attempts(&caller.principal, job_id)
-        .await?
-        .ok_or_else(|| Problem::not_found("job"))?;
+    let attempts = state.jobs.attempts_of(&caller.principal, job_id).await?;
     Ok(Json(AttemptsView {
         job_id,
         attempts: attempts
@@ -459,6 +439,15 @@ pub async fn attempts(
             .map(|a| AttemptView::seen_by(a, Audience::of(caller.operator)))
             .collect(),
     }))
+}
+
+impl From<ListingError> for Problem {
+    fn from(error: ListingError) -> Self {
+        match error {
+            ListingError::NotFound => Problem::not_found("job"),
+            ListingError::Store(error) => error.into(),
+        }
+    }
 }
 
 /// A job view with `Retry-After` while the job is not terminal. Records the job id on the

@@ -1,7 +1,6 @@
 //! `POST /v1/jobs/{id}/cancel` and `POST /v1/jobs/{id}/retry`: the owner's controls over a
-//! job's life. Cancelling asks live attempts' providers to cancel upstream where they can;
-//! results that still arrive are discarded and recorded. Retrying recovers a `failed` job
-//! on the same job (never a new one).
+//! job's life, an adapter over [`crate::jobs::lifecycle`] (which owns what cancelling and
+//! retrying do); here the refusals become problems.
 
 use std::sync::Arc;
 
@@ -19,7 +18,7 @@ use super::{
     problem::{Problem, ProblemType},
     view,
 };
-use crate::store::{AttemptRecord, CancelOutcome, RecoverOutcome};
+use crate::jobs::lifecycle::{CancelError, RetryError};
 
 /// `POST /v1/jobs/{id}/cancel`: cancel a job that has not finished.
 ///
@@ -46,39 +45,22 @@ pub async fn cancel(
     Path(id): Path<String>,
 ) -> Result<Response, Problem> {
     let id = parse_id(&id)?;
-    let outcome = state
+    let job = state
         .jobs
-        .store()
-        .cancel_job(&caller.principal, id, &caller.actor())
-        .await?
-        .ok_or_else(|| Problem::not_found("job"))?;
-    match outcome {
-        CancelOutcome::Final(job) => Err(Problem::new(
-            ProblemType::InvalidState,
-            format!("the job already {}; there is nothing to cancel", job.state),
-        )
-        .with("state", job.state.as_str())),
-        CancelOutcome::Cancelled { job, live } => {
-            state.hub.watch.changed(job.id);
-            for attempt in live {
-                tokio::spawn(cancel_upstream(state.clone(), attempt));
-            }
-            Ok(job_response(StatusCode::OK, job))
-        }
-    }
+        .cancel(&caller.principal, id, &caller.actor())
+        .await?;
+    Ok(job_response(StatusCode::OK, job))
 }
 
-/// Asks an attempt's provider to cancel its task, where it has one and the API can.
-async fn cancel_upstream(state: Arc<AppState>, attempt: AttemptRecord) {
-    let (Some(task_id), Some(provider)) =
-        (&attempt.task_id, state.providers.get(&attempt.provider))
-    else {
-        return;
-    };
-    match provider.cancel(task_id).await {
-        Ok(()) => tracing::info!(attempt = %attempt.id, %task_id, "asked the provider to cancel"),
-        Err(error) => {
-            tracing::warn!(attempt = %attempt.id, %task_id, %error, "upstream cancel failed");
+impl From<CancelError> for Problem {
+    fn from(error: CancelError) -> Self {
+        match error {
+            CancelError::NotFound => Problem::not_found("job"),
+            CancelError::Finished { state } => {
+                Problem::new(ProblemType::InvalidState, error.to_string())
+                    .with("state", state.as_str())
+            }
+            CancelError::Store(error) => error.into(),
         }
     }
 }
@@ -108,21 +90,22 @@ pub async fn retry(
     Path(id): Path<String>,
 ) -> Result<Response, Problem> {
     let id = parse_id(&id)?;
-    let outcome = state
+    let job = state
         .jobs
-        .store()
-        .recover_job(&caller.principal, id, &caller.actor())
-        .await?
-        .ok_or_else(|| Problem::not_found("job"))?;
-    match outcome {
-        RecoverOutcome::Recovered(job) => Ok(job_response(StatusCode::OK, job)),
-        RecoverOutcome::NotFailed(job) => Err(Problem::new(
-            ProblemType::InvalidState,
-            format!(
-                "only a failed job can be retried; this one is {}",
-                job.state
-            ),
-        )
-        .with("state", job.state.as_str())),
+        .retry(&caller.principal, id, &caller.actor())
+        .await?;
+    Ok(job_response(StatusCode::OK, job))
+}
+
+impl From<RetryError> for Problem {
+    fn from(error: RetryError) -> Self {
+        match error {
+            RetryError::NotFound => Problem::not_found("job"),
+            RetryError::NotFailed { state } => {
+                Problem::new(ProblemType::InvalidState, error.to_string())
+                    .with("state", state.as_str())
+            }
+            RetryError::Store(error) => error.into(),
+        }
     }
 }

@@ -22,7 +22,7 @@ use crate::{store::Chain, telemetry};
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String)),
 )]
 pub async fn render(State(state): State<Arc<AppState>>) -> Response {
-    match state.jobs.store().count_unknown().await {
+    match state.jobs.count_unknown().await {
         Ok(count) => telemetry::unknown_attempts(count),
         Err(error) => tracing::warn!(error = %Chain(&error), "counting unknown attempts failed"),
     }

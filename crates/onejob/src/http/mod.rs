@@ -1,5 +1,7 @@
 //! The HTTP API (DESIGN §4): routes, shared state and the error and panic handling around
-//! them. Handlers stay thin: they parse, call [`crate::jobs::Jobs`], and shape the answer.
+//! them. Handlers stay thin: they parse, call [`crate::jobs::Jobs`], map its domain errors
+//! to problems and shape the answer. The store is not reachable from here: every read and
+//! change goes through a use case.
 
 mod attempts;
 mod auth;
@@ -33,7 +35,7 @@ pub use jobs::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
 pub use problem::{Problem, ProblemType};
 pub use view::{AttemptView, Audience, EventView, JobView, poll_after_ms};
 
-use crate::{api_key::KeyRing, jobs::Jobs, provider::Providers};
+use crate::{api_key::KeyRing, jobs::Jobs};
 
 /// What every handler shares.
 pub struct AppState {
@@ -41,8 +43,6 @@ pub struct AppState {
     pub jobs: Jobs,
     /// Largest request body accepted.
     pub max_body_bytes: usize,
-    /// The providers (to cancel upstream).
-    pub providers: Providers,
     /// API keys, cached.
     pub keys: KeyRing,
     /// How long one request may take, body upload included ([`deadline`]).

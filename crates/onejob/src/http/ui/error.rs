@@ -11,6 +11,7 @@ use axum::{
 use super::chrome::Chrome;
 use crate::{
     http::{Problem, ProblemType},
+    jobs::listing::ListingError,
     store::StoreError,
 };
 
@@ -40,6 +41,12 @@ impl From<Problem> for PageError {
 
 impl From<StoreError> for PageError {
     fn from(error: StoreError) -> Self {
+        Self::Problem(error.into())
+    }
+}
+
+impl From<ListingError> for PageError {
+    fn from(error: ListingError) -> Self {
         Self::Problem(error.into())
     }
 }

@@ -1,6 +1,6 @@
-//! `GET /ui/jobs/{id}`: one of the signed-in user's jobs: its view, its attempts drawn as a
-//! timeline ([`Timeline`]) and listed, and its event log (the first [`EVENTS`] entries, with
-//! a note when there are more). Another principal's job is a 404 page, exactly as
+//! `GET /ui/jobs/{id}`: one of the signed-in user's jobs ([`crate::jobs::Jobs::job_detail`]):
+//! its view, its attempts drawn as a timeline ([`Timeline`]) and listed, and its event log
+//! (the first [`EVENTS`] entries, with a note when there are more). Another principal's job is a 404 page, exactly as
 //! `GET /v1/jobs/{id}` answers.
 
 use std::{collections::HashMap, sync::Arc};
@@ -21,7 +21,10 @@ use super::{
     session::Session,
     timeline::Timeline,
 };
-use crate::http::{AppState, Audience, Problem, jobs::parse_id, view::without_internal};
+use crate::{
+    http::{AppState, Audience, jobs::parse_id, view::without_internal},
+    jobs::listing::{EventsPage, JobDetail},
+};
 
 /// Most events the job page shows (the first ones; the API pages through the rest).
 pub const EVENTS: u32 = crate::http::jobs::MAX_PAGE;
@@ -120,21 +123,14 @@ pub async fn show(
 ) -> Result<Html<String>, PageError> {
     let id = parse_id(&id)?;
     let owner = &session.caller.principal;
-    let store = state.jobs.store();
-    let job = store
-        .job(owner, id)
-        .await?
-        .ok_or_else(|| Problem::not_found("job"))?;
-    let attempts = store.attempts(owner, id).await?.unwrap_or_default();
-    // The log grows with every replay: the page shows its first EVENTS events and says
-    // where the rest can be read.
-    let mut events = store
-        .events(owner, id, None, EVENTS + 1)
-        .await?
-        .unwrap_or_default();
-    let more_events = events.len() > EVENTS as usize;
-    events.truncate(EVENTS as usize);
-    let events_after = more_events.then(|| events.last().map(|e| e.id)).flatten();
+    let JobDetail {
+        job,
+        attempts,
+        events: EventsPage {
+            events,
+            next_after: events_after,
+        },
+    } = state.jobs.job_detail(owner, id, EVENTS).await?;
     let succeeded = job.state == JobState::Succeeded;
     let winner = job.completed_by.filter(|_| succeeded);
     let timeline = Timeline::new(&attempts, winner, OffsetDateTime::now_utc());

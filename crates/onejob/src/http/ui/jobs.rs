@@ -1,5 +1,6 @@
 //! `GET /ui/jobs`: the signed-in user's jobs, newest first, filtered by state and kind and
-//! paged (`before` = the last job of the previous page), through [`crate::store::Listings::list_jobs`].
+//! paged (`before` = the last job of the previous page), through
+//! [`crate::jobs::Jobs::jobs_page`].
 
 use std::{collections::HashMap, sync::Arc};
 
@@ -92,25 +93,22 @@ pub async fn list(
         before,
         limit: PAGE,
     };
-    let jobs = state
+    let page = state
         .jobs
-        .store()
-        .list_jobs(&session.caller.principal, &filter)
+        .jobs_page(&session.caller.principal, &filter)
         .await?;
-    let next = (jobs.len() == PAGE as usize)
-        .then(|| jobs.last())
-        .flatten()
-        .map(|last| {
-            let mut query = url::form_urlencoded::Serializer::new(String::new());
-            if let Some(s) = wanted_state {
-                query.append_pair("state", s.as_str());
-            }
-            if let Some(k) = &wanted_kind {
-                query.append_pair("kind", k);
-            }
-            query.append_pair("before", &last.id.to_string());
-            query.finish()
-        });
+    let jobs = page.jobs;
+    let next = page.next_before.map(|last| {
+        let mut query = url::form_urlencoded::Serializer::new(String::new());
+        if let Some(s) = wanted_state {
+            query.append_pair("state", s.as_str());
+        }
+        if let Some(k) = &wanted_kind {
+            query.append_pair("kind", k);
+        }
+        query.append_pair("before", &last.to_string());
+        query.finish()
+    });
     let mut kind_names: Vec<String> = state
         .jobs
         .kinds()

@@ -53,7 +53,6 @@ pub async fn list(
 ) -> Result<Html<String>, PageError> {
     let events = state
         .jobs
-        .store()
         .recent_events(&session.scope(), Some(EventKind::RaceLost), LIMIT)
         .await?;
     let text = |v: &serde_json::Value| match v {

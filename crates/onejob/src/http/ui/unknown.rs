@@ -109,8 +109,7 @@ async fn page(
 ) -> Result<Html<String>, PageError> {
     let attempts = state
         .jobs
-        .store()
-        .list_attempts(&session.scope(), Some(AttemptState::Unknown), LIMIT)
+        .attempts_in(&session.scope(), Some(AttemptState::Unknown), LIMIT)
         .await?;
     let audience = Audience::of(session.caller.operator);
     let rows = attempts

@@ -1,8 +1,24 @@
-//! The job use cases over a store: submit (create or replay), read, look up by key, events.
+//! The job use cases over a store: what clients, operators and the dashboard can do, each
+//! answering a typed error that says what went wrong (never an HTTP problem).
 //!
-//! This is the layer HTTP, the CLI and the client-facing tests share. It validates before it
+//! This is the layer every adapter stands on: the HTTP API and the dashboard (`crate::http`),
+//! the gateway and the CLI reach the store only through [`Jobs`]. This module owns intake and
+//! reading one job: submit (create or replay), read, look up by key. It validates before it
 //! writes, so a refused request never burns its key: unknown kind, params past the limits and
-//! schema violations are all rejected before the store is touched.
+//! schema violations are all rejected before the store is touched. The rest is one concept
+//! per file:
+//! * [`lifecycle`]: the owner cancels a job (its live attempts' providers are asked to cancel
+//!   upstream) or retries a failed one;
+//! * [`resolution`]: an operator resolves an `unknown` attempt out of band;
+//! * [`listing`]: jobs, attempts and event logs, paged, for the API and the dashboard;
+//! * [`certificates`]: the `onejob verify` runs, paged, with whether each certifies now;
+//! * [`health`]: what the probes and metrics read (the database answers, unknown attempts).
+
+pub mod certificates;
+pub mod health;
+pub mod lifecycle;
+pub mod listing;
+pub mod resolution;
 
 use std::sync::Arc;
 
@@ -13,8 +29,10 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::{
+    gateway::watch::JobWatch,
     kind::{FieldError, Kinds},
-    store::{EventRecord, Intake, JobRecord, NewEvent, NewJob, Store, StoreError},
+    provider::Providers,
+    store::{Intake, JobRecord, NewEvent, NewJob, Store, StoreError},
     telemetry,
 };
 
@@ -68,27 +86,36 @@ pub enum SubmitError {
     Store(#[from] StoreError),
 }
 
-/// The job use cases, bound to one store and one set of kinds.
+/// The job use cases, bound to one store, one set of kinds and the providers behind them.
+///
+/// The store stays private: an adapter asks for a use case, never for the store.
 #[derive(Clone)]
 pub struct Jobs {
     store: Arc<dyn Store>,
     kinds: Kinds,
     limits: ParamsLimits,
+    providers: Providers,
+    watch: JobWatch,
 }
 
 impl Jobs {
-    /// Binds the use cases to a store and kinds.
-    pub fn new(store: Arc<dyn Store>, kinds: Kinds, limits: ParamsLimits) -> Self {
+    /// Binds the use cases to a store and kinds, the providers (asked to cancel upstream,
+    /// and whose settings certificates are made against) and the job change notices a
+    /// change made here is announced on.
+    pub fn new(
+        store: Arc<dyn Store>,
+        kinds: Kinds,
+        limits: ParamsLimits,
+        providers: Providers,
+        watch: JobWatch,
+    ) -> Self {
         Self {
             store,
             kinds,
             limits,
+            providers,
+            watch,
         }
-    }
-
-    /// The store.
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
     }
 
     /// The kinds.
@@ -175,17 +202,5 @@ impl Jobs {
         key: &IdempotencyKey,
     ) -> Result<Option<JobRecord>, StoreError> {
         self.store.job_by_key(owner, &key.hash()).await
-    }
-
-    /// One page of the owner's job's event log, oldest first: events after `after`, at
-    /// most `limit` (see [`Store::events`]).
-    pub async fn events(
-        &self,
-        owner: &Principal,
-        id: Uuid,
-        after: Option<i64>,
-        limit: u32,
-    ) -> Result<Option<Vec<EventRecord>>, StoreError> {
-        self.store.events(owner, id, after, limit).await
     }
 }

@@ -1,0 +1,61 @@
+//! The `onejob verify` runs as operators read them: newest first and paged, each with
+//! whether it certifies its provider now.
+//!
+//! Validity is decided over every stored run ([`Certified::load`], as failover does), never
+//! over the page alone, so a run's validity does not depend on which page shows it.
+//! Certificates describe the deployment's providers, not a tenant's jobs: whether the
+//! reader is an operator is the adapter's to check.
+
+use uuid::Uuid;
+
+use super::Jobs;
+use crate::{
+    certification::Certified,
+    store::{CertificateRecord, StoreError},
+};
+
+/// One verification run and whether it certifies its provider now.
+#[derive(Debug, Clone)]
+pub struct Certificate {
+    /// The run.
+    pub record: CertificateRecord,
+    /// Whether it certifies the provider for the kind now: it passed, was made against the
+    /// kind's current template and output schema, and no newer such run failed.
+    pub valid: bool,
+}
+
+/// One page of verification runs, newest first.
+#[derive(Debug, Clone)]
+pub struct CertificatesPage {
+    /// The runs.
+    pub certificates: Vec<Certificate>,
+    /// The `before` of the next page; `None` on the last.
+    pub next_before: Option<Uuid>,
+}
+
+impl Jobs {
+    /// Up to `limit` runs older than `before` (from the newest when `None`), newest first.
+    pub async fn certificates_page(
+        &self,
+        before: Option<Uuid>,
+        limit: u32,
+    ) -> Result<CertificatesPage, StoreError> {
+        // One more than asked: whether it came tells whether there is a next page.
+        let mut records = self.store.certificates_page(before, limit + 1).await?;
+        let more = records.len() > limit as usize;
+        records.truncate(limit as usize);
+        let next_before = more.then(|| records.last().map(|c| c.id)).flatten();
+        let certified = Certified::load(&*self.store, &self.kinds, self.providers.hashes()).await?;
+        let certificates = records
+            .into_iter()
+            .map(|record| Certificate {
+                valid: certified.is_valid(&record),
+                record,
+            })
+            .collect();
+        Ok(CertificatesPage {
+            certificates,
+            next_before,
+        })
+    }
+}
