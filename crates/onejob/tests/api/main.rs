@@ -30,7 +30,6 @@ mod recovery;
 mod retention;
 mod sdk;
 mod slow_clients;
-mod store_conformance;
 mod tls;
 mod ui;
 mod unattended;

@@ -1,0 +1,433 @@
+//! Intake: `create_or_replay` (creation, replay, conflict, one job per owner and key under
+//! races), the job lookups by id and by key, the append-only event log and its paging, and
+//! the store's identity (`backend`, `ping`).
+
+use std::sync::Arc;
+
+use futures::future::join_all;
+
+use onejob::store::{Intake, NewEvent, Store};
+use onejob_domain::{EventKind, IdempotencyKey, Principal};
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::support::{Backend, TestDatabase, alice, backend_tests, created, new_job, new_job_of};
+
+backend_tests!(
+    racing_submissions_on_many_connections_create_one_job_per_key,
+    overlapping_batches_in_opposite_orders_never_deadlock,
+    a_different_fingerprint_conflicts_and_writes_nothing,
+    the_unique_constraint_refuses_a_second_row_for_a_key,
+    a_jobs_intent_cannot_be_changed_in_the_database,
+    the_event_log_is_append_only,
+    a_replay_answers_the_same_job_and_logs_it,
+    a_different_kind_under_a_key_conflicts,
+    one_key_names_one_job_per_owner,
+    a_job_is_found_only_by_its_owner,
+    an_appended_event_is_read_back_as_written,
+    the_event_log_pages_oldest_first_by_id,
+    the_store_names_its_backend_and_answers_a_ping,
+);
+
+async fn racing_submissions_on_many_connections_create_one_job_per_key(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    // Two independent pools, as two onejob nodes would have.
+    let stores: [Arc<dyn Store>; 2] = [db.open_store().await, db.open_store().await];
+    let keys = 25;
+    let copies = 8;
+    let attempts = (0..keys * copies).map(|i| {
+        let store = stores[i % 2].clone();
+        let job = new_job(
+            &format!("key-{}", i % keys),
+            &format!("prompt {}", i % keys),
+        );
+        tokio::spawn(async move { store.create_or_replay(job).await })
+    });
+    let mut created = std::collections::HashMap::new();
+    let mut seen = std::collections::HashMap::<_, std::collections::HashSet<Uuid>>::new();
+    for outcome in join_all(attempts).await {
+        match outcome.unwrap().expect("store call") {
+            Intake::Created(job) => {
+                *created.entry(job.key_hash).or_insert(0) += 1;
+                seen.entry(job.key_hash).or_default().insert(job.id);
+            }
+            Intake::Replayed(job) => {
+                seen.entry(job.key_hash).or_default().insert(job.id);
+            }
+            Intake::Conflict(job) => panic!("same intent reported as a conflict: {job:?}"),
+        }
+    }
+    assert_eq!(created.len(), keys, "every key created exactly once");
+    assert!(created.values().all(|&n| n == 1));
+    assert!(
+        seen.values().all(|ids| ids.len() == 1),
+        "one job id per key"
+    );
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM jobs").await, keys as i64);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM job_events WHERE kind = 'created'")
+            .await,
+        keys as i64
+    );
+}
+
+/// Found by the fault suite's storm (`chaos/`): intake batches of two nodes that share keys
+/// in opposite orders deadlocked, and the losing batch's submissions were all answered 503.
+/// Every call must succeed.
+async fn overlapping_batches_in_opposite_orders_never_deadlock(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let stores: [Arc<dyn Store>; 3] = [
+        db.open_store().await,
+        db.open_store().await,
+        db.open_store().await,
+    ];
+    let keys = 150;
+    let calls = (0..6).flat_map(|round| {
+        let stores = stores.clone();
+        (0..keys).map(move |i| {
+            // Even rounds walk the keys up, odd rounds down: batches overlap in both orders.
+            let k = if round % 2 == 0 { i } else { keys - 1 - i };
+            let store = stores[round % 3].clone();
+            let job = new_job(&format!("key-{k}"), &format!("prompt {k}"));
+            tokio::spawn(async move { store.create_or_replay(job).await })
+        })
+    });
+    let outcomes = join_all(calls.collect::<Vec<_>>()).await;
+    let failed: Vec<String> = outcomes
+        .into_iter()
+        .filter_map(|o| {
+            o.unwrap()
+                .err()
+                .map(|e| onejob::store::Chain(&e).to_string())
+        })
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} submissions failed, first: {:?}",
+        failed.len(),
+        failed.first()
+    );
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM jobs").await, keys as i64);
+}
+
+async fn a_different_fingerprint_conflicts_and_writes_nothing(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    let Intake::Created(original) = store.create_or_replay(new_job("k", "a fox")).await.unwrap()
+    else {
+        panic!("first submission creates");
+    };
+    let events_before = db.scalar("SELECT COUNT(*) FROM job_events").await;
+    match store.create_or_replay(new_job("k", "a cat")).await.unwrap() {
+        Intake::Conflict(existing) => assert_eq!(existing, original),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM jobs").await, 1);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM job_events").await,
+        events_before
+    );
+}
+
+async fn the_unique_constraint_refuses_a_second_row_for_a_key(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    store.create_or_replay(new_job("k", "a fox")).await.unwrap();
+    // Bypass the application entirely: a plain INSERT of a copy must be refused.
+    let duplicate = db.dialect(
+        "INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params) \
+         SELECT gen_random_uuid(), tenant, user_id, key_hash, kind, fingerprint, params FROM jobs",
+        "INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params) \
+         SELECT lower(hex(randomblob(16))), tenant, user_id, key_hash, kind, fingerprint, params FROM jobs",
+    );
+    let error = db
+        .exec(duplicate)
+        .await
+        .expect_err("a second row for one key");
+    assert!(
+        error.contains("jobs_one_per_key") || error.contains("UNIQUE"),
+        "{error}"
+    );
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM jobs").await, 1);
+}
+
+async fn a_jobs_intent_cannot_be_changed_in_the_database(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    store.create_or_replay(new_job("k", "a fox")).await.unwrap();
+    for statement in [
+        db.dialect(
+            "UPDATE jobs SET params = '{\"prompt\": \"a cat\"}'::jsonb",
+            "UPDATE jobs SET params = '{\"prompt\": \"a cat\"}'",
+        ),
+        "UPDATE jobs SET kind = 'image.generate'",
+        "UPDATE jobs SET user_id = 'mallory'",
+    ] {
+        let error = db.exec(statement).await.expect_err(statement);
+        assert!(error.contains("never changes"), "{statement}: {error}");
+    }
+    // State changes are allowed.
+    assert_eq!(
+        db.exec("UPDATE jobs SET version = version + 1").await,
+        Ok(1)
+    );
+}
+
+async fn the_event_log_is_append_only(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    store.create_or_replay(new_job("k", "a fox")).await.unwrap();
+    for statement in [
+        "UPDATE job_events SET actor = 'someone else'",
+        "DELETE FROM job_events",
+    ] {
+        let error = db.exec(statement).await.expect_err(statement);
+        assert!(error.contains("append-only"), "{statement}: {error}");
+    }
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM job_events").await, 1);
+}
+
+/// A second submission of the same intent answers the job created first (not a copy) and
+/// appends a `replayed` event each time.
+async fn a_replay_answers_the_same_job_and_logs_it(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    let Intake::Created(original) = store.create_or_replay(new_job("k", "a fox")).await.unwrap()
+    else {
+        panic!("first submission creates");
+    };
+    for _ in 0..2 {
+        match store.create_or_replay(new_job("k", "a fox")).await.unwrap() {
+            Intake::Replayed(job) => assert_eq!(job, original),
+            other => panic!("expected a replay, got {other:?}"),
+        }
+    }
+    // PostgreSQL writes `replayed` events after answering (store/postgres/relaxed.rs):
+    // they appear soon, not necessarily by the time the replay is answered.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let kinds: Vec<EventKind> = store
+            .events(&alice(), original.id, None, 100)
+            .await
+            .unwrap()
+            .unwrap()
+            .into_iter()
+            .map(|e| e.kind)
+            .collect();
+        if kinds == [EventKind::Created, EventKind::Replayed, EventKind::Replayed] {
+            break;
+        }
+        assert!(
+            kinds.len() < 3 && tokio::time::Instant::now() < deadline,
+            "{kinds:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM jobs").await, 1);
+}
+
+/// The same params under another kind is another intent: a conflict, nothing written.
+async fn a_different_kind_under_a_key_conflicts(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    let Intake::Created(original) = store.create_or_replay(new_job("k", "a fox")).await.unwrap()
+    else {
+        panic!("first submission creates");
+    };
+    let other_kind = new_job_of(alice(), "image.generate", "k", "a fox");
+    match store.create_or_replay(other_kind).await.unwrap() {
+        Intake::Conflict(existing) => assert_eq!(existing, original),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM job_events").await, 1);
+}
+
+/// A key is scoped to its owner: another user of the tenant, and another tenant, each get
+/// their own job under it, and each finds only their own by key.
+async fn one_key_names_one_job_per_owner(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    let owners = [
+        alice(),
+        Principal::new("acme", "bob"),
+        Principal::new("globex", "alice"),
+    ];
+    let mut ids = Vec::new();
+    for owner in &owners {
+        match store
+            .create_or_replay(new_job_of(owner.clone(), "chat.completion", "k", "a fox"))
+            .await
+            .unwrap()
+        {
+            Intake::Created(job) => {
+                assert_eq!(&job.owner, owner);
+                ids.push(job.id);
+            }
+            other => panic!("{owner:?}: expected a new job, got {other:?}"),
+        }
+    }
+    let key_hash = IdempotencyKey::parse("k").unwrap().hash();
+    for (owner, id) in owners.iter().zip(&ids) {
+        let found = store.job_by_key(owner, &key_hash).await.unwrap().unwrap();
+        assert_eq!(found.id, *id, "{owner:?}");
+    }
+    let unused = IdempotencyKey::parse("never-used").unwrap().hash();
+    assert_eq!(store.job_by_key(&alice(), &unused).await.unwrap(), None);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM jobs").await, 3);
+}
+
+/// `job`, `job_by_key`, `events` and `attempts` answer `None` for another owner's job (or
+/// none at all); `job_for_dispatch` finds it whoever owns it.
+async fn a_job_is_found_only_by_its_owner(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    let job_id = created(&*store, "mine").await;
+    let key_hash = IdempotencyKey::parse("mine").unwrap().hash();
+    let mine = store.job(&alice(), job_id).await.unwrap().unwrap();
+    assert_eq!(mine.id, job_id);
+    assert_eq!(mine.params, json!({"prompt": "mine"}));
+    assert_eq!(
+        store.job_by_key(&alice(), &key_hash).await.unwrap(),
+        Some(mine.clone())
+    );
+    for stranger in [
+        Principal::new("acme", "bob"),
+        Principal::new("globex", "alice"),
+    ] {
+        assert_eq!(store.job(&stranger, job_id).await.unwrap(), None);
+        assert_eq!(store.job_by_key(&stranger, &key_hash).await.unwrap(), None);
+        assert_eq!(
+            store.events(&stranger, job_id, None, 10).await.unwrap(),
+            None
+        );
+        assert_eq!(store.attempts(&stranger, job_id).await.unwrap(), None);
+    }
+    let nobody = Uuid::now_v7();
+    assert_eq!(store.job(&alice(), nobody).await.unwrap(), None);
+    assert_eq!(
+        store.events(&alice(), nobody, None, 10).await.unwrap(),
+        None
+    );
+    assert_eq!(store.job_for_dispatch(nobody).await.unwrap(), None);
+    assert_eq!(store.job_for_dispatch(job_id).await.unwrap(), Some(mine));
+}
+
+/// `append_event` keeps the kind, attempt, actor and detail, after the events before it.
+async fn an_appended_event_is_read_back_as_written(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    let job_id = created(&*store, "appended").await;
+    let attempt_id = Uuid::now_v7();
+    store
+        .append_event(NewEvent {
+            job_id,
+            attempt_id: Some(attempt_id),
+            kind: EventKind::Resent,
+            actor: Some("key:ops".into()),
+            detail: json!({"note": "sent again", "n": 2}),
+        })
+        .await
+        .unwrap();
+    store
+        .append_event(NewEvent {
+            job_id,
+            attempt_id: None,
+            kind: EventKind::KeyConflict,
+            actor: None,
+            detail: json!({}),
+        })
+        .await
+        .unwrap();
+    let events = store
+        .events(&alice(), job_id, None, 10)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(events.len(), 3, "{events:?}");
+    assert!(events.windows(2).all(|w| w[0].id < w[1].id), "{events:?}");
+    let resent = &events[1];
+    assert_eq!(resent.job_id, job_id);
+    assert_eq!(resent.kind, EventKind::Resent);
+    assert_eq!(resent.attempt_id, Some(attempt_id));
+    assert_eq!(resent.actor.as_deref(), Some("key:ops"));
+    assert_eq!(resent.detail, json!({"note": "sent again", "n": 2}));
+    let conflict = &events[2];
+    assert_eq!(
+        (
+            conflict.kind,
+            conflict.attempt_id,
+            conflict.actor.as_deref()
+        ),
+        (EventKind::KeyConflict, None, None)
+    );
+}
+
+/// A job's log is read in pages: the events after `after`, at most `limit`, oldest first;
+/// past the last event the page is empty (not `None`).
+async fn the_event_log_pages_oldest_first_by_id(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    let job_id = created(&*store, "paged").await;
+    // Another job's events interleave in the global log and must not show up.
+    let other = created(&*store, "other").await;
+    for n in 0..4 {
+        for job in [job_id, other] {
+            store
+                .append_event(NewEvent {
+                    job_id: job,
+                    attempt_id: None,
+                    kind: EventKind::Resent,
+                    actor: None,
+                    detail: json!({ "n": n }),
+                })
+                .await
+                .unwrap();
+        }
+    }
+    let all = store
+        .events(&alice(), job_id, None, 100)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(all.len(), 5);
+    assert!(all.iter().all(|e| e.job_id == job_id));
+    let mut paged = Vec::new();
+    let mut after = None;
+    let mut pages = 0;
+    loop {
+        let page = store
+            .events(&alice(), job_id, after, 2)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(page.len() <= 2);
+        let Some(last) = page.last() else { break };
+        after = Some(last.id);
+        paged.extend(page);
+        pages += 1;
+    }
+    assert_eq!(pages, 3);
+    assert_eq!(paged, all);
+    assert_eq!(
+        store
+            .events(&alice(), job_id, Some(all[4].id), 10)
+            .await
+            .unwrap(),
+        Some(Vec::new())
+    );
+}
+
+/// `backend` names the database; `ping` answers.
+async fn the_store_names_its_backend_and_answers_a_ping(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    let expected = match backend {
+        Backend::Postgres => "postgres",
+        Backend::Sqlite => "sqlite",
+    };
+    assert_eq!(store.backend(), expected);
+    store.ping().await.unwrap();
+    // Migrating an up-to-date database again changes nothing.
+    store.migrate().await.unwrap();
+    store.ping().await.unwrap();
+}
