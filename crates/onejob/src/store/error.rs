@@ -37,6 +37,20 @@ pub enum StoreError {
     /// `sslrootcert`); the message says what to check. Retrying will not fix it.
     #[error("TLS to PostgreSQL failed: {0}")]
     Tls(String),
+    /// No host of the database URL accepts writes right now (each is down, or a standby,
+    /// or read-only as `target_session_attrs` asks): a failover is under way. Retrying later
+    /// can succeed; HTTP answers 503.
+    #[error("no database host accepts writes: {0}")]
+    NotWritable(String),
+    /// The database URL cannot be read (a bad host list or port, an unknown
+    /// `target_session_attrs`); `reason` says what, and `url` has its password redacted.
+    #[error("invalid database URL {url:?}: {reason}")]
+    InvalidUrl {
+        /// The URL, its password replaced by `***`.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The database URL names no database onejob supports.
     #[error("unsupported database URL {0:?}: use postgres://user@host:5432/db or sqlite://file.db")]
     UnsupportedUrl(String),
@@ -45,7 +59,10 @@ pub enum StoreError {
 impl StoreError {
     /// True when the same call may succeed later.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, StoreError::Unavailable(_) | StoreError::Contended(_))
+        matches!(
+            self,
+            StoreError::Unavailable(_) | StoreError::Contended(_) | StoreError::NotWritable(_)
+        )
     }
 
     /// The database cannot be reached: `error` says how.
@@ -80,9 +97,12 @@ fn is_unavailable(error: &sqlx::Error) -> bool {
         | sqlx::Error::Protocol(_) => true,
         sqlx::Error::Database(db) => match db.code() {
             // PostgreSQL: connection exceptions (08…), operator intervention (57P0x: shutdown,
-            // crash, cannot connect now), serialization failure and deadlock (40001, 40P01).
+            // crash, cannot connect now), serialization failure and deadlock (40001, 40P01),
+            // and a write on a read-only server (25006 read_only_sql_transaction: a standby,
+            // or the old primary back as one after a failover; see `postgres::hosts`).
             Some(code) => {
                 code.starts_with("08")
+                    || code == "25006"
                     || code.starts_with("57P0")
                     || code == "40001"
                     || code == "40P01"

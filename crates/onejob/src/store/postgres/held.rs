@@ -26,6 +26,7 @@ use sqlx::{
     Connection, PgConnection, PgPool, Postgres, pool::PoolConnection, postgres::PgPoolOptions,
 };
 
+use super::hosts::Switches;
 use crate::store::StoreError;
 
 /// How long a held connection may sit unused before its next use checks it first.
@@ -33,12 +34,22 @@ pub(super) const IDLE_CHECK: Duration = Duration::from_secs(1);
 
 /// `options` with the acquire check of [`IDLE_CHECK`]: a connection idle in the pool for
 /// less is handed out unchecked, one idle for longer is pinged first and, if that fails,
-/// closed for another.
-pub(super) fn checked_after_idle(options: PgPoolOptions) -> PgPoolOptions {
+/// closed for another. With `switches`, a connection opened before the pool last moved to
+/// another host (a failover, [`super::hosts`]) is closed unchecked.
+pub(super) fn checked_after_idle(
+    options: PgPoolOptions,
+    switches: Option<Arc<Switches>>,
+) -> PgPoolOptions {
     options
         .test_before_acquire(false)
-        .before_acquire(|connection, meta| {
+        .before_acquire(move |connection, meta| {
+            let outdated = switches
+                .as_ref()
+                .is_some_and(|switches| switches.outdated(meta.age));
             Box::pin(async move {
+                if outdated {
+                    return Ok(false);
+                }
                 if meta.idle_for < IDLE_CHECK {
                     return Ok(true);
                 }
@@ -99,16 +110,20 @@ impl HeldConnection {
     }
 
     /// Discards the connection if `error` may have broken it (a retryable error: the
-    /// database unavailable, the connection lost), so the next use gets a fresh one.
+    /// database unavailable, the connection lost, the server read-only after a failover), so
+    /// the next use gets a fresh one.
     pub(super) fn discard_if_broken(&mut self, error: &StoreError) {
         if error.is_retryable() {
             self.discard();
         }
     }
 
-    /// Gives the connection back to the pool (whose release check closes it if broken).
+    /// Closes the connection instead of giving it back to the pool: one on a server that
+    /// turned read-only still answers the pool's release check, and must not be reused.
     fn discard(&mut self) {
-        self.held = None;
+        if let Some((mut connection, _)) = self.held.take() {
+            connection.close_on_drop();
+        }
     }
 }
 
@@ -164,7 +179,7 @@ mod tests {
     /// runs; without the check it would get the broken connection and fail.
     #[tokio::test]
     async fn a_connection_broken_while_idle_in_the_pool_is_replaced() {
-        let pool = checked_after_idle(PgPoolOptions::new().max_connections(1))
+        let pool = checked_after_idle(PgPoolOptions::new().max_connections(1), None)
             .connect(&url())
             .await
             .unwrap_or_else(|e| panic!("PostgreSQL is required for the tests: {e}"));

@@ -49,6 +49,7 @@ use uuid::Uuid;
 use super::{
     PgJobRow,
     held::{HeldConnection, Spare},
+    hosts::Hosts,
     relaxed::Relaxed,
     side_pool, statistics,
 };
@@ -72,8 +73,12 @@ pub(super) const WRITERS: usize = 1;
 /// The intake batcher, writing through [`intake_pool`], each writer on a connection it holds
 /// across batches ([`HeldConnection`]: going through the pool for every batch cost two more
 /// round trips per batch).
-pub(super) fn intake_batcher(pool: &PgPool, relaxed: Relaxed) -> Batcher<NewJob, Intake> {
-    let spare = Spare::new(intake_pool(pool));
+pub(super) fn intake_batcher(
+    pool: &PgPool,
+    hosts: Option<&Arc<Hosts>>,
+    relaxed: Relaxed,
+) -> Batcher<NewJob, Intake> {
+    let spare = Spare::new(intake_pool(pool, hosts));
     let write: WriteBatch<NewJob, Intake> = Arc::new(move |jobs| {
         let mut held = spare.take();
         let spare = spare.clone();
@@ -101,7 +106,7 @@ pub(super) fn intake_batcher(pool: &PgPool, relaxed: Relaxed) -> Batcher<NewJob,
 /// checks for that and, if so, has `jobs` analyzed on a connection of `pool`: in the
 /// background, since analyzing a large table may take longer than a submission should wait,
 /// and the `ANALYZE` replans every cached plan on `jobs` when it ends.
-fn intake_pool(pool: &PgPool) -> PgPool {
+fn intake_pool(pool: &PgPool, hosts: Option<&Arc<Hosts>>) -> PgPool {
     let analyzer = pool.clone();
     let base = PgPoolOptions::new().after_connect(move |connection, _| {
         let analyzer = analyzer.clone();
@@ -113,6 +118,7 @@ fn intake_pool(pool: &PgPool) -> PgPool {
     side_pool(
         base,
         pool,
+        hosts,
         WRITERS as u32,
         &[("plan_cache_mode", "force_generic_plan")],
     )
@@ -616,7 +622,7 @@ mod tests {
         );
 
         let pool = PgPool::connect_with(options).await.unwrap();
-        let intake = intake_pool(&pool);
+        let intake = intake_pool(&pool, None);
         drop(intake.acquire().await.unwrap());
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         while statistics::never_analyzed(&mut db).await.unwrap() {

@@ -11,9 +11,7 @@ use std::{sync::Arc, time::Duration};
 use onejob_domain::{AttemptState, EventKind, Fingerprint, JobState, KeyHash, Principal};
 use serde_json::Value;
 use sqlx::{
-    Connection, PgConnection, PgPool, Postgres, Transaction,
-    postgres::{PgConnectOptions, PgPoolOptions},
-    types::Json,
+    Connection, PgConnection, PgPool, Postgres, Transaction, postgres::PgPoolOptions, types::Json,
 };
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -45,6 +43,7 @@ macro_rules! attempt_columns {
 mod certificates;
 mod dispatch;
 mod held;
+pub mod hosts;
 mod intake;
 mod keys;
 mod listing;
@@ -66,45 +65,75 @@ pub struct PgStore {
     pool: PgPool,
     wake: wake::Wake,
     intake: Arc<Batcher<NewJob, Intake>>,
+    /// The hosts of a URL naming several (or asking for a writable session), which keep
+    /// every pool of this store on the host that accepts writes; `None` for a plain URL.
+    /// Held, not read: their watcher runs as long as the store.
+    _hosts: Option<Arc<hosts::Hosts>>,
 }
 
 impl PgStore {
     /// Connects a pool to `url` and checks that one connection can be opened.
+    ///
+    /// `url` may list several hosts, `postgres://u@h1:5432,h2:5432/db`, with libpq's
+    /// `target_session_attrs` (`any`, `read-write`, `primary`): the store then uses the
+    /// first host whose session matches and follows a failover ([`hosts`]).
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self, StoreError> {
-        let connect: PgConnectOptions = url
-            .parse()
-            .map_err(|e| StoreError::Database(std::sync::Arc::new(e)))?;
-        let tls = tls::TlsSettings::of(url, &connect);
+        let list = hosts::HostList::parse(url)?;
+        let followed =
+            (!list.is_plain()).then(|| hosts::Hosts::new(list.clone(), options.acquire_timeout));
+        let first = &list.targets[0];
+        let tls = tls::TlsSettings::of(&first.url, &first.options);
         tls.check_root_cert()?;
         // One direct connection first: a pool would retry until its timeout and then report
         // only that it timed out, hiding why (refused, unknown host, bad password, a
         // certificate not trusted…).
-        let mut probe = tokio::time::timeout(
-            options.acquire_timeout,
-            PgConnection::connect_with(&connect),
-        )
-        .await
-        .map_err(|_| StoreError::unavailable(sqlx::Error::PoolTimedOut))?
-        .map_err(|e| tls.explain(e))?;
+        let mut probe = match &followed {
+            Some(hosts) => hosts.choose().await?,
+            None => tokio::time::timeout(
+                options.acquire_timeout,
+                PgConnection::connect_with(&first.options),
+            )
+            .await
+            .map_err(|_| StoreError::unavailable(sqlx::Error::PoolTimedOut))?
+            .map_err(|e| tls.explain(e))?,
+        };
         warn_without_autovacuum(&mut probe).await;
         probe.close().await?;
-        let pool = held::checked_after_idle(PgPoolOptions::new())
-            .max_connections(options.max_connections)
-            .acquire_timeout(options.acquire_timeout)
-            .connect_with(connect)
-            .await?;
-        Ok(Self::from_pool(pool))
+        let connect = match &followed {
+            Some(hosts) => hosts.options(&[]),
+            None => first.options.clone(),
+        };
+        let pool = held::checked_after_idle(
+            PgPoolOptions::new(),
+            followed.as_ref().map(|hosts| hosts.switches()),
+        )
+        .max_connections(options.max_connections)
+        .acquire_timeout(options.acquire_timeout)
+        .connect_with(connect)
+        .await?;
+        if let Some(hosts) = &followed {
+            hosts.follow(&pool, &[]);
+            hosts::Hosts::watch(hosts);
+        }
+        Ok(Self::following(pool, followed))
     }
 
     /// Wraps an existing pool (inside a Tokio runtime: it starts the intake writers).
     pub fn from_pool(pool: PgPool) -> Self {
+        Self::following(pool, None)
+    }
+
+    /// Wraps `pool`, whose side pools follow `hosts` when given.
+    fn following(pool: PgPool, hosts: Option<Arc<hosts::Hosts>>) -> Self {
         Self {
-            wake: wake::Wake::new(pool.clone()),
+            wake: wake::Wake::new(pool.clone(), hosts.as_ref().map(|h| h.moved())),
             intake: Arc::new(intake::intake_batcher(
                 &pool,
-                relaxed::Relaxed::spawn(&pool),
+                hosts.as_ref(),
+                relaxed::Relaxed::spawn(&pool, hosts.as_ref()),
             )),
             pool,
+            _hosts: hosts,
         }
     }
 
@@ -116,19 +145,36 @@ impl PgStore {
 
 /// A small pool of its own for one hot path, with `pool`'s connection settings plus the
 /// session `settings`, built from `base` (e.g. with an `after_connect` hook); its connections
-/// open on first use.
+/// open on first use. With `hosts`, it follows them as `pool` does (its `before_acquire` is
+/// then the one that drops connections opened before a failover).
 fn side_pool(
     base: PgPoolOptions,
     pool: &PgPool,
+    hosts: Option<&Arc<hosts::Hosts>>,
     connections: u32,
     settings: &[(&str, &str)],
 ) -> PgPool {
     let options = (*pool.connect_options())
         .clone()
         .options(settings.iter().copied());
-    base.max_connections(connections)
+    let base = match hosts {
+        Some(hosts) => {
+            let switches = hosts.switches();
+            base.before_acquire(move |_, meta| {
+                let current = !switches.outdated(meta.age);
+                Box::pin(async move { Ok(current) })
+            })
+        }
+        None => base,
+    };
+    let side = base
+        .max_connections(connections)
         .acquire_timeout(pool.options().get_acquire_timeout())
-        .connect_lazy_with(options)
+        .connect_lazy_with(options);
+    if let Some(hosts) = hosts {
+        hosts.follow(&side, settings);
+    }
+    side
 }
 
 /// Warns when autovacuum is off: without the statistics it gathers, the planner guesses (it

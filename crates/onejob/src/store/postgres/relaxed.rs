@@ -27,6 +27,7 @@ use tokio::sync::mpsc;
 use super::{
     DISPATCH_CHANNEL,
     held::{HeldConnection, Spare},
+    hosts::Hosts,
     intake::insert_events,
     side_pool,
 };
@@ -51,11 +52,12 @@ pub(super) struct Relaxed {
 
 impl Relaxed {
     /// Starts the writers on a relaxed copy of `pool`'s connection settings (connections
-    /// open on first use).
-    pub(super) fn spawn(pool: &PgPool) -> Self {
+    /// open on first use), following `hosts` if given.
+    pub(super) fn spawn(pool: &PgPool, hosts: Option<&Arc<Hosts>>) -> Self {
         let relaxed = side_pool(
             PgPoolOptions::new(),
             pool,
+            hosts,
             CONNECTIONS,
             &[
                 ("synchronous_commit", "off"),

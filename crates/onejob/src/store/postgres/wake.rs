@@ -1,11 +1,13 @@
 //! Worker wake-ups on PostgreSQL: one `LISTEN onejob_dispatch` connection per store, started
 //! on first use, forwarding notifications to the local waiters. If the listening connection
-//! drops, sqlx reconnects it; waiters fall back to their poll interval meanwhile.
+//! drops, sqlx reconnects it; waiters fall back to their poll interval meanwhile. When the
+//! store's pools move to another host (a failover, [`super::hosts`]), the listener
+//! reconnects through the pool, so it listens where intake now notifies.
 
 use std::{sync::Arc, time::Duration};
 
 use sqlx::{PgPool, postgres::PgListener};
-use tokio::sync::{Notify, OnceCell};
+use tokio::sync::{Notify, OnceCell, watch};
 
 use super::DISPATCH_CHANNEL;
 
@@ -13,14 +15,17 @@ use super::DISPATCH_CHANNEL;
 #[derive(Debug, Clone)]
 pub(super) struct Wake {
     pool: PgPool,
+    /// Told when the pools moved to another host.
+    moved: Option<watch::Receiver<usize>>,
     notify: Arc<Notify>,
     listener: Arc<OnceCell<()>>,
 }
 
 impl Wake {
-    pub(super) fn new(pool: PgPool) -> Self {
+    pub(super) fn new(pool: PgPool, moved: Option<watch::Receiver<usize>>) -> Self {
         Self {
             pool,
+            moved,
             notify: Arc::new(Notify::new()),
             listener: Arc::new(OnceCell::new()),
         }
@@ -30,15 +35,22 @@ impl Wake {
     pub(super) async fn wait(&self, max_wait: Duration) {
         self.listener
             .get_or_init(|| async {
-                tokio::spawn(listen(self.pool.clone(), self.notify.clone()));
+                tokio::spawn(listen(
+                    self.pool.clone(),
+                    self.moved.clone(),
+                    self.notify.clone(),
+                ));
             })
             .await;
         let _ = tokio::time::timeout(max_wait, self.notify.notified()).await;
     }
 }
 
-async fn listen(pool: PgPool, notify: Arc<Notify>) {
+async fn listen(pool: PgPool, mut moved: Option<watch::Receiver<usize>>, notify: Arc<Notify>) {
     loop {
+        if let Some(moved) = moved.as_mut() {
+            moved.mark_unchanged();
+        }
         match PgListener::connect_with(&pool).await {
             Ok(mut listener) => {
                 if let Err(error) = listener.listen(DISPATCH_CHANNEL).await {
@@ -47,7 +59,14 @@ async fn listen(pool: PgPool, notify: Arc<Notify>) {
                     // Anything committed while we were not listening is found by the next poll.
                     notify.notify_one();
                     loop {
-                        match listener.recv().await {
+                        let received = tokio::select! {
+                            received = listener.recv() => received,
+                            () = host_moved(&mut moved) => {
+                                tracing::info!("the database moved; listening there");
+                                break;
+                            }
+                        };
+                        match received {
                             Ok(_) => notify.notify_one(),
                             Err(error) => {
                                 tracing::warn!(%error, "dispatch listener lost; reconnecting");
@@ -64,4 +83,14 @@ async fn listen(pool: PgPool, notify: Arc<Notify>) {
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+}
+
+/// Returns when the pools moved to another host; never without hosts to follow.
+async fn host_moved(moved: &mut Option<watch::Receiver<usize>>) {
+    if let Some(receiver) = moved
+        && receiver.changed().await.is_ok()
+    {
+        return;
+    }
+    std::future::pending().await
 }

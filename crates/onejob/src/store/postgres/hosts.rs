@@ -1,0 +1,560 @@
+//! Database URLs naming several PostgreSQL hosts, and following the one that accepts writes
+//! through a failover.
+//!
+//! sqlx takes one host per URL. libpq's spelling lists several,
+//! `postgres://u@h1:5432,h2:5433/db?target_session_attrs=read-write`, and a connection tries
+//! them in order and keeps the first whose session matches `target_session_attrs`
+//! (`any`, the default; `read-write`; `primary`). [`HostList::parse`] splits such a URL into
+//! one [`PgConnectOptions`] per host, each parsed by sqlx from the same URL with only the
+//! host changed, so every other parameter (`sslmode`, `sslrootcert`, `options`…) means what
+//! it means for one host.
+//!
+//! A pool opens connections with one set of options. [`Hosts`] chooses the host for every
+//! pool of one store: at start the first host that matches ([`Hosts::choose`]), and then a
+//! watcher task ([`Hosts::watch`]) holds one connection of its own to that host and checks it
+//! every [`WATCH_EVERY`] (one round trip on its own connection: nothing on the statements'
+//! path). When that connection breaks, or its server no longer accepts writes (a standby
+//! promoted elsewhere, the old primary back as a standby), the watcher tries the hosts in
+//! order again, points every pool at the first that matches (`Pool::set_connect_options`:
+//! connections opened from then on, including those a waiting acquire is retrying, go
+//! there) and records the switch ([`Switches`]). A pooled connection opened before the last
+//! switch is closed instead of handed out (the pools' `before_acquire`), so no connection to
+//! the old server is reused; one that meets a read-only server meanwhile gets SQLSTATE 25006,
+//! which the store answers as unavailable (HTTP 503 with `Retry-After`) and discards.
+//!
+//! A URL with one host and `target_session_attrs=any` (the default) gets none of this: the
+//! pool connects as before.
+
+use std::{
+    sync::{
+        Arc, Mutex, Weak,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use sqlx::{Connection, PgConnection, PgPool, postgres::PgConnectOptions};
+
+use crate::store::StoreError;
+
+/// How often the watcher checks the host the pools use.
+pub(super) const WATCH_EVERY: Duration = Duration::from_millis(500);
+
+/// How long the watcher waits before trying the hosts again when none matched.
+const RETRY_EVERY: Duration = Duration::from_millis(250);
+
+/// The default PostgreSQL port, for a host listed without one.
+const DEFAULT_PORT: u16 = 5432;
+
+/// What a session must be to be kept: libpq's `target_session_attrs`, the values that make
+/// sense for a service that writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionAttrs {
+    /// Any server that accepts the connection (libpq's default).
+    Any,
+    /// A session that accepts writes (`SHOW transaction_read_only` is `off`).
+    ReadWrite,
+    /// A server not in recovery (`pg_is_in_recovery()` is false).
+    Primary,
+}
+
+impl SessionAttrs {
+    fn parse(value: &str) -> Result<Self, String> {
+        match value {
+            "any" => Ok(Self::Any),
+            "read-write" => Ok(Self::ReadWrite),
+            "primary" => Ok(Self::Primary),
+            "read-only" | "standby" | "prefer-standby" => Err(format!(
+                "target_session_attrs={value} asks for a server that does not accept writes, \
+                 and onejob writes: use read-write, primary or any"
+            )),
+            other => Err(format!(
+                "target_session_attrs={other:?} is not one of any, read-write, primary"
+            )),
+        }
+    }
+}
+
+/// One host of a [`HostList`].
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// `host:port`, for logs.
+    pub label: String,
+    /// The URL with only this host (password included: not for logs).
+    pub url: String,
+    /// The URL's options with this host.
+    pub options: PgConnectOptions,
+}
+
+/// The hosts a database URL names, in order, and what their session must be.
+#[derive(Debug, Clone)]
+pub struct HostList {
+    /// One entry per host, in the URL's order.
+    pub targets: Vec<Target>,
+    /// The URL's `target_session_attrs`.
+    pub attrs: SessionAttrs,
+}
+
+impl HostList {
+    /// Parses a `postgres://` URL with one host or several (`h1:5432,h2,[::1]:5433`), and the
+    /// `target_session_attrs` parameter; the other parameters are sqlx's.
+    pub fn parse(url: &str) -> Result<Self, StoreError> {
+        let invalid = |reason: String| StoreError::InvalidUrl {
+            url: super::super::redact(url),
+            reason,
+        };
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| invalid("no scheme".into()))?;
+        let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+        let (authority, tail) = rest.split_at(authority_end);
+        let (userinfo, hostlist) = match authority.rfind('@') {
+            Some(at) => (&authority[..=at], &authority[at + 1..]),
+            None => ("", authority),
+        };
+        let (path, query) = match tail.split_once('?') {
+            Some((path, query)) => (path, Some(query)),
+            None => (tail, None),
+        };
+        let mut attrs = SessionAttrs::Any;
+        let mut kept = Vec::new();
+        for pair in query.into_iter().flat_map(|q| q.split('&')) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match key {
+                "target_session_attrs" => attrs = SessionAttrs::parse(value).map_err(invalid)?,
+                "host" | "port" if value.contains(',') || value.contains("%2C") => {
+                    return Err(invalid(format!(
+                        "list the hosts in the URL's authority (postgres://u@h1:5432,h2:5432/db), \
+                         not in {key}="
+                    )));
+                }
+                _ => kept.push(pair),
+            }
+        }
+        let query = if kept.is_empty() {
+            String::new()
+        } else {
+            format!("?{}", kept.join("&"))
+        };
+        let mut targets = Vec::new();
+        for host in hostlist.split(',') {
+            let (name, port) = split_port(host).map_err(invalid)?;
+            if name.is_empty() && hostlist.contains(',') {
+                return Err(invalid(format!("an empty host in the list {:?}", hostlist)));
+            }
+            let single = match port {
+                Some(port) => format!("{scheme}://{userinfo}{name}:{port}{path}{query}"),
+                None if name.is_empty() => format!("{scheme}://{userinfo}{path}{query}"),
+                None => format!("{scheme}://{userinfo}{name}:{DEFAULT_PORT}{path}{query}"),
+            };
+            let options: PgConnectOptions = single
+                .parse()
+                .map_err(|e: sqlx::Error| invalid(e.to_string()))?;
+            targets.push(Target {
+                label: format!("{name}:{}", port.unwrap_or(DEFAULT_PORT)),
+                url: single,
+                options,
+            });
+        }
+        Ok(Self { targets, attrs })
+    }
+
+    /// True when a plain pool on the one host does what the URL asks.
+    pub fn is_plain(&self) -> bool {
+        self.targets.len() == 1 && self.attrs == SessionAttrs::Any
+    }
+}
+
+/// Splits `host[:port]` (`[v6]:port` too) into the host and its port, if given.
+fn split_port(host: &str) -> Result<(&str, Option<u16>), String> {
+    let (name, port) = if let Some(v6) = host.strip_prefix('[') {
+        let close = v6
+            .find(']')
+            .ok_or_else(|| format!("an unclosed [ in host {host:?}"))?;
+        let after = &v6[close + 1..];
+        let port = match after.strip_prefix(':') {
+            Some(port) => Some(port),
+            None if after.is_empty() => None,
+            None => return Err(format!("unexpected {after:?} after host {host:?}")),
+        };
+        (&host[..close + 2], port)
+    } else {
+        match host.rsplit_once(':') {
+            Some((name, port)) => (name, Some(port)),
+            None => (host, None),
+        }
+    };
+    let port = match port {
+        Some("") | None => None,
+        Some(port) => Some(
+            port.parse::<u16>()
+                .map_err(|_| format!("port {port:?} of host {name:?} is not a port number"))?,
+        ),
+    };
+    Ok((name, port))
+}
+
+/// When the pools last moved to another host: connections opened before are not reused.
+#[derive(Debug, Default)]
+pub struct Switches {
+    last: Mutex<Option<Instant>>,
+}
+
+impl Switches {
+    /// True when a connection `age` old was opened before the last switch.
+    pub fn outdated(&self, age: Duration) -> bool {
+        self.last
+            .lock()
+            .expect("never poisoned")
+            .is_some_and(|at| at.elapsed() < age)
+    }
+
+    fn record(&self) {
+        *self.last.lock().expect("never poisoned") = Some(Instant::now());
+    }
+}
+
+/// A pool kept on the chosen host, and the session settings it adds to the host's options.
+type Follower = (PgPool, Vec<(String, String)>);
+
+/// The hosts of one store, the one its pools use, and those pools.
+#[derive(Debug)]
+pub struct Hosts {
+    list: HostList,
+    current: AtomicUsize,
+    switches: Arc<Switches>,
+    /// Every pool of the store, with the session settings it adds to the host's options.
+    pools: Mutex<Vec<Follower>>,
+    /// How long one connection attempt to one host may take.
+    connect_timeout: Duration,
+    /// Told on every switch (the LISTEN connection reconnects).
+    moved: tokio::sync::watch::Sender<usize>,
+}
+
+impl Hosts {
+    /// The hosts of `list`, none chosen yet (the first until [`Hosts::choose`]).
+    pub fn new(list: HostList, connect_timeout: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            list,
+            current: AtomicUsize::new(0),
+            switches: Arc::default(),
+            pools: Mutex::default(),
+            connect_timeout,
+            moved: tokio::sync::watch::channel(0).0,
+        })
+    }
+
+    /// The switches, for the pools' `before_acquire`.
+    pub fn switches(&self) -> Arc<Switches> {
+        self.switches.clone()
+    }
+
+    /// The options of the host in use, plus session `settings`.
+    pub fn options(&self, settings: &[(&str, &str)]) -> PgConnectOptions {
+        let current = self.current.load(Ordering::Acquire);
+        self.list.targets[current]
+            .options
+            .clone()
+            .options(settings.iter().copied())
+    }
+
+    /// Keeps `pool`, whose sessions add `settings` to the host's options, on the chosen
+    /// host from now on (pointing it there first, in case the host moved since the pool was
+    /// made).
+    pub fn follow(&self, pool: &PgPool, settings: &[(&str, &str)]) {
+        let mut pools = self.pools.lock().expect("never poisoned");
+        pool.set_connect_options(self.options(settings));
+        let settings = settings
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        pools.push((pool.clone(), settings));
+    }
+
+    /// The first host's single-host URL and options (for TLS checks and messages).
+    pub fn first(&self) -> &Target {
+        &self.list.targets[0]
+    }
+
+    /// A receiver told each time the pools moved to another host.
+    pub fn moved(&self) -> tokio::sync::watch::Receiver<usize> {
+        self.moved.subscribe()
+    }
+
+    /// Tries the hosts in order and makes the first that matches the one in use; returns a
+    /// connection to it, or the last host's error when none matched.
+    pub async fn choose(&self) -> Result<PgConnection, StoreError> {
+        let mut last = None;
+        for (index, target) in self.list.targets.iter().enumerate() {
+            match self.try_host(target).await {
+                Ok(connection) => {
+                    self.use_host(index);
+                    return Ok(connection);
+                }
+                Err(error) => {
+                    tracing::info!(host = %target.label, %error, "database host not used");
+                    last = Some(error);
+                }
+            }
+        }
+        Err(last.expect("a URL names at least one host"))
+    }
+
+    /// Opens a connection to `target` and keeps it if its session matches.
+    async fn try_host(&self, target: &Target) -> Result<PgConnection, StoreError> {
+        let mut connection = tokio::time::timeout(
+            self.connect_timeout,
+            PgConnection::connect_with(&target.options),
+        )
+        .await
+        .map_err(|_| StoreError::unavailable(sqlx::Error::PoolTimedOut))??;
+        match self.refusal(&mut connection).await {
+            Ok(None) => Ok(connection),
+            Ok(Some(why)) => {
+                let _ = connection.close().await;
+                Err(StoreError::NotWritable(format!("{}: {why}", target.label)))
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Why the session on `connection` does not match, if it does not (one round trip,
+    /// none for `any`).
+    async fn refusal(&self, connection: &mut PgConnection) -> Result<Option<String>, StoreError> {
+        let (recovery, read_only): (bool, bool) =
+            match self.list.attrs {
+                SessionAttrs::Any => return Ok(None),
+                _ => sqlx::query_as(
+                    "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'",
+                )
+                .fetch_one(connection)
+                .await?,
+            };
+        Ok(match self.list.attrs {
+            SessionAttrs::Primary if recovery => Some("the server is a standby".into()),
+            SessionAttrs::ReadWrite if read_only || recovery => {
+                Some("the session is read-only".into())
+            }
+            _ => None,
+        })
+    }
+
+    /// Points every pool at host `index` (if it is not already the one in use).
+    fn use_host(&self, index: usize) {
+        let before = self.current.swap(index, Ordering::AcqRel);
+        if before == index {
+            return;
+        }
+        let target = &self.list.targets[index];
+        tracing::warn!(
+            from = %self.list.targets[before].label,
+            to = %target.label,
+            "the database moved: new connections go to another host"
+        );
+        self.switches.record();
+        for (pool, settings) in self.pools.lock().expect("never poisoned").iter() {
+            pool.set_connect_options(
+                target
+                    .options
+                    .clone()
+                    .options(settings.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
+            );
+        }
+        self.moved.send_replace(index);
+    }
+
+    /// Starts the watcher (ends when the store's last handle on `hosts` is dropped).
+    pub fn watch(hosts: &Arc<Self>) {
+        tokio::spawn(watch(Arc::downgrade(hosts)));
+    }
+}
+
+/// The watcher: checks the host in use every [`WATCH_EVERY`] on a connection of its own,
+/// and when that fails or no longer matches, chooses again.
+async fn watch(hosts: Weak<Hosts>) {
+    let mut sentinel: Option<PgConnection> = None;
+    loop {
+        let Some(strong) = hosts.upgrade() else {
+            if let Some(connection) = sentinel {
+                let _ = connection.close().await;
+            }
+            return;
+        };
+        let pause = match sentinel.as_mut() {
+            Some(connection) => match strong.refusal(connection).await {
+                Ok(None) => WATCH_EVERY,
+                Ok(Some(why)) => {
+                    tracing::warn!(%why, "the database host in use no longer accepts writes");
+                    sentinel = None;
+                    Duration::ZERO
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "lost the database host in use; choosing again");
+                    sentinel = None;
+                    Duration::ZERO
+                }
+            },
+            None => match strong.choose().await {
+                Ok(connection) => {
+                    sentinel = Some(connection);
+                    WATCH_EVERY
+                }
+                Err(_) => RETRY_EVERY,
+            },
+        };
+        drop(strong);
+        tokio::time::sleep(pause).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hosts(list: &HostList) -> Vec<(String, u16)> {
+        list.targets
+            .iter()
+            .map(|t| (t.options.get_host().to_owned(), t.options.get_port()))
+            .collect()
+    }
+
+    #[test]
+    fn a_host_list_gives_one_target_per_host_in_order_with_default_ports() {
+        let list = HostList::parse(
+            "postgres://onejob:secret@db1:5433,db2,[::1]:6000/jobs?sslmode=disable&target_session_attrs=read-write",
+        )
+        .unwrap();
+        assert_eq!(
+            hosts(&list),
+            [
+                ("db1".to_owned(), 5433),
+                ("db2".to_owned(), 5432),
+                ("[::1]".to_owned(), 6000)
+            ]
+        );
+        assert_eq!(list.attrs, SessionAttrs::ReadWrite);
+        for target in &list.targets {
+            assert_eq!(target.options.get_database(), Some("jobs"));
+            assert_eq!(target.options.get_username(), "onejob");
+            assert!(matches!(
+                target.options.get_ssl_mode(),
+                sqlx::postgres::PgSslMode::Disable
+            ));
+        }
+        assert!(!list.is_plain());
+    }
+
+    #[test]
+    fn target_session_attrs_takes_libpqs_values_for_writing() {
+        let attrs = |q: &str| HostList::parse(&format!("postgres://u@h/db{q}")).map(|l| l.attrs);
+        assert_eq!(attrs("").unwrap(), SessionAttrs::Any);
+        assert_eq!(
+            attrs("?target_session_attrs=any").unwrap(),
+            SessionAttrs::Any
+        );
+        assert_eq!(
+            attrs("?target_session_attrs=primary").unwrap(),
+            SessionAttrs::Primary
+        );
+        assert!(HostList::parse("postgres://u@h/db").unwrap().is_plain());
+        for bad in ["standby", "read-only", "writable"] {
+            let error = attrs(&format!("?target_session_attrs={bad}")).unwrap_err();
+            assert!(matches!(error, StoreError::InvalidUrl { .. }), "{bad}");
+            assert!(error.to_string().contains(bad), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_bad_host_list_is_a_clear_error_that_shows_no_password() {
+        for (url, says) in [
+            ("postgres://u:hunter2@h1:5432,h2:54x2/db", "\"54x2\""),
+            ("postgres://u:hunter2@h1,,h2/db", "empty host"),
+            ("postgres://u:hunter2@[::1:5432/db", "unclosed"),
+            ("postgres://u:hunter2@h1/db?host=a,b", "authority"),
+        ] {
+            let error = HostList::parse(url).unwrap_err();
+            let text = error.to_string();
+            assert!(text.contains(says), "{url}: {text}");
+            assert!(!text.contains("hunter2"), "{text}");
+            assert!(!error.is_retryable());
+        }
+    }
+
+    #[test]
+    fn a_multi_host_url_is_redacted() {
+        let redacted = crate::store::redact(
+            "postgres://u:hunter2@h1:5432,h2:5433/db?target_session_attrs=primary",
+        );
+        assert!(!redacted.contains("hunter2"), "{redacted}");
+        assert!(redacted.contains("h1:5432,h2:5433"), "{redacted}");
+    }
+
+    /// The test server's URL with `hosts` in place of its host (nothing is written).
+    fn url_with(hosts: &str, query: &str) -> String {
+        let url = std::env::var("ONEJOB_TEST_POSTGRES")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+        let (scheme, rest) = url.split_once("://").unwrap();
+        let (user, rest) = rest.rsplit_once('@').unwrap();
+        let path = &rest[rest.find('/').unwrap()..];
+        format!("{scheme}://{user}@{hosts}{path}{query}")
+    }
+
+    /// The test server's `host:port`.
+    fn server() -> String {
+        let url = std::env::var("ONEJOB_TEST_POSTGRES")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+        HostList::parse(&url).unwrap().targets[0].label.clone()
+    }
+
+    #[tokio::test]
+    async fn a_host_that_refuses_connections_is_passed_over_for_the_next() {
+        // Port 1 on loopback refuses at once: a primary that died.
+        let list = HostList::parse(&url_with(
+            &format!("127.0.0.1:1,{}", server()),
+            "?target_session_attrs=read-write",
+        ))
+        .unwrap();
+        let hosts = Hosts::new(list, Duration::from_secs(5));
+        let connection = hosts
+            .choose()
+            .await
+            .expect("the second host accepts writes");
+        assert_eq!(hosts.current.load(Ordering::Acquire), 1);
+        assert!(hosts.switches.outdated(Duration::from_secs(3600)));
+        connection.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_read_only_session_is_refused_when_writes_are_asked_for() {
+        let query = "?options=-c%20default_transaction_read_only%3Don";
+        let read_write = HostList::parse(&url_with(
+            &server(),
+            &format!("{query}&target_session_attrs=read-write"),
+        ))
+        .unwrap();
+        let error = Hosts::new(read_write, Duration::from_secs(5))
+            .choose()
+            .await
+            .expect_err("a read-only session was kept");
+        assert!(matches!(error, StoreError::NotWritable(_)), "{error}");
+        assert!(error.is_retryable());
+        // `primary` asks only that the server is not a standby, which this one is not.
+        let primary = HostList::parse(&url_with(
+            &server(),
+            &format!("{query}&target_session_attrs=primary"),
+        ))
+        .unwrap();
+        let mut connection = Hosts::new(primary, Duration::from_secs(5))
+            .choose()
+            .await
+            .unwrap();
+        // A write there is refused with 25006, which the store answers as unavailable (503).
+        let write = sqlx::query("CREATE TABLE onejob_never_created (x int)")
+            .execute(&mut connection)
+            .await
+            .unwrap_err();
+        let error = StoreError::from(write);
+        assert!(matches!(error, StoreError::Unavailable(_)), "{error:?}");
+        connection.close().await.unwrap();
+    }
+}
