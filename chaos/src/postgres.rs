@@ -4,7 +4,8 @@
 //! The shared server on 127.0.0.1:5432 serves other tests at the same time; it is never
 //! restarted. [`Cluster`] is `initdb` into a temporary directory, run as the `postgres` user
 //! (PostgreSQL refuses to run as root) on a free port with its socket in that directory, and
-//! removed with everything in it when dropped.
+//! removed with everything in it when dropped. [`Cluster::start_standby_of`] adds a
+//! streaming standby of such a cluster (`pg_basebackup -R`), for the failover scenario.
 
 use std::{path::PathBuf, process::Command, time::Duration};
 
@@ -199,6 +200,96 @@ impl Cluster {
             ],
             true,
         );
+    }
+
+    /// A streaming standby of `primary` (`pg_basebackup -R -X stream`) on a free port,
+    /// started; `primary` then waits for it at every commit (`synchronous_standby_names`,
+    /// set only now that the standby is up: commits would block until then).
+    pub fn start_standby_of(primary: &Cluster) -> Cluster {
+        let dir = tempfile::Builder::new()
+            .prefix("onejob-chaos-pg-")
+            .tempdir()
+            .expect("cluster directory");
+        let standby = Cluster {
+            port: crate::node::free_port(),
+            dir,
+            bin: primary.bin.clone(),
+        };
+        standby.hand_to_postgres();
+        run_as_postgres(
+            &[
+                &standby.tool("pg_basebackup"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &primary.port.to_string(),
+                "-U",
+                "postgres",
+                "-D",
+                &standby.data(),
+                "-R",
+                "-X",
+                "stream",
+                // An immediate checkpoint, not one spread over minutes.
+                "--checkpoint=fast",
+                "--no-sync",
+            ],
+            true,
+        );
+        standby.start();
+        primary.set("synchronous_standby_names", "'*'");
+        standby
+    }
+
+    /// Sets `name = value` in `postgresql.auto.conf` and reloads the server.
+    pub fn set(&self, name: &str, value: &str) {
+        let path = format!("{}/postgresql.auto.conf", self.data());
+        let mut conf = std::fs::read_to_string(&path).expect("postgresql.auto.conf");
+        conf.push_str(&format!("{name} = {value}\n"));
+        std::fs::write(&path, conf).expect("postgresql.auto.conf");
+        run_as_postgres(&[&self.tool("pg_ctl"), "-D", &self.data(), "reload"], true);
+    }
+
+    /// SIGKILLs the postmaster (its backends exit when they notice), as a dead machine
+    /// would leave it; waits until the port refuses connections.
+    pub fn kill(&self) {
+        let pid = std::fs::read_to_string(format!("{}/postmaster.pid", self.data()))
+            .expect("postmaster.pid");
+        let pid = pid.lines().next().expect("pid line").trim().to_owned();
+        let _ = Command::new("kill").args(["-KILL", &pid]).output();
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Promotes this standby (`pg_ctl promote -w`: returns once it accepts writes).
+    pub fn promote(&self) {
+        run_as_postgres(
+            &[&self.tool("pg_ctl"), "-D", &self.data(), "-w", "promote"],
+            true,
+        );
+    }
+
+    /// Restarts a killed primary as a standby of `primary` (`standby.signal` and its
+    /// `primary_conninfo`): it comes back read-only, as a failover manager brings it back.
+    pub fn restart_as_standby_of(&self, primary: &Cluster) {
+        // Its backends may outlive the SIGKILLed postmaster for a moment.
+        std::thread::sleep(Duration::from_millis(500));
+        let _ = std::fs::remove_file(format!("{}/postmaster.pid", self.data()));
+        std::fs::write(format!("{}/standby.signal", self.data()), "").expect("standby.signal");
+        let path = format!("{}/postgresql.auto.conf", self.data());
+        let mut conf = std::fs::read_to_string(&path).expect("postgresql.auto.conf");
+        conf.push_str(&format!(
+            "primary_conninfo = 'host=127.0.0.1 port={} user=postgres'\n\
+             synchronous_standby_names = ''\nrecovery_target_timeline = 'latest'\n",
+            primary.port
+        ));
+        std::fs::write(&path, conf).expect("postgresql.auto.conf");
+        self.hand_to_postgres();
+        self.start();
     }
 
     /// Waits until a connection succeeds.

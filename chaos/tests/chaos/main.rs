@@ -6,6 +6,7 @@
 //! and reports go to `$ONEJOB_CHAOS_OUT` (default `chaos/out/`).
 
 mod crash;
+mod failover;
 mod harness;
 mod killstorm;
 mod restart;

@@ -1,0 +1,259 @@
+//! PostgreSQL failover under load: a throwaway primary with a synchronous streaming standby,
+//! three onejob nodes given both as one multi-host URL (`target_session_attrs=read-write`),
+//! clients submitting (double clicks included) while workers run attempts. The primary is
+//! SIGKILLed mid-storm and the test, playing the failover manager, promotes the standby.
+//! Clients must only see `503` with `Retry-After` during the switch; every `201` job must be
+//! on the new primary, one per key, each done once. Then the old primary comes back as a
+//! standby (read-only), and a node started with the same URL, which lists it first, must
+//! write to the new primary instead.
+
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use onejob_chaos::{
+    client::RecordingClient,
+    history::Record,
+    node::{Node, NodeConfig, Role, create_key},
+    postgres::{Cluster, Database},
+    readback::{Reader, record_side_effects},
+    scale::Scale,
+};
+use onejob_fake::{Behaviour, FakeServer, Rule};
+use serde_json::json;
+use sqlx::{Connection, PgConnection};
+
+use crate::harness;
+
+/// Clients submitting at once.
+const CLIENTS: usize = 16;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "fault suite: run with chaos/run.sh"]
+async fn a_failover_to_a_synchronous_standby_loses_nothing_acknowledged() {
+    let scale = Scale::from_env();
+    let primary = Cluster::start_new();
+    let db = Database::create(&primary.admin_url()).await;
+    let standby = Cluster::start_standby_of(&primary);
+    let name = db.url.rsplit('/').next().unwrap().to_owned();
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/{name}?target_session_attrs=read-write",
+        primary.port, standby.port
+    );
+    let fake = FakeServer::spawn(([127, 0, 0, 1], 0).into()).await.unwrap();
+    fake.add_rule(Rule {
+        matches: None,
+        times: None,
+        behaviour: Behaviour {
+            run_ms: 100,
+            ..Default::default()
+        },
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let logs = harness::log_dir("failover");
+    let mut config = NodeConfig::new(&url, &fake.base_url());
+    // Only LISTEN/NOTIFY wakes the workers in time: a listener left on the dead primary
+    // leaves jobs pending for an hour and fails the run.
+    config.poll_interval = Duration::from_secs(3600);
+    let config = config.write(dir.path(), "node");
+    let mut nodes: Vec<Node> = (0..3)
+        .map(|i| {
+            let name = format!("node{i}");
+            Node::start(
+                &name,
+                Role::Serve,
+                &config,
+                &[],
+                &logs.join(format!("{name}.log")),
+            )
+        })
+        .collect();
+    for node in &mut nodes {
+        node.wait_ready().await;
+    }
+    let urls: Vec<String> = nodes.iter().map(Node::url).collect();
+    let token = create_key(&url, "failover", "client", false).await;
+    let history = harness::history("failover");
+
+    let keys: Vec<String> = (0..scale.restart_keys)
+        .map(|i| format!("failover:{i}"))
+        .collect();
+    let queue = Arc::new(Mutex::new(keys.clone()));
+    let window_ms = 6000u64;
+    let pace = Duration::from_millis(window_ms * CLIENTS as u64 / keys.len() as u64);
+    let mut clients = Vec::new();
+    for c in 0..CLIENTS {
+        let client = RecordingClient::new(history.clone(), format!("submitter{c}"), &token);
+        let (queue, urls) = (queue.clone(), urls.clone());
+        clients.push(tokio::spawn(async move {
+            let mut ids = Vec::new();
+            loop {
+                let Some(key) = queue.lock().unwrap().pop() else {
+                    return ids;
+                };
+                let body = json!({"kind": "chat.completion", "params": {"prompt": format!("{key} please")}});
+                let answer = client.submit(&urls, c, &key, &body, 200).await;
+                assert!(
+                    matches!(answer.status, Some(200 | 201)),
+                    "{key}: never accepted: {:?} {}",
+                    answer.status,
+                    answer.body
+                );
+                ids.push(answer.body["id"].as_str().unwrap().to_owned());
+                // A double click, on another node.
+                if key.ends_with('3') || key.ends_with('7') {
+                    client.submit(&urls, c + 1, &key, &body, 200).await;
+                }
+                tokio::time::sleep(pace).await;
+            }
+        }));
+    }
+
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    history.fault("SIGKILL the primary");
+    primary.kill();
+    // A failover manager notices and decides: a second here.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    history.fault("promote the standby");
+    standby.promote();
+    history.fault("standby promoted");
+
+    let mut acknowledged = 0;
+    for client in clients {
+        acknowledged += client.await.unwrap().len();
+    }
+    assert_eq!(acknowledged, keys.len());
+
+    // The same processes, never restarted, finish every job on the new primary.
+    let reader = Reader::new(&urls[0], &token);
+    let open = reader.wait_settled(&keys, Duration::from_secs(300)).await;
+    assert!(
+        open.is_empty(),
+        "{} jobs still open: {:?}",
+        open.len(),
+        &open[..open.len().min(5)]
+    );
+
+    // The old primary comes back read-only, as a standby of the new one; a node whose URL
+    // lists it first must write elsewhere.
+    history.fault("old primary restarted as a standby");
+    primary.restart_as_standby_of(&standby);
+    let mut old = PgConnection::connect(&format!(
+        "postgres://postgres@127.0.0.1:{}/{name}",
+        primary.port
+    ))
+    .await
+    .expect("the old primary accepts read-only connections");
+    let in_recovery: bool = sqlx::query_scalar("SELECT pg_is_in_recovery()")
+        .fetch_one(&mut old)
+        .await
+        .unwrap();
+    assert!(in_recovery, "the old primary came back as a standby");
+    let mut late = Node::start("late", Role::Serve, &config, &[], &logs.join("late.log"));
+    late.wait_ready().await;
+    let late_urls = vec![late.url()];
+    let late_keys: Vec<String> = (0..20).map(|i| format!("failover:late:{i}")).collect();
+    let late_client = RecordingClient::new(history.clone(), "late", &token);
+    for key in &late_keys {
+        let body =
+            json!({"kind": "chat.completion", "params": {"prompt": format!("{key} please")}});
+        let answer = late_client.submit(&late_urls, 0, key, &body, 50).await;
+        assert_eq!(answer.status, Some(201), "{key}: {}", answer.body);
+    }
+    let all: Vec<String> = keys.iter().chain(&late_keys).cloned().collect();
+    let open = reader.wait_settled(&all, Duration::from_secs(120)).await;
+    assert!(open.is_empty(), "late jobs still open: {open:?}");
+    reader.record_jobs(&history, &all).await;
+    record_side_effects(&history, "fake", &fake).await;
+    late.terminate().await;
+    for node in &mut nodes {
+        node.terminate().await;
+    }
+
+    // Every job is on the new primary, and the old one, read-only, has none of the late
+    // ones (it could not have: it only replays what the new primary sends).
+    let mut new = PgConnection::connect(&format!(
+        "postgres://postgres@127.0.0.1:{}/{name}",
+        standby.port
+    ))
+    .await
+    .unwrap();
+    let on_new: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs")
+        .fetch_one(&mut new)
+        .await
+        .unwrap();
+    assert_eq!(
+        on_new,
+        all.len() as i64,
+        "every acknowledged job is on the new primary"
+    );
+    let _ = old.close().await;
+    let _ = new.close().await;
+
+    let report = harness::check(&history);
+    assert_eq!(
+        report.stats.jobs,
+        all.len() as u64,
+        "no job lost or doubled"
+    );
+    assert_eq!(
+        report.stats.job_states.get("succeeded"),
+        Some(&(all.len() as u64))
+    );
+    assert_eq!(
+        report.stats.side_effects,
+        all.len() as u64,
+        "no input reached the provider twice"
+    );
+    let records = onejob_chaos::history::read_history(history.path()).unwrap();
+    let fault_at = |what: &str| {
+        records
+            .iter()
+            .find_map(|r| match r {
+                Record::Fault { t_ms, what: w } if w == what => Some(*t_ms),
+                _ => None,
+            })
+            .expect("fault recorded")
+    };
+    let (killed, promoted) = (
+        fault_at("SIGKILL the primary"),
+        fault_at("standby promoted"),
+    );
+    // Between the kill and the first 201 after the promotion, only 503s (with Retry-After,
+    // which the checker requires of every 503) or no answer.
+    let first_201 = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Response {
+                t_ms,
+                status: Some(201),
+                ..
+            } if *t_ms > promoted => Some(*t_ms),
+            _ => None,
+        })
+        .min()
+        .expect("a job created after the promotion");
+    let during: Vec<u16> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Response {
+                t_ms,
+                status: Some(s),
+                ..
+            } if *t_ms > killed + 200 && *t_ms < promoted && *s != 503 && *s != 200 => Some(*s),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        during.is_empty(),
+        "answers other than 503 during the switch: {during:?}"
+    );
+    println!(
+        "failover: SIGKILL -> promoted {} ms; promoted -> first 201 {} ms; SIGKILL -> first 201 {} ms",
+        promoted - killed,
+        first_201 - promoted,
+        first_201 - killed
+    );
+    drop(db);
+}
