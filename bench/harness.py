@@ -19,6 +19,11 @@ Parts (--parts, comma separated; default all):
   steady    the same sizes, long runs (--steady-jobs, default 600,000; --steady-runs, default 2),
             spanning checkpoints as production does (about 16 minutes)
   rss       onejob's VmRSS holding 1,000 keep-alive connections (one POST on each)
+  worked    jobs WORKED per second (submit -> worker -> provider -> result): onejob's
+            `onejob worker` processes (1 and 2) beside a `serve --no-worker` node, on onejob-fake,
+            vs pg-boss's and graphile-worker's own workers with a no-op handler; a short sweep
+            of each contender's knobs first, then the best configuration of each, interleaved:
+            N jobs queued then worked, and (--worked-modes) submitted while being worked
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import math
 import os
 import pathlib
 import platform
+import queue
 import re
 import shlex
 import shutil
@@ -37,6 +43,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -46,8 +53,9 @@ SQL = BENCH / "sql"
 RESULTS = pathlib.Path(os.environ.get("BENCH_RESULTS", BENCH / "results"))
 CACHE = pathlib.Path(os.environ.get("BENCH_CACHE", "/var/cache/onejob"))
 ONEJOB_TARGET = pathlib.Path(os.environ.get("ONEJOB_TARGET_DIR", CACHE / "target-bench"))
-ONEJOB = ONEJOB_TARGET / "release" / "onejob"
-FAKE = ONEJOB_TARGET / "release" / "onejob-fake"
+# BENCH_ONEJOB / BENCH_FAKE: measure other binaries than the ones run.sh built (bench/ab.sh).
+ONEJOB = pathlib.Path(os.environ.get("BENCH_ONEJOB", ONEJOB_TARGET / "release" / "onejob"))
+FAKE = pathlib.Path(os.environ.get("BENCH_FAKE", ONEJOB_TARGET / "release" / "onejob-fake"))
 LOADGEN = pathlib.Path(os.environ.get("LOADGEN_TARGET_DIR", CACHE / "target-loadgen")) / "release" / "onejob-loadgen"
 PEERS = pathlib.Path(os.environ.get("BENCH_PEERS", CACHE / "bench-peers"))
 WORK = pathlib.Path(os.environ.get("BENCH_WORK", CACHE / "bench-run"))
@@ -272,16 +280,16 @@ class Server:
 
 
 def start_onejob(url: str, *, worker: bool, provider_url: str, tag: str, concurrency=16,
-                 poll_interval="2s") -> Server:
+                 poll_interval="2s", listen: str = ONEJOB_ADDR) -> Server:
     config = WORK / f"{tag}.toml"
-    config.write_text(CONFIG.format(listen=ONEJOB_ADDR, database=url, concurrency=concurrency,
+    config.write_text(CONFIG.format(listen=listen, database=url, concurrency=concurrency,
                                     poll_interval=poll_interval, provider_url=provider_url))
     cmd = [ONEJOB, "serve", "--config", config] + ([] if worker else ["--no-worker"])
     server = Server("onejob", cmd, tag)
     deadline = time.time() + 60
     while True:
         try:
-            with urllib.request.urlopen(f"http://{ONEJOB_ADDR}/readyz", timeout=2) as r:
+            with urllib.request.urlopen(f"http://{listen}/readyz", timeout=2) as r:
                 if r.status == 200:
                     return server
         except Exception:  # noqa: BLE001 - not up yet
@@ -835,7 +843,437 @@ def part_rss(opts) -> None:
     save("rss", finish(rec))
 
 
-PARTS = ["machine", "ceiling", "intake", "peers", "dispatch", "e2e", "gateway", "growth", "steady", "rss"]
+# ----------------------------------------------------------------------------- worked
+
+# Finished jobs, per contender, as the harness polls them. graphile-worker deletes a job when
+# it completes, so its count is the jobs queued minus the rows left.
+WORKED_DONE_SQL = {
+    "onejob": "SELECT count(*) FROM jobs WHERE state = 'succeeded'",
+    "pgboss": "SELECT count(*) FROM pgboss.job WHERE name = 'bench' AND state = 'completed'",
+    "graphile": "SELECT {jobs} - count(*) FROM graphile_worker._private_jobs",
+}
+PORT_WORKER = PORT_ONEJOB + 330  # `onejob worker --listen` probes: PORT_WORKER + i
+
+
+class Poller:
+    """One held `psql` session that answers one-number queries (a new psql per poll would
+    cost a connection each time). Its statements count as read-only commits of the
+    database; `queries` says how many to subtract."""
+
+    def __init__(self, db: str):
+        self.proc = subprocess.Popen(["psql", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-d", db],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1, env=ENV)
+        self.queries = 0
+
+    def number(self, sql: str) -> int:
+        self.proc.stdin.write(sql.rstrip(";") + ";\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"psql poller ended (query: {sql})")
+        self.queries += 1
+        return int(line.strip())
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        self.proc.wait(timeout=10)
+
+
+def wait_worked(poller: Poller, sql: str, jobs: int, timeout: float, queued=lambda: True,
+                failed_sql: str | None = None) -> float:
+    """Polls until `sql` counts `jobs` finished jobs (and `queued()` says all are in); returns
+    the monotonic time of the poll that saw it. Every 100 ms until 90 % are done, then every
+    10 ms, so that the polling itself costs the database little while the end is seen
+    within 10 ms."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done = poller.number(sql) if queued() else 0
+        now = time.monotonic()
+        if queued() and done >= jobs:
+            return now
+        if now > deadline:
+            bad = poller.number(failed_sql) if failed_sql else None
+            raise RuntimeError(f"only {done} of {jobs} jobs finished within {timeout:.0f} s"
+                               + (f" ({bad} failed or unknown)" if bad is not None else ""))
+        time.sleep(0.01 if done >= 0.9 * jobs else 0.1)
+
+
+def wait_http_ready(addr: str, proc: subprocess.Popen, timeout=60.0) -> None:
+    deadline = time.time() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://{addr}/readyz", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except Exception:  # noqa: BLE001 - not up yet
+            pass
+        if proc.poll() is not None or time.time() > deadline:
+            raise RuntimeError(f"{addr} did not become ready")
+        time.sleep(0.01)
+
+
+def footprint(db: str) -> dict:
+    """Rows, table bytes (TOAST included) and index bytes of onejob's job tables."""
+    return {t: json.loads(psql(db, f"SELECT json_build_object('rows', (SELECT count(*) FROM {t}), "
+                                   f"'table_bytes', pg_table_size('{t}'), 'index_bytes', pg_indexes_size('{t}'))"))
+            for t in ("jobs", "attempts", "job_events")}
+
+
+def worked_onejob(opts, rec: dict, run_index: int, workers: int, concurrency: int, jobs: int, mode: str) -> dict:
+    """onejob: a `serve --no-worker` API node and `workers` `onejob worker` processes with
+    `[worker] concurrency`, on onejob-fake over loopback HTTP. queued: the jobs are submitted
+    through the API (the load generator, 32 clients) with no worker running, then the workers
+    are started; the time runs from their spawn (process start and connecting included) to
+    the poll that sees every job `succeeded`. concurrent: the workers are up first; the time
+    runs from the load generator's start to the last job succeeded."""
+    name = f"{DB}_worked"
+    url = fresh("postgres", name)
+    key = api_key(url)
+    tag = f"worked-onejob-{workers}w"
+    fake = Server("fake", [FAKE, "--listen", f"127.0.0.1:{PORT_FAKE}"], f"{tag}-fake")
+    api = None
+    procs: list[Server] = []
+    poller = None
+    try:
+        time.sleep(0.3)
+        api = start_onejob(url, worker=False, provider_url=f"http://127.0.0.1:{PORT_FAKE}/v1", tag=tag,
+                           concurrency=concurrency)
+        config = WORK / f"{tag}.toml"
+        worker_cmds = [[ONEJOB, "worker", "--config", config, "--listen", f"127.0.0.1:{PORT_WORKER + i}"]
+                       for i in range(workers)]
+        intake = [LOADGEN, "intake", "--addr", ONEJOB_ADDR, "--key", key, "--clients", opts.worked_clients,
+                  "--jobs", jobs, "--warmup", 0, "--prefix", f"k{run_index}"]
+        note_command(rec, "onejob serve (API node)", api.cmd)
+        note_command(rec, "onejob worker", [*worker_cmds[0][:-1], "127.0.0.1:PORT"])
+        note_command(rec, "loadgen intake (the jobs)", [*intake[:5], "$KEY", *intake[6:]])
+        rec.setdefault("configs", {}).setdefault("onejob", config.read_text())
+        poller = Poller(name)
+        done_sql = WORKED_DONE_SQL["onejob"]
+        failed_sql = "SELECT count(*) FROM jobs WHERE state IN ('failed', 'unknown')"
+        r: dict = {}
+        if mode == "queued":
+            t = time.monotonic()
+            intake_before = pg_snapshot(name)
+            out = run_json(intake, timeout=3600)
+            r["enqueue_s"] = time.monotonic() - t
+            settle()
+            r["intake_pg"] = pg_delta(intake_before, pg_snapshot(name), jobs)
+            r["enqueue_unexpected"] = out["intake"]["unexpected"]
+            analyze("postgres", name)
+            before = pg_snapshot(name)
+            t0 = time.monotonic()
+            procs = [Server("worker", cmd, f"{tag}-{i}") for i, cmd in enumerate(worker_cmds)]
+            t1 = wait_worked(poller, done_sql, jobs, opts.worked_timeout, failed_sql=failed_sql)
+        else:
+            procs = [Server("worker", cmd, f"{tag}-{i}") for i, cmd in enumerate(worker_cmds)]
+            for i, w in enumerate(procs):
+                wait_http_ready(f"127.0.0.1:{PORT_WORKER + i}", w.proc)
+            analyze("postgres", name)
+            before = pg_snapshot(name)
+            t0 = time.monotonic()
+            gen = subprocess.Popen([str(c) for c in intake], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                   text=True, env=ENV)
+            t1 = wait_worked(poller, done_sql, jobs, opts.worked_timeout, queued=lambda: gen.poll() is not None,
+                             failed_sql=failed_sql)
+            r["enqueue_s"] = None
+        queries = poller.queries
+        settle()
+        after = pg_snapshot(name)
+        r["work_s"] = t1 - t0
+        r["jobs_per_s"] = jobs / r["work_s"]
+        r["pg"] = pg_delta(before, after, jobs)
+        r["pg"]["poll_queries"] = queries
+        r["pg"]["commits_per_job_without_polls"] = (r["pg"]["commits"] - queries - 1) / jobs
+        # The database's own clock: first attempt started -> last job updated (no process start).
+        span = psql(name, "SELECT extract(epoch FROM (SELECT max(updated_at) FROM jobs) - "
+                          "(SELECT min(started_at) FROM attempts))")
+        r["db_span_s"] = float(span) if span else None
+        r["states"] = psql(name, "SELECT string_agg(state || '=' || n, ' ') FROM (SELECT state, count(*) n FROM jobs GROUP BY 1) s")
+        r["attempts"] = int(psql(name, "SELECT count(*) FROM attempts"))
+        # What the jobs left behind (docs/SCALING.md): rows and bytes per table, indexes included.
+        r["footprint"] = footprint(name)
+    finally:
+        if poller:
+            poller.close()
+        for w in procs:
+            w.stop()
+        if api:
+            api.stop()
+        fake.stop()
+    discard("postgres", name)
+    return {"contender": f"onejob-{workers}w", "peer": "onejob", "workers": workers,
+            "settings": {"worker_processes": workers, "concurrency": concurrency}, **r}
+
+
+def worked_peer(opts, rec: dict, run_index: int, peer: str, settings: dict, jobs: int, mode: str) -> dict:
+    """A peer's own workers (bench/peers/node_worker.js) with a no-op handler. queued: the
+    script bulk-inserts the jobs, then on "go" starts its workers; the time runs from "go"
+    (its connection pool already open) to the poll that sees every job completed.
+    concurrent: its workers are started first; on "go" it enqueues one call per job."""
+    name = f"{DB}_worked"
+    create_db(name)
+    url = f"{PG_URL}/{name}"
+    node_env = dict(ENV, NODE_PATH=str(PEERS / "node" / "node_modules"))
+    flags = {"pgboss": {"batch_size": "--batch-size", "workers": "--workers", "polling_s": "--polling-s"},
+             "graphile": {"concurrency": "--concurrency", "poll_ms": "--poll-ms", "local_queue": "--local-queue",
+                          "complete_batch_delay": "--complete-batch-delay"}}[peer]
+    pool = settings.get("pool_max") or (min(conn_cap(), settings["concurrency"] + 2) if peer == "graphile" else 20)
+    cmd = ["node", BENCH / "peers" / "node_worker.js", peer, "--db", url, "--jobs", jobs, "--mode", mode,
+           "--clients", opts.worked_clients, "--pool-max", pool]
+    for k, flag in flags.items():
+        if k in settings:
+            cmd += [flag, settings[k]]
+    cmd = [str(c) for c in cmd]
+    note_command(rec, peer, cmd)
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(WORK / f"worked-{peer}.log", "w"),
+                            text=True, bufsize=1, env=node_env)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x.strip()) for x in proc.stdout], daemon=True).start()
+
+    def expect(word: str, timeout=600) -> None:
+        got = lines.get(timeout=timeout)
+        if got != word:
+            raise RuntimeError(f"{peer} worker said {got!r}, expected {word!r}: see {WORK / f'worked-{peer}.log'}")
+
+    poller = None
+    queued_seen = threading.Event()
+    try:
+        expect("queued" if mode == "queued" else "ready")
+        poller = Poller(name)
+        done_sql = WORKED_DONE_SQL[peer].format(jobs=jobs)
+        before = pg_snapshot(name)
+        t0 = time.monotonic()
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        if mode == "queued":
+            expect("working")
+            queued = lambda: True  # noqa: E731
+        else:
+            def queued() -> bool:
+                if not queued_seen.is_set():
+                    try:
+                        if lines.get_nowait() == "queued":
+                            queued_seen.set()
+                    except queue.Empty:
+                        pass
+                return queued_seen.is_set()
+        t1 = wait_worked(poller, done_sql, jobs, opts.worked_timeout, queued=queued)
+        queries = poller.queries
+        settle()
+        after = pg_snapshot(name)
+        proc.stdin.write("stop\n")
+        proc.stdin.flush()
+        out = json.loads(lines.get(timeout=120))
+        proc.wait(timeout=60)
+    finally:
+        if poller:
+            poller.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    drop_db(name)
+    r = {"work_s": t1 - t0, "jobs_per_s": jobs / (t1 - t0), "pg": pg_delta(before, after, jobs), **out}
+    r["pg"]["poll_queries"] = queries
+    r["pg"]["commits_per_job_without_polls"] = (r["pg"]["commits"] - queries - 1) / jobs
+    return {"contender": peer, "peer": peer, **r, "settings": settings}
+
+
+def worked_grid(opts) -> dict:
+    """The knobs swept per contender (--quick: two settings each)."""
+    if opts.quick:
+        return {
+            "onejob": [{"concurrency": c} for c in (16, 64)],
+            "pgboss": [{"batch_size": 1000, "workers": 2, "polling_s": 0.5}, {"batch_size": 200, "workers": 4, "polling_s": 0.5}],
+            "graphile": [{"concurrency": 32, "poll_ms": 100, "local_queue": 0},
+                         {"concurrency": 32, "poll_ms": 100, "local_queue": 500, "complete_batch_delay": 5}],
+        }
+    return {
+        "onejob": [{"concurrency": c} for c in (16, 64, 256)],  # onejob-3w takes onejob-2w's best
+        "pgboss": [{"batch_size": b, "workers": w, "polling_s": 0.5} for b in (200, 1000, 5000) for w in (2, 4)]
+        + [{"batch_size": 1000, "workers": 2, "polling_s": 2.0}],
+        "graphile": [{"concurrency": 10, "poll_ms": 2000, "local_queue": 0},
+                     {"concurrency": 32, "poll_ms": 2000, "local_queue": 0},
+                     {"concurrency": 32, "poll_ms": 100, "local_queue": 0},
+                     {"concurrency": 32, "poll_ms": 100, "local_queue": 500},
+                     {"concurrency": 32, "poll_ms": 100, "local_queue": 500, "complete_batch_delay": 5},
+                     {"concurrency": 64, "poll_ms": 100, "local_queue": 1000, "complete_batch_delay": 5}],
+    }
+
+
+def worked_measure(opts, rec: dict, run_index: int, stage: str, contender: str, settings: dict, jobs: int,
+                   mode: str) -> dict | None:
+    try:
+        if contender.startswith("onejob-"):
+            workers = int(contender.split("-")[1].rstrip("w"))
+            r = worked_onejob(opts, rec, run_index, workers, settings["concurrency"], jobs, mode)
+        else:
+            r = worked_peer(opts, rec, run_index, contender, settings, jobs, mode)
+    except Exception as error:  # noqa: BLE001 - recorded, the rounds go on
+        log(f"FAILED worked {stage} {contender} {settings} {mode}: {str(error)[:1500]}")
+        rec.setdefault("errors", []).append({"what": f"worked {stage} {contender} {settings} {mode}",
+                                             "error": str(error)[:4000],
+                                             "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
+        return None
+    r.update({"contender": contender, "stage": stage, "mode": mode, "run": run_index, "jobs": jobs,
+              "loadavg": loadavg()})
+    rec["runs"].append(r)
+    pg = r.get("pg", {})
+    log(f"worked {stage} {mode} {contender} {settings}: {r['jobs_per_s']:.0f} jobs/s ({r['work_s']:.2f} s), "
+        f"write xacts/job {1 / pg['jobs_per_write_xact'] if pg.get('jobs_per_write_xact') else 0:.2f}, "
+        f"WAL syncs/job {1 / pg['jobs_per_wal_sync'] if pg.get('jobs_per_wal_sync') else 0:.2f}")
+    return r
+
+
+def part_worked(opts) -> None:
+    """`worked`: a sweep of each contender's knobs on --worked-sweep-jobs (one run each),
+    then the best setting of each, --runs rounds of --worked-jobs, contenders interleaved
+    in every round, in each of --worked-modes."""
+    rec = part_record(opts, "worked")
+    rec["settings"].update({"worked_jobs": opts.worked_jobs, "worked_sweep_jobs": opts.worked_sweep_jobs,
+                            "worked_modes": opts.worked_modes, "worked_clients": opts.worked_clients})
+    grid = worked_grid(opts)
+    rec["grid"] = grid
+    contenders = {c: grid["onejob" if c.startswith("onejob") else c] for c in opts.worked_contenders}
+    best = {}
+    if opts.worked_best:
+        best = json.loads(opts.worked_best)
+    best = {c: v for c, v in best.items() if c in contenders}
+    for contender, settings_list in contenders.items():
+        if contender in best:
+            continue
+        if contender == "onejob-3w" and "onejob-2w" in best:
+            best[contender] = best["onejob-2w"]  # not swept again: the best of 2 processes
+            continue
+        scored = []
+        for settings in settings_list:
+            r = worked_measure(opts, rec, 0, "sweep", contender, settings, opts.worked_sweep_jobs, "queued")
+            if r:
+                scored.append((r["jobs_per_s"], settings))
+        if scored:
+            best[contender] = max(scored, key=lambda x: x[0])[1]
+        save("worked", dict(rec, best=best, finished=None))
+    rec["best"] = best
+    log(f"worked: best settings {best}")
+    for run_index in range(opts.runs):
+        for mode in opts.worked_modes:
+            if mode == "concurrent" and run_index >= opts.worked_concurrent_runs:
+                continue
+            for contender, settings in best.items():
+                worked_measure(opts, rec, run_index, "measured", contender, settings, opts.worked_jobs, mode)
+        save("worked", dict(rec, finished=None))
+    save("worked", finish(rec))
+
+
+def nodes_one(opts, rec: dict, run_index: int, nodes: int, clients: int) -> None:
+    """Intake through `nodes` API nodes (`serve --no-worker`, ports PORT_ONEJOB + 10 i) on one
+    database: one load generator per node, clients / nodes clients and jobs / nodes new keys
+    each (4 x --jobs in all), all started together; req/s = all 201s / (first start -> last finish)."""
+    name = f"{DB}_nodes"
+    url = fresh("postgres", name)
+    key = api_key(url)
+    servers: list[Server] = []
+    try:
+        for i in range(nodes):
+            servers.append(start_onejob(url, worker=False, provider_url=f"http://127.0.0.1:{PORT_SINK}/v1",
+                                        tag=f"nodes-{i}", listen=f"127.0.0.1:{PORT_ONEJOB + 10 * i}"))
+        run_json([LOADGEN, "intake", "--addr", ONEJOB_ADDR, "--key", key, "--clients", min(clients, 32),
+                  "--jobs", opts.warmup, "--warmup", 0, "--prefix", f"n{run_index}w"], timeout=600)
+        analyze("postgres", name)
+        per = 4 * opts.jobs // nodes  # 4 x --jobs in all, whatever the node count
+        cmds = [[LOADGEN, "intake", "--addr", f"127.0.0.1:{PORT_ONEJOB + 10 * i}", "--key", key,
+                 "--clients", max(1, clients // nodes), "--jobs", per, "--warmup", 0,
+                 "--prefix", f"n{run_index}-{i}"] for i in range(nodes)]
+        note_command(rec, "loadgen (one per node)", [*cmds[0][:5], "$KEY", *cmds[0][6:]])
+        note_command(rec, "serve", servers[0].cmd)
+        before = pg_snapshot(name)
+        t0 = time.monotonic()
+        procs = [subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                  text=True, env=ENV) for cmd in cmds]
+        outs = [json.loads(p.communicate(timeout=3600)[0]) for p in procs]
+        wall = time.monotonic() - t0
+    finally:
+        for server in servers:
+            server.stop()
+    time.sleep(0.2)
+    ok = sum(o["intake"]["ok"] for o in outs)
+    r = {"nodes": nodes, "clients": clients, "jobs": ok, "wall_s": wall, "rps": ok / wall,
+         "per_node_rps": [o["intake"]["rps"] for o in outs],
+         "p50_ms": median([o["intake"]["p50_ms"] for o in outs]), "p99_ms": max(o["intake"]["p99_ms"] for o in outs),
+         "unexpected": [o["intake"]["unexpected"] for o in outs], "pg": pg_delta(before, pg_snapshot(name), ok)}
+    discard("postgres", name)
+    rec["runs"].append({"contender": f"onejob-{nodes}-nodes", "run": run_index, "loadavg": loadavg(), **r})
+    log(f"nodes {nodes} c={clients} run {run_index}: {r['rps']:.0f}/s (per node {', '.join(f'{x:.0f}' for x in r['per_node_rps'])}), "
+        f"jobs/WAL sync {r['pg'].get('jobs_per_wal_sync') or 0:.1f}")
+
+
+def part_nodes(opts) -> None:
+    """`nodes`: intake new keys through 1 and 3 API nodes on one PostgreSQL (docs/SCALING.md),
+    at each of --clients (total over the nodes), --runs rounds, node counts interleaved."""
+    rec = part_record(opts, "nodes")
+    for run_index in range(opts.runs):
+        for clients in opts.clients:
+            for nodes in (1, 3):
+                guarded(rec, nodes_one, opts, rec, run_index, nodes, clients)
+        save("nodes", dict(rec, finished=None))
+    save("nodes", finish(rec))
+
+
+def part_footprint(opts) -> None:
+    """`footprint`: what jobs leave in PostgreSQL (docs/SCALING.md). --footprint-jobs jobs run
+    for real (API + worker on onejob-fake), then copied with their attempts and events
+    (bench/sql/replicate_worked.sql) up to --footprint-total jobs; rows, table and index
+    bytes of each table at both sizes, per index at the larger, after VACUUM (ANALYZE). The
+    WAL of the real jobs (intake and work) is measured; the copies' WAL is not a job's."""
+    rec = part_record(opts, "footprint")
+    name = f"{DB}_footprint"
+    url = fresh("postgres", name)
+    key = api_key(url)
+    jobs = opts.footprint_jobs
+    fake = Server("fake", [FAKE, "--listen", f"127.0.0.1:{PORT_FAKE}"], "footprint-fake")
+    server = None
+    try:
+        time.sleep(0.3)
+        server = start_onejob(url, worker=True, provider_url=f"http://127.0.0.1:{PORT_FAKE}/v1", tag="footprint",
+                              concurrency=64)
+        before = pg_snapshot(name)
+        run_json([LOADGEN, "intake", "--addr", ONEJOB_ADDR, "--key", key, "--clients", 32, "--jobs", jobs,
+                  "--warmup", 0, "--prefix", "f"], timeout=3600)
+        poller = Poller(name)
+        try:
+            wait_worked(poller, WORKED_DONE_SQL["onejob"], jobs, 1800)
+        finally:
+            poller.close()
+        settle()
+        rec["worked_pg"] = pg_delta(before, pg_snapshot(name), jobs)
+    finally:
+        if server:
+            server.stop()
+        fake.stop()
+    psql(name, "VACUUM (ANALYZE)")
+    rec["at_worked"] = {"jobs": jobs, **footprint(name)}
+    copies = opts.footprint_total // jobs - 1
+    started = time.time()
+    step = max(1, 200_000 // jobs)
+    for lo in range(1, copies + 1, step):
+        hi = min(copies, lo + step - 1)
+        psql_file(name, SQL / "replicate_worked.sql", {"lo": lo, "hi": hi})
+        log(f"footprint: {(hi + 1) * jobs:,} jobs")
+    psql(name, "DROP TABLE onejob_replicate_source")
+    psql(name, "VACUUM (ANALYZE)")
+    rec["copy_seconds"] = round(time.time() - started, 1)
+    rec["at_total"] = {"jobs": (copies + 1) * jobs, **footprint(name)}
+    rec["indexes"] = json.loads(psql(name, "SELECT json_object_agg(indexrelname, pg_relation_size(indexrelid)) "
+                                           "FROM pg_stat_user_indexes WHERE relname IN ('jobs', 'attempts', 'job_events')"))
+    rec["database_bytes"] = int(psql(name, f"SELECT pg_database_size('{name}')"))
+    note_command(rec, "copies", f"psql -d {name} -f bench/sql/replicate_worked.sql -v lo=1 -v hi={step}  # and so on")
+    drop_db(name)
+    save("footprint", finish(rec))
+
+
+PARTS = ["machine", "ceiling", "intake", "peers", "dispatch", "e2e", "gateway", "growth", "steady", "rss", "worked", "nodes", "footprint"]
 
 
 def main() -> None:
@@ -864,6 +1302,18 @@ def main() -> None:
     p.add_argument("--rss-conns", type=int, default=1000)
     p.add_argument("--gateway-calls", type=int, help="measured calls per gateway phase (default 2000; quick 300)")
     p.add_argument("--gateway-clients", help="client counts of the gateway part (default 8,32)")
+    p.add_argument("--worked-jobs", type=int, help="jobs per measured worked run (default 20000; quick 2000)")
+    p.add_argument("--worked-sweep-jobs", type=int, help="jobs per sweep run of the worked part (default 5000; quick 1000)")
+    p.add_argument("--worked-modes", default="queued,concurrent",
+                   help="queued (all jobs in, then the workers start) and/or concurrent (submitted while worked)")
+    p.add_argument("--worked-concurrent-runs", type=int, help="rounds of the concurrent mode (default: --runs)")
+    p.add_argument("--worked-clients", type=int, default=32, help="submitting clients in the worked part")
+    p.add_argument("--worked-timeout", type=float, default=600, help="seconds one worked run may take")
+    p.add_argument("--worked-contenders", default="onejob-1w,onejob-2w,onejob-3w,pgboss,graphile",
+                   help="onejob-<N>w (N worker processes), pgboss, graphile")
+    p.add_argument("--worked-best", help='skip the sweep for these contenders: JSON {"pgboss": {"batch_size": 1000, ...}, ...}')
+    p.add_argument("--footprint-jobs", type=int, default=10000, help="jobs worked for real in the footprint part")
+    p.add_argument("--footprint-total", type=int, default=1000000, help="jobs after copying them (footprint part)")
     p.add_argument("--no-report", action="store_true")
     opts = p.parse_args()
     q = opts.quick
@@ -879,6 +1329,11 @@ def main() -> None:
     opts.e2e_jobs = opts.e2e_jobs or (500 if q else 5000)
     opts.steady_jobs = opts.steady_jobs or (20000 if q else 600000)
     opts.gateway_calls = opts.gateway_calls or (300 if q else 2000)
+    opts.worked_jobs = opts.worked_jobs or (2000 if q else 20000)
+    opts.worked_sweep_jobs = opts.worked_sweep_jobs or (1000 if q else 5000)
+    opts.worked_modes = [m for m in opts.worked_modes.split(",") if m]
+    opts.worked_concurrent_runs = opts.worked_concurrent_runs or opts.runs
+    opts.worked_contenders = [c for c in opts.worked_contenders.split(",") if c]
     opts.gateway_clients = [int(c) for c in (opts.gateway_clients or "8,32").split(",")]
     parts = [x for x in opts.parts.split(",") if x]
     unknown = [x for x in parts if x not in PARTS]
@@ -902,6 +1357,15 @@ def main() -> None:
     if "rss" in parts:
         log("== rss")
         part_rss(opts)
+    if "worked" in parts:
+        log("== worked")
+        part_worked(opts)
+    if "nodes" in parts:
+        log("== nodes")
+        part_nodes(opts)
+    if "footprint" in parts:
+        log("== footprint")
+        part_footprint(opts)
     if not opts.no_report:
         run([sys.executable, BENCH / "report.py"], timeout=120)
         log("wrote BENCHMARKS.md and bench/plot.svg")

@@ -17,6 +17,16 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 RESULTS = BENCH / "results"
 PEER_NAMES = {"graphile": "graphile-worker", "pgboss": "pg-boss", "procrastinate": "Procrastinate"}
+WORKED_NAMES = {"onejob-1w": "onejob, 1 worker process", "onejob-2w": "onejob, 2 worker processes",
+                "onejob-3w": "onejob, 3 worker processes", **PEER_NAMES}
+
+
+def knobs(settings):
+    """A contender's settings in the worked part, as its own option names."""
+    names = {"concurrency": "concurrency", "worker_processes": None, "batch_size": "batchSize", "workers": "workers",
+             "polling_s": "pollingIntervalSeconds", "poll_ms": "pollInterval", "local_queue": "localQueue.size",
+             "complete_batch_delay": "completeJobBatchDelay"}
+    return ", ".join(f"{names.get(k, k)} {v}" for k, v in settings.items() if names.get(k, k) and not (k == "local_queue" and not v))
 
 
 def load(part):
@@ -65,6 +75,8 @@ class Report:
         self.growth = load("growth")
         self.steady = load("steady")
         self.rss = load("rss")
+        self.worked = load("worked")
+        self.nodes = load("nodes")
         self.lines = []
 
     def w(self, text=""):
@@ -100,7 +112,7 @@ class Report:
     # -- sections ------------------------------------------------------------------------
 
     def header(self):
-        parts = [p for p in (self.machine, self.ceiling, self.intake, self.dispatch, self.e2e, self.gateway, self.peers, self.growth, self.steady, self.rss) if p]
+        parts = [p for p in (self.machine, self.ceiling, self.intake, self.dispatch, self.e2e, self.gateway, self.peers, self.growth, self.steady, self.rss, self.worked, self.nodes) if p]
         modes = sorted({p.get("mode", "") for p in parts if p.get("mode")})
         self.w("# Benchmarks")
         self.w()
@@ -544,7 +556,7 @@ class Report:
             self.w()
 
     def errors_section(self):
-        errors = [(p["part"], e) for p in (self.ceiling, self.intake, self.dispatch, self.e2e, self.peers) if p
+        errors = [(p["part"], e) for p in (self.ceiling, self.intake, self.dispatch, self.e2e, self.peers, self.worked, self.nodes) if p
                   for e in p.get("errors", [])]
         if not errors:
             return
@@ -555,6 +567,100 @@ class Report:
         for part, e in errors:
             first = e["error"].strip().splitlines()[-1][:300] if e["error"].strip() else "?"
             self.w(f"- {part} {e['what']} at {e['at']}: `{first}`")
+        self.w()
+
+    def worked_section(self):
+        if not self.worked:
+            return
+        w = self.worked
+        st = w["settings"]
+        runs = w["runs"]
+        measured = [r for r in runs if r.get("stage") == "measured"]
+        versions = {r["contender"]: r.get("version") for r in runs if r.get("version")}
+        self.w("## 4b. Jobs worked per second: onejob's worker vs pg-boss's and graphile-worker's own workers")
+        self.w()
+        self.w(f"Submit → worker → provider → result, same PostgreSQL, a fresh database per run. **queued**: "
+               f"{st['worked_jobs']:,} jobs are put in first with no worker running (onejob: through its HTTP API, "
+               f"{st['worked_clients']} clients of the load generator, to a `serve --no-worker` node; the peers: their "
+               f"bulk insert, 1,000 per call), then `ANALYZE`, then the workers start; jobs/s = jobs / (workers "
+               f"started → the harness's poll sees every job finished). **concurrent**: the workers are up first, then "
+               f"{st['worked_clients']} clients submit one call per job while they work; jobs/s = jobs / (first "
+               f"submission → last job finished). *Finished* is read from the database by one held `psql` session "
+               f"every 100 ms, every 10 ms past 90 %: onejob `jobs.state = 'succeeded'` (the result committed), "
+               f"pg-boss `pgboss.job.state = 'completed'`, graphile-worker the job row deleted (it deletes on "
+               f"completion). onejob's time starts at the spawn of its `onejob worker` processes (start-up and "
+               f"connecting included); a peer's at the \"go\" sent to a script whose pool is already open "
+               f"(graphile-worker's `run()` starts its pool after it): the comparison is conservative for onejob.")
+        self.w()
+        self.w("- onejob: `onejob worker` processes (1 or 2) beside one `serve --no-worker` node; the kind's only "
+               "provider is `onejob-fake` (zero latency) over loopback HTTP through the `openai-chat` adapter (one "
+               "call per attempt; the `fake` adapter's task API would add a status poll per job). "
+               "`[worker] concurrency` swept.")
+        self.w(f"- pg-boss {versions.get('pgboss', '?')}: `work('bench', {{batchSize, pollingIntervalSeconds}}, async () => {{}})` "
+               "called *workers* times on one instance (pool 20); a worker waits out its polling interval (≥ 0.5 s) "
+               "between fetches even when busy, and completes a batch in one statement without awaiting it.")
+        self.w(f"- graphile-worker {versions.get('graphile', '?')}: `run({{concurrency, pollInterval, maxPoolSize: concurrency + 2, "
+               "preset: {worker: {localQueue: {size}, completeJobBatchDelay}}}})` with a no-op task; it LISTENs for "
+               "new jobs (always on), `pollInterval` is its fallback.")
+        self.w()
+        best = w.get("best", {})
+        if measured:
+            self.w(f"Best setting of each contender (from the sweep below), measured in {st['runs']} interleaved round(s):")
+            self.w()
+            self.w("| mode | contender | setting | jobs/s (median) | runs | / best peer | write xacts per job | WAL syncs per job | WAL bytes per job | load avg (1 min) |")
+            self.w("|---|---|---|---|---|---|---|---|---|---|")
+            for mode in st["worked_modes"]:
+                rows = group([r for r in measured if r["mode"] == mode], "contender")
+                peer_best = max((med([r["jobs_per_s"] for r in rs]) or 0 for (c,), rs in rows.items()
+                                 if not c.startswith("onejob")), default=None)
+                for (cont,), rs in sorted(rows.items()):
+                    jps = med([r["jobs_per_s"] for r in rs])
+                    pg = [r.get("pg") or {} for r in rs]
+                    per = lambda k: med([(x.get(k) or 0) / r["jobs"] if x.get(k) is not None else None for x, r in zip(pg, rs)])  # noqa: E731
+                    self.w(f"| {mode} | {WORKED_NAMES.get(cont, cont)} | {knobs(rs[0]['settings'])} | {fmt(jps)} | "
+                           f"{spread([r['jobs_per_s'] for r in rs])} | "
+                           f"{ratio(jps, peer_best) if cont.startswith('onejob') else '–'} | {fmt(per('write_xacts'), 2)} | "
+                           f"{fmt(per('wal_syncs'), 2)} | {fmt(per('wal_bytes'))} | {spread([r['loadavg'][0] for r in rs], 2)} |")
+            self.w()
+            onejob_q = [r for r in measured if r["contender"].startswith("onejob") and r["mode"] == "queued" and r.get("db_span_s")]
+            if onejob_q:
+                self.w("onejob's figure without its process start: first attempt started → last job updated, by the "
+                       "database's clock: " + "; ".join(
+                           f"{WORKED_NAMES[c]} {fmt(med([r['jobs'] / r['db_span_s'] for r in rs]))} jobs/s"
+                           for (c,), rs in sorted(group(onejob_q, "contender").items())) + ".")
+                self.w()
+        sweep = [r for r in runs if r.get("stage") == "sweep"]
+        if sweep:
+            self.w(f"The sweep (queued, {st['worked_sweep_jobs']:,} jobs, one run per setting; **bold** = chosen):")
+            self.w()
+            self.w("| contender | setting | jobs/s | load avg (1 min) |")
+            self.w("|---|---|---|---|")
+            for r in sweep:
+                chosen = best.get(r["contender"]) == {k: v for k, v in r["settings"].items() if k != "worker_processes"}
+                b = "**" if chosen else ""
+                self.w(f"| {WORKED_NAMES.get(r['contender'], r['contender'])} | {b}{knobs(r['settings'])}{b} | "
+                       f"{b}{fmt(r['jobs_per_s'])}{b} | {r['loadavg'][0]:.2f} |")
+            self.w()
+        self.w("*write xacts*: transaction ids assigned (one per writing transaction, cluster-wide); *WAL syncs*: "
+               "`pg_stat_wal.wal_sync` (cluster-wide: other databases' traffic included); both per job over the "
+               "measured phase.")
+        self.w()
+
+    def nodes_section(self):
+        if not self.nodes:
+            return
+        self.w("## 4c. Intake through 1 and 3 API nodes on one PostgreSQL")
+        self.w()
+        self.w("`serve --no-worker` nodes on one database; one load generator per node, the clients (total) split "
+               "evenly, new keys only, all started together; req/s = every 201 / (first start → last finish). "
+               "All on this one 2-core machine: the nodes, the load generators and PostgreSQL share its cores.")
+        self.w()
+        self.w("| nodes | clients (total) | req/s (median) | runs | p50 ms | jobs per WAL sync | load avg (1 min) |")
+        self.w("|---|---|---|---|---|---|---|")
+        for (n, c), rs in sorted(group(self.nodes["runs"], "nodes", "clients").items()):
+            self.w(f"| {n} | {c} | {fmt(med([r['rps'] for r in rs]))} | {spread([r['rps'] for r in rs])} | "
+                   f"{fmt(med([r['p50_ms'] for r in rs]), 2)} | {fmt(med([r['pg'].get('jobs_per_wal_sync') for r in rs]), 1)} | "
+                   f"{spread([r['loadavg'][0] for r in rs], 2)} |")
         self.w()
 
     def plot_section(self):
@@ -591,6 +697,11 @@ class Report:
         if self.e2e:
             for (b,), rs in sorted(group(self.e2e["runs"], "backend").items()):
                 self.w(f"| e2e jobs/s | onejob-{b} | {rs[0]['clients']} | {spread([r['jobs_per_s'] for r in rs])} | {spread([r['loadavg'][0] for r in rs], 2)} |")
+        if self.worked:
+            measured = [r for r in self.worked["runs"] if r.get("stage") == "measured"]
+            for (m, cont), rs in sorted(group(measured, "mode", "contender").items()):
+                self.w(f"| worked {m} jobs/s | {WORKED_NAMES.get(cont, cont)} | {rs[0]['jobs']:,} jobs | "
+                       f"{spread([r['jobs_per_s'] for r in rs])} | {spread([r['loadavg'][0] for r in rs], 2)} |")
         if self.growth:
             for (s,), rs in sorted(group(self.growth["runs"], "existing_jobs").items()):
                 self.w(f"| growth | onejob-postgres | {s:,} | {spread([r['intake']['rps'] for r in rs])} | {spread([r['loadavg'][0] for r in rs], 2)} |")
@@ -607,7 +718,8 @@ class Report:
                "server's pid; the onejob config of each run is written next to its log in /var/cache/onejob/bench-run/; "
                "its template is `CONFIG` in bench/harness.py). Loopback TCP everywhere.")
         self.w()
-        for part in (self.ceiling, self.intake, self.dispatch, self.e2e, self.peers, self.growth, self.steady, self.rss):
+        for part in (self.ceiling, self.intake, self.dispatch, self.e2e, self.peers, self.growth, self.steady, self.rss,
+                     self.worked, self.nodes):
             if not part or not part.get("commands"):
                 continue
             self.w(f"**{part['part']}**")
@@ -671,6 +783,8 @@ class Report:
         self.dispatch_section()
         self.gateway_section()
         self.peers_section()
+        self.worked_section()
+        self.nodes_section()
         self.growth_section()
         self.errors_section()
         self.plot_section()

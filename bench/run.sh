@@ -4,7 +4,7 @@
 #
 #   bench/run.sh                       everything, 3 runs per configuration
 #   bench/run.sh --quick               smoke run (1 run, small counts)
-#   bench/run.sh --parts intake,peers  some parts (machine ceiling intake peers dispatch e2e growth steady rss)
+#   bench/run.sh --parts intake,peers  some parts (machine ceiling intake peers dispatch e2e gateway growth steady rss worked)
 #   bench/run.sh --skip-build ...      use the binaries already built
 #   bench/run.sh --report-only         rewrite BENCHMARKS.md and bench/plot.svg from bench/results/
 #   bench/run.sh --help                all options of bench/harness.py
@@ -76,7 +76,7 @@ if [ "$skip_build" = 0 ]; then
     (cd "$here/loadgen" && CARGO_TARGET_DIR=$LOADGEN_TARGET_DIR cargo build --release --locked)
 fi
 
-if wants peers; then
+if wants peers || wants worked; then
     node_dir=$BENCH_PEERS/node
     want_node="graphile-worker@$GRAPHILE_WORKER_VERSION pg-boss@$PG_BOSS_VERSION pg@$NODE_PG_VERSION"
     have_node=$(cd "$node_dir" 2>/dev/null && node -e '
@@ -90,6 +90,8 @@ if wants peers; then
         # shellcheck disable=SC2086
         (cd "$node_dir" && npm install --no-audit --no-fund --save-exact $want_node)
     fi
+fi
+if wants peers; then
     venv=$BENCH_PEERS/venv
     [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
     if ! "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('procrastinate') != '$PROCRASTINATE_VERSION')" 2>/dev/null; then
