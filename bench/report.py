@@ -619,7 +619,7 @@ class Report:
                     per = lambda k: med([(x.get(k) or 0) / r["jobs"] if x.get(k) is not None else None for x, r in zip(pg, rs)])  # noqa: E731
                     self.w(f"| {mode} | {WORKED_NAMES.get(cont, cont)} | {knobs(rs[0]['settings'])} | {fmt(jps)} | "
                            f"{spread([r['jobs_per_s'] for r in rs])} | "
-                           f"{ratio(jps, peer_best) if cont.startswith('onejob') else '–'} | {fmt(per('write_xacts'), 2)} | "
+                           f"{ratio(jps, peer_best, 3) if cont.startswith('onejob') else '–'} | {fmt(per('write_xacts'), 2)} | "
                            f"{fmt(per('wal_syncs'), 2)} | {fmt(per('wal_bytes'))} | {spread([r['loadavg'][0] for r in rs], 2)} |")
             self.w()
             onejob_q = [r for r in measured if r["contender"].startswith("onejob") and r["mode"] == "queued" and r.get("db_span_s")]
