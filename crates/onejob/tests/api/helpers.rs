@@ -19,7 +19,7 @@ use onejob::{
     worker::WorkerHandle,
 };
 use onejob_domain::Principal;
-use onejob_fake::FakeServer;
+use onejob_fake::{FakeServer, submissions::Submissions};
 use reqwest::{Client, RequestBuilder, Response};
 use serde_json::Value;
 use sqlx::{Connection, Executor, PgConnection};
@@ -240,6 +240,27 @@ impl Fakes {
     /// Side effects of attempts both fakes have seen (verification runs excluded).
     pub fn total(&self) -> u64 {
         self.raw_total() - self.verification.load(Ordering::SeqCst)
+    }
+
+    /// Polls one fake's side-effect log until `done` holds (or panics after `within`):
+    /// upstream cancels are sent beside the answer, and a send under load lands late.
+    pub async fn wait_submissions(
+        server: &FakeServer,
+        within: Duration,
+        done: impl Fn(&Submissions) -> bool,
+    ) -> Submissions {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let seen = server.submissions();
+            if done(&seen) {
+                return seen;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out; the fake saw {seen:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
     }
 
     /// Points the demo providers at these servers (forwarding an idempotency key) and makes

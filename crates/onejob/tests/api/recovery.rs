@@ -379,10 +379,7 @@ async fn cancel_asks_the_provider_to_cancel_the_running_task(backend: Backend) {
         .await;
     assert_eq!(attempts.len(), 1);
     // The upstream cancel is sent beside the answer, so it may land a little after it.
-    let deadline = tokio::time::Instant::now() + WITHIN;
-    while fakes.primary.submissions().cancels == 0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    Fakes::wait_submissions(&fakes.primary, WITHIN, |seen| seen.cancels > 0).await;
     assert_eq!(
         fakes.primary.submissions().cancels,
         1,

@@ -463,6 +463,9 @@ async fn cancel_while_starting_cancels_the_task_upstream(backend: Backend) {
     let id = id_of(&app.create("slow-ack", &chat("slow ack")).await);
     app.wait_attempts(&id, WITHIN, |a| a[0]["state"] == "starting")
         .await;
+    // The request has reached the provider and waits for its acknowledgement; a cancel
+    // before that point is stopped by the send fence and never reaches it at all.
+    Fakes::wait_submissions(&fakes.primary, WITHIN, |seen| seen.total == 1).await;
     let (status, job) = json(
         app.client
             .post(app.url(&format!("/v1/jobs/{id}/cancel")))
@@ -476,7 +479,7 @@ async fn cancel_while_starting_cancels_the_task_upstream(backend: Backend) {
     let attempts = app
         .wait_attempts(&id, WITHIN, |a| a[0]["state"] == "cancelled")
         .await;
-    let seen = fakes.primary.submissions();
+    let seen = Fakes::wait_submissions(&fakes.primary, WITHIN, |seen| seen.cancels > 0).await;
     assert_eq!(seen.cancels, 1, "the task was cancelled upstream: {seen:?}");
     assert_eq!(
         attempts[0]["task_id"].as_str(),

@@ -149,7 +149,8 @@ async fn the_send_fence_and_the_rescuer_respect_the_lease(backend: Backend) {
     let store = db.open_store().await;
     let job_id = created(&*store, "fence").await;
     let mut start = start_for(job_id, 0, "a", false);
-    start.lease = Duration::from_millis(300);
+    // A lease long enough that a loaded machine still asks within it, with the margin.
+    start.lease = Duration::from_millis(2_000);
     let attempt = started(&*store, &start).await;
     let margin = Duration::from_millis(100);
     assert!(
@@ -171,7 +172,7 @@ async fn the_send_fence_and_the_rescuer_respect_the_lease(backend: Backend) {
             .await
             .unwrap()
     );
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
     let expired = store
         .expired_attempts(Duration::from_secs(5))
         .await
