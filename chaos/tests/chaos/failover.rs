@@ -257,3 +257,40 @@ async fn a_failover_to_a_synchronous_standby_loses_nothing_acknowledged() {
     );
     drop(db);
 }
+
+/// An old primary left running after its synchronous standby was promoted away (a failover
+/// manager that could not stop it) still accepts sessions and writes, and commits none of
+/// them. A node whose URL lists it first must pass it over for the host that commits,
+/// instead of waiting on it for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fault suite: run with chaos/run.sh"]
+async fn a_primary_whose_commits_never_complete_is_passed_over() {
+    let hung = Cluster::start_new();
+    // Its synchronous standby is gone: every commit waits for it.
+    hung.set("synchronous_standby_names", "'gone'");
+    let healthy = Cluster::start_new();
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write",
+        hung.port, healthy.port
+    );
+    let fake = FakeServer::spawn(([127, 0, 0, 1], 0).into()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let logs = harness::log_dir("hung-primary");
+    let config = NodeConfig::new(&url, &fake.base_url()).write(dir.path(), "node");
+    let mut node = Node::start("node", Role::Serve, &config, &[], &logs.join("node.log"));
+    node.wait_ready().await;
+    let token = create_key(&url, "hung", "client", false).await;
+    let history = harness::history("hung-primary");
+    let client = RecordingClient::new(history.clone(), "client", &token);
+    let body = json!({"kind": "chat.completion", "params": {"prompt": "hung please"}});
+    let answer = client.submit(&[node.url()], 0, "hung:1", &body, 50).await;
+    assert_eq!(answer.status, Some(201), "{}", answer.body);
+    let mut written = PgConnection::connect(&healthy.admin_url()).await.unwrap();
+    let jobs: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs")
+        .fetch_one(&mut written)
+        .await
+        .unwrap();
+    assert_eq!(jobs, 1, "the job is on the host that commits");
+    let _ = written.close().await;
+    node.terminate().await;
+}

@@ -73,6 +73,11 @@ impl StoreError {
 
 impl From<sqlx::Error> for StoreError {
     fn from(error: sqlx::Error) -> Self {
+        if let sqlx::Error::Database(db) = &error
+            && db.code().as_deref() == Some("25006")
+        {
+            super::postgres::hosts::saw_read_only();
+        }
         if is_unavailable(&error) {
             StoreError::Unavailable(Arc::new(error))
         } else {

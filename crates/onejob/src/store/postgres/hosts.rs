@@ -12,15 +12,19 @@
 //! A pool opens connections with one set of options. [`Hosts`] chooses the host for every
 //! pool of one store: at start the first host that matches ([`Hosts::choose`]), and then a
 //! watcher task ([`Hosts::watch`]) holds one connection of its own to that host and checks it
-//! every [`WATCH_EVERY`] (one round trip on its own connection: nothing on the statements'
-//! path). When that connection breaks, or its server no longer accepts writes (a standby
-//! promoted elsewhere, the old primary back as a standby), the watcher tries the hosts in
+//! every [`WATCH_EVERY`] (two round trips on its own connection, nothing on the statements'
+//! path: the session's state, and the commit of an empty write). When that connection
+//! breaks, or its server no longer accepts writes (a standby promoted elsewhere, the old
+//! primary back as a standby) or no longer commits them (an old primary left running while
+//! its synchronous standby was promoted: every commit waits for ever), the watcher tries the hosts in
 //! order again, points every pool at the first that matches (`Pool::set_connect_options`:
 //! connections opened from then on, including those a waiting acquire is retrying, go
 //! there) and records the switch ([`Switches`]). A pooled connection opened before the last
 //! switch is closed instead of handed out (the pools' `before_acquire`), so no connection to
-//! the old server is reused; one that meets a read-only server meanwhile gets SQLSTATE 25006,
-//! which the store answers as unavailable (HTTP 503 with `Retry-After`) and discards.
+//! the old server is reused. One that meets a read-only server before the watcher sees it
+//! gets SQLSTATE 25006, which the store answers as unavailable (HTTP 503 with `Retry-After`);
+//! that error is noted ([`saw_read_only`]), so it and every connection opened before it are
+//! closed instead of handed out again, and the watcher checks its host at once.
 //!
 //! A URL with one host and `target_session_attrs=any` (the default) gets none of this: the
 //! pool connects as before.
@@ -42,6 +46,10 @@ pub(super) const WATCH_EVERY: Duration = Duration::from_millis(500);
 
 /// How long the watcher waits before trying the hosts again when none matched.
 const RETRY_EVERY: Duration = Duration::from_millis(250);
+
+/// How long an empty write's commit may take before the host counts as one that does not
+/// commit (see [`Hosts::choose`]).
+const COMMIT_WITHIN: Duration = Duration::from_secs(5);
 
 /// The default PostgreSQL port, for a host listed without one.
 const DEFAULT_PORT: u16 = 5432;
@@ -194,6 +202,23 @@ fn split_port(host: &str) -> Result<(&str, Option<u16>), String> {
     Ok((name, port))
 }
 
+/// When a statement last met a read-only server (SQLSTATE 25006), in this process.
+///
+/// The error is turned into a [`StoreError`] far from any pool, so it is noted here, once
+/// per process: every following pool then closes the connections opened before it instead
+/// of handing them out again, and the watcher checks its host at once.
+static READ_ONLY_SEEN: Mutex<Option<Instant>> = Mutex::new(None);
+
+/// Wakes the watchers when [`READ_ONLY_SEEN`] moves.
+static READ_ONLY_NOTICE: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// Notes that a statement met a read-only server: connections opened before now are not
+/// reused by pools that follow their hosts, and their watchers check their hosts at once.
+pub(crate) fn saw_read_only() {
+    *READ_ONLY_SEEN.lock().expect("never poisoned") = Some(Instant::now());
+    READ_ONLY_NOTICE.notify_waiters();
+}
+
 /// When the pools last moved to another host: connections opened before are not reused.
 #[derive(Debug, Default)]
 pub struct Switches {
@@ -201,12 +226,15 @@ pub struct Switches {
 }
 
 impl Switches {
-    /// True when a connection `age` old was opened before the last switch.
+    /// True when a connection `age` old was opened before the last switch, or before a
+    /// statement last met a read-only server.
     pub fn outdated(&self, age: Duration) -> bool {
-        self.last
-            .lock()
-            .expect("never poisoned")
-            .is_some_and(|at| at.elapsed() < age)
+        let before = |at: &Mutex<Option<Instant>>| {
+            at.lock()
+                .expect("never poisoned")
+                .is_some_and(|at| at.elapsed() < age)
+        };
+        before(&self.last) || before(&READ_ONLY_SEEN)
     }
 
     fn record(&self) {
@@ -311,15 +339,17 @@ impl Hosts {
         match self.refusal(&mut connection).await {
             Ok(None) => Ok(connection),
             Ok(Some(why)) => {
-                let _ = connection.close().await;
+                // Dropped, not closed: a connection whose commit hangs would hang its close.
+                drop(connection);
                 Err(StoreError::NotWritable(format!("{}: {why}", target.label)))
             }
             Err(error) => Err(error),
         }
     }
 
-    /// Why the session on `connection` does not match, if it does not (one round trip,
-    /// none for `any`).
+    /// Why the session on `connection` does not match, if it does not: a standby, a
+    /// read-only session, or a server whose commits do not complete (two round trips, none
+    /// for `any`).
     async fn refusal(&self, connection: &mut PgConnection) -> Result<Option<String>, StoreError> {
         let (recovery, read_only): (bool, bool) =
             match self.list.attrs {
@@ -327,16 +357,20 @@ impl Hosts {
                 _ => sqlx::query_as(
                     "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'",
                 )
-                .fetch_one(connection)
+                .fetch_one(&mut *connection)
                 .await?,
             };
-        Ok(match self.list.attrs {
+        let refused = match self.list.attrs {
             SessionAttrs::Primary if recovery => Some("the server is a standby".into()),
             SessionAttrs::ReadWrite if read_only || recovery => {
                 Some("the session is read-only".into())
             }
             _ => None,
-        })
+        };
+        if refused.is_some() {
+            return Ok(refused);
+        }
+        commits(connection).await
     }
 
     /// Points every pool at host `index` (if it is not already the one in use).
@@ -366,6 +400,40 @@ impl Hosts {
     /// Starts the watcher (ends when the store's last handle on `hosts` is dropped).
     pub fn watch(hosts: &Arc<Self>) {
         tokio::spawn(watch(Arc::downgrade(hosts)));
+    }
+}
+
+/// Why a write on `connection` does not commit, if it does not within [`COMMIT_WITHIN`]: an
+/// old primary that was not stopped keeps accepting sessions and writes, but with its
+/// synchronous standby promoted away, every commit waits for it for ever.
+///
+/// The write is a transactional logical message (`pg_logical_emit_message`, prefix
+/// `onejob.host-check`, empty): it needs no table and writes WAL, so its commit waits for the
+/// synchronous standby like any other (a transaction that only took an id writes none and
+/// would not wait). Where the function is refused (a role without the right to it), the
+/// check is skipped rather than the host refused.
+async fn commits(connection: &mut PgConnection) -> Result<Option<String>, StoreError> {
+    let write = async {
+        let mut transaction = connection.begin().await?;
+        let message = sqlx::query("SELECT pg_logical_emit_message(true, 'onejob.host-check', '')")
+            .execute(&mut *transaction)
+            .await;
+        match message {
+            Ok(_) => transaction.commit().await,
+            Err(sqlx::Error::Database(refused)) => {
+                tracing::debug!(error = %refused, "cannot check that commits complete here");
+                transaction.rollback().await
+            }
+            Err(error) => Err(error),
+        }
+    };
+    match tokio::time::timeout(COMMIT_WITHIN, write).await {
+        Ok(Ok(())) => Ok(None),
+        Ok(Err(error)) => Err(error.into()),
+        Err(_) => Ok(Some(format!(
+            "a write did not commit within {COMMIT_WITHIN:?} (a synchronous standby it waits \
+             for is gone)"
+        ))),
     }
 }
 
@@ -403,7 +471,10 @@ async fn watch(hosts: Weak<Hosts>) {
             },
         };
         drop(strong);
-        tokio::time::sleep(pause).await;
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            () = READ_ONLY_NOTICE.notified() => {}
+        }
     }
 }
 
@@ -556,5 +627,43 @@ mod tests {
         let error = StoreError::from(write);
         assert!(matches!(error, StoreError::Unavailable(_)), "{error:?}");
         connection.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_pooled_connection_that_met_a_read_only_server_is_not_reused() {
+        let url = url_with(
+            &server(),
+            "?options=-c%20default_transaction_read_only%3Don&target_session_attrs=primary",
+        );
+        let hosts = Hosts::new(HostList::parse(&url).unwrap(), Duration::from_secs(5));
+        let pool = super::super::held::checked_after_idle(
+            sqlx::postgres::PgPoolOptions::new().max_connections(1),
+            Some(hosts.switches()),
+        )
+        .connect_with(hosts.options(&[]))
+        .await
+        .unwrap();
+        let pid = |pool: sqlx::PgPool| async move {
+            let mut connection = pool.acquire().await.unwrap();
+            let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+                .fetch_one(&mut *connection)
+                .await
+                .unwrap();
+            (pid, connection)
+        };
+        // Without the note, this connection (idle for less than `IDLE_CHECK`, on a host the
+        // pool has not moved from) would be handed out again unchecked.
+        let (first, mut connection) = pid(pool.clone()).await;
+        let write = sqlx::query("CREATE TABLE onejob_never_created (x int)")
+            .execute(&mut *connection)
+            .await
+            .unwrap_err();
+        let _ = StoreError::from(write);
+        drop(connection);
+        let (after, _connection) = pid(pool.clone()).await;
+        assert_ne!(
+            after, first,
+            "the connection that met a read-only server came back"
+        );
     }
 }
