@@ -285,6 +285,15 @@ async fn a_primary_whose_commits_never_complete_is_passed_over() {
     let body = json!({"kind": "chat.completion", "params": {"prompt": "hung please"}});
     let answer = client.submit(&[node.url()], 0, "hung:1", &body, 50).await;
     assert_eq!(answer.status, Some(201), "{}", answer.body);
+    // The job runs to its end there too, and the history is whole for the offline checker.
+    let keys = vec!["hung:1".to_owned()];
+    let reader = Reader::new(&node.url(), &token);
+    let open = reader.wait_settled(&keys, Duration::from_secs(60)).await;
+    assert!(open.is_empty(), "the job is still open");
+    reader.record_jobs(&history, &keys).await;
+    record_side_effects(&history, "fake", &fake).await;
+    let report = harness::check(&history);
+    assert_eq!(report.stats.side_effects, 1, "one side effect");
     let mut written = PgConnection::connect(&healthy.admin_url()).await.unwrap();
     let jobs: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs")
         .fetch_one(&mut written)
