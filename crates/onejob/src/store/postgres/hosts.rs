@@ -16,8 +16,8 @@
 //! path: the session's state, and the commit of an empty write). When that connection
 //! breaks, or its server no longer accepts writes (a standby promoted elsewhere, the old
 //! primary back as a standby) or no longer commits them (an old primary left running while
-//! its synchronous standby was promoted: every commit waits for ever), the watcher tries the hosts in
-//! order again, points every pool at the first that matches (`Pool::set_connect_options`:
+//! its synchronous standby was promoted: every commit waits for ever), the watcher tries
+//! the hosts in order again, points every pool at the first that matches (`Pool::set_connect_options`:
 //! connections opened from then on, including those a waiting acquire is retrying, go
 //! there) and records the switch ([`Switches`]). A pooled connection opened before the last
 //! switch is closed instead of handed out (the pools' `before_acquire`), so no connection to
