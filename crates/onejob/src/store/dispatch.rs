@@ -7,7 +7,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use super::{AttemptRecord, JobRecord, StoreError};
+use super::{
+    AttemptRecord, JobRecord, StoreError,
+    backend::{Backend, read_all, read_one, read_optional, write, write_all},
+    records::storable_text,
+    rows,
+};
 
 /// The worker's statements outside [`super::Transitions`].
 #[async_trait]
@@ -72,4 +77,85 @@ pub trait Dispatch: Send + Sync {
     /// Waits until work may have become due (a wake-up from this or another node), or
     /// `max_wait`.
     async fn wait_for_work(&self, max_wait: Duration);
+}
+
+#[async_trait]
+impl<B: Backend> Dispatch for B {
+    async fn due_jobs(&self, limit: u32) -> Result<Vec<Uuid>, StoreError> {
+        rows::ids::<B>(&read_all(self, B::SQL.due_jobs, args![limit]).await?)
+    }
+
+    async fn job_for_dispatch(&self, id: Uuid) -> Result<Option<JobRecord>, StoreError> {
+        let row = read_optional(self, B::SQL.job_by_id, args![id]).await?;
+        row.as_ref().map(rows::job::<B>).transpose()
+    }
+
+    async fn job_attempts(&self, job_id: Uuid) -> Result<Vec<AttemptRecord>, StoreError> {
+        let attempts = read_all(self, B::SQL.job_attempts, args![job_id]).await?;
+        rows::all::<B, _>(&attempts, rows::attempt::<B>)
+    }
+
+    async fn owns_attempt(
+        &self,
+        attempt_id: Uuid,
+        worker: &str,
+        margin: Duration,
+    ) -> Result<bool, StoreError> {
+        let values = args![attempt_id, worker, margin];
+        B::flag(&read_one(self, B::SQL.owns_attempt, values).await?, "owned")
+    }
+
+    async fn heartbeat(&self, worker: &str, lease: Duration) -> Result<Vec<Uuid>, StoreError> {
+        let mut tx = self.begin().await?;
+        tx.execute(B::SQL.renew_leases, args![worker, lease])
+            .await?;
+        let cancelled = tx.all(B::SQL.cancelled_leases, args![worker]).await?;
+        tx.commit().await?;
+        rows::ids::<B>(&cancelled)
+    }
+
+    async fn claim_unknown(
+        &self,
+        limit: u32,
+        backoff: Duration,
+        max_backoff: Duration,
+    ) -> Result<Vec<AttemptRecord>, StoreError> {
+        let values = args![limit, backoff, max_backoff];
+        let claimed = write_all(self, B::SQL.claim_unknown, values).await?;
+        rows::all::<B, _>(&claimed, rows::attempt::<B>)
+    }
+
+    async fn set_task_id(&self, attempt_id: Uuid, task_id: &str) -> Result<(), StoreError> {
+        let task_id = storable_text(task_id);
+        write(self, B::SQL.set_task_id, args![attempt_id, &*task_id]).await?;
+        Ok(())
+    }
+
+    async fn expired_attempts(&self, grace: Duration) -> Result<Vec<(Uuid, String)>, StoreError> {
+        let expired = read_all(self, B::SQL.expired_attempts, args![grace]).await?;
+        expired
+            .iter()
+            .map(|row| Ok((B::uuid(row, "id")?, B::text(row, "provider")?)))
+            .collect()
+    }
+
+    async fn defer_dispatch(
+        &self,
+        job_id: Uuid,
+        version: i64,
+        delay: Duration,
+    ) -> Result<bool, StoreError> {
+        let values = args![job_id, version, delay];
+        Ok(write(self, B::SQL.defer_dispatch, values).await? == 1)
+    }
+
+    async fn next_due_in(&self) -> Result<Option<Duration>, StoreError> {
+        let row = read_one(self, B::SQL.next_due_in, args![]).await?;
+        let seconds = B::opt_float(&row, "seconds")?;
+        Ok(seconds.map(|s| Duration::from_secs_f64(s.max(0.0))))
+    }
+
+    async fn wait_for_work(&self, max_wait: Duration) {
+        self.until_work(max_wait).await;
+    }
 }

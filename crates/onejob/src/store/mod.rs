@@ -4,13 +4,19 @@
 //! `(tenant, user_id, key_hash)` decides which of two racing submissions creates the job,
 //! check constraints and triggers keep a job's intent immutable and its result written once.
 //!
-//! The rules are written once and the SQL twice. The state changes ([`Transitions`]: start,
-//! acknowledge, complete, fail, mark unknown, settle, cancel, recover) live in
-//! `transitions/`, generic over the statement interface (`statements.rs`) that each backend
-//! implements with its own dialect; the rest of [`Store`] is one statement (or one read)
-//! per method, so each backend writes it directly. Both backends pass the same conformance
-//! suite (`tests/store/`).
+//! The rules are written once and the SQL twice. A backend implements only the narrow
+//! interface in `backend.rs`: its statements' text (`sql.rs`, filled by `postgres/sql.rs`
+//! and `sqlite/sql.rs`), how it begins a write transaction, binds a value and reads a
+//! column, and the operations whose shape differs (intake's group commit, retention's
+//! pass, waiting for work). Everything else is written once over that interface and
+//! implemented for every backend: the state changes ([`Transitions`], over the statements
+//! in `statements.rs`), [`Dispatch`], [`Listings`], [`Keys`], [`Certificates`] and the
+//! reads of [`Store`]. Both backends pass the same conformance suite (`tests/store/`).
 
+#[macro_use]
+mod sql;
+#[macro_use]
+mod backend;
 mod batch;
 mod certificates;
 mod dispatch;
@@ -20,6 +26,7 @@ mod listing;
 pub mod postgres;
 mod records;
 mod retention;
+mod rows;
 pub mod sqlite;
 mod statements;
 mod transitions;
@@ -44,6 +51,8 @@ pub use records::{
 };
 pub use retention::Retention;
 pub use transitions::Transitions;
+
+use backend::{Backend, read_all, read_one, read_optional};
 
 /// Everything onejob keeps durably: the jobs and their intake here, the rest by noun in the
 /// supertraits. One implementation per database; the state changes come with it, written
@@ -114,16 +123,77 @@ pub trait Store:
     ) -> Result<Option<(AttemptRecord, JobRecord)>, StoreError>;
 }
 
-/// Ends a transaction that changed nothing and answers `value`. Rolling back explicitly
-/// releases its row locks (PostgreSQL) or the write lock (SQLite) now, instead of whenever
-/// the dropped transaction's deferred rollback runs, which would make other workers see the
-/// job as busy for no reason.
-pub(crate) async fn release<DB: sqlx::Database, T>(
-    tx: sqlx::Transaction<'static, DB>,
-    value: T,
-) -> Result<T, StoreError> {
-    tx.rollback().await?;
-    Ok(value)
+#[async_trait]
+impl<B: Backend + Retention> Store for B {
+    fn backend(&self) -> &'static str {
+        B::NAME
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        self.migrate_schema().await
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        read_one(self, B::SQL.ping, args![]).await.map(drop)
+    }
+
+    async fn create_or_replay(&self, job: NewJob) -> Result<Intake, StoreError> {
+        self.intake(job).await
+    }
+
+    async fn append_event(&self, event: NewEvent) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        tx.insert_event(&event).await?;
+        tx.commit().await
+    }
+
+    async fn job(&self, owner: &Principal, id: Uuid) -> Result<Option<JobRecord>, StoreError> {
+        let values = args![id, &owner.tenant, &owner.user];
+        let row = read_optional(self, B::SQL.owned_job, values).await?;
+        row.as_ref().map(rows::job::<B>).transpose()
+    }
+
+    async fn job_by_key(
+        &self,
+        owner: &Principal,
+        key_hash: &KeyHash,
+    ) -> Result<Option<JobRecord>, StoreError> {
+        let values = args![&owner.tenant, &owner.user, &key_hash.0[..]];
+        let row = read_optional(self, B::SQL.job_by_key, values).await?;
+        row.as_ref().map(rows::job::<B>).transpose()
+    }
+
+    async fn events(
+        &self,
+        owner: &Principal,
+        job_id: Uuid,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Option<Vec<EventRecord>>, StoreError> {
+        if self.job(owner, job_id).await?.is_none() {
+            return Ok(None);
+        }
+        let events = read_all(self, B::SQL.events_after, args![job_id, after, limit]).await?;
+        rows::all::<B, _>(&events, rows::event::<B>).map(Some)
+    }
+
+    async fn attempt_in_tenant(
+        &self,
+        tenant: &str,
+        attempt_id: Uuid,
+    ) -> Result<Option<(AttemptRecord, JobRecord)>, StoreError> {
+        let row = read_optional(self, B::SQL.attempt_by_id, args![attempt_id]).await?;
+        let Some(attempt) = row.as_ref().map(rows::attempt::<B>).transpose()? else {
+            return Ok(None);
+        };
+        let values = args![attempt.job_id, tenant];
+        let job = read_optional(self, B::SQL.job_in_tenant, values).await?;
+        Ok(job
+            .as_ref()
+            .map(rows::job::<B>)
+            .transpose()?
+            .map(|job| (attempt, job)))
+    }
 }
 
 /// Settings for opening a store.

@@ -1,26 +1,21 @@
-//! The statement interface: what each backend provides for the state changes, one SQL
-//! statement per method, and no rules.
+//! The statements the state changes run, written once: each binds its values and reads its
+//! rows the same way on every backend, in the SQL the backend spells ([`Backend::SQL`]).
 //!
-//! The rules (which attempt may start, which result wins, what a failure does to its job)
-//! live once, in `transitions/`, written against this trait. A backend implements it with
-//! its own SQL dialect (PostgreSQL's `now()` and `FOR UPDATE`, SQLite's `strftime` and TEXT
-//! ids) and says how a write transaction excludes others: PostgreSQL locks the job's row,
-//! SQLite holds its single write lock from `BEGIN IMMEDIATE`. Every method taking a
-//! transaction runs inside one the rules began with [`Statements::begin`], so the rules
-//! decide what is atomic and the statements only what is said.
+//! They are methods of a write transaction ([`Tx`]), so the rules in `transitions.rs` decide
+//! what is atomic and these only what is said. None of them decides anything.
 
 use std::time::Duration;
 
-use async_trait::async_trait;
 use onejob_domain::{AttemptState, JobState, Principal};
 use serde_json::Value;
-use sqlx::Transaction;
 use uuid::Uuid;
 
-use super::{AttemptRecord, AttemptStart, JobRecord, NewEvent, StoreError};
-
-/// A write transaction of backend `S`.
-pub(crate) type Tx<S> = Transaction<'static, <S as Statements>::Db>;
+use super::{
+    AttemptRecord, AttemptStart, JobRecord, NewEvent, StoreError,
+    backend::{Backend, Row, Tx},
+    records::{storable, storable_text},
+    rows,
+};
 
 /// What the rules read of a job once they hold it: the fields a transition decides on.
 #[derive(Debug, Clone, Copy)]
@@ -37,171 +32,298 @@ pub(crate) struct JobHead {
     pub completed_by: Option<Uuid>,
 }
 
-/// The statement interface one backend implements (see the module doc).
-#[async_trait]
-pub(crate) trait Statements: Send + Sync + 'static {
-    /// The sqlx database this backend speaks.
-    type Db: sqlx::Database;
+fn head<B: Backend>(row: &Row<B>) -> Result<JobHead, StoreError> {
+    Ok(JobHead {
+        state: rows::state::<B, _>(row, "state")?,
+        version: B::int(row, "version")?,
+        attempts: B::int32(row, "attempts")?,
+        recoveries: B::int32(row, "recoveries")?,
+        completed_by: B::opt_uuid(row, "completed_by")?,
+    })
+}
 
-    /// Begins a write transaction that excludes other writers of the rows it locks.
-    async fn begin(&self) -> Result<Tx<Self>, StoreError>;
-
-    /// Tells this process's workers that a job may have become due. PostgreSQL's trigger
-    /// notifies every node on its own; SQLite has only this.
-    fn dispatch_changed(&self);
-
+impl<B: Backend> Tx<B> {
     /// Locks the job for a start unless another transaction holds it: `None` when it is
     /// held (PostgreSQL's `SKIP LOCKED`) or missing. With the head, whether the job is due.
-    async fn lock_due_job(
-        tx: &mut Tx<Self>,
+    pub(crate) async fn lock_due_job(
+        &mut self,
         job_id: Uuid,
-    ) -> Result<Option<(JobHead, bool)>, StoreError>;
+    ) -> Result<Option<(JobHead, bool)>, StoreError> {
+        let row = self.optional(B::SQL.lock_due_job, args![job_id]).await?;
+        row.map(|row| Ok((head::<B>(&row)?, B::flag(&row, "due")?)))
+            .transpose()
+    }
 
     /// Whether a job with this id exists.
-    async fn job_exists(tx: &mut Tx<Self>, job_id: Uuid) -> Result<bool, StoreError>;
+    pub(crate) async fn job_exists(&mut self, job_id: Uuid) -> Result<bool, StoreError> {
+        let row = self.one(B::SQL.job_exists, args![job_id]).await?;
+        B::flag(&row, "found")
+    }
 
     /// Locks the job (waiting for other holders) and reads its head; `None` if missing.
-    async fn lock_job(tx: &mut Tx<Self>, job_id: Uuid) -> Result<Option<JobHead>, StoreError>;
+    pub(crate) async fn lock_job(&mut self, job_id: Uuid) -> Result<Option<JobHead>, StoreError> {
+        let row = self.optional(B::SQL.lock_job, args![job_id]).await?;
+        row.as_ref().map(head::<B>).transpose()
+    }
 
     /// Locks the owner's job and reads all of it; `None` if it is not the owner's.
-    async fn lock_owned_job(
-        tx: &mut Tx<Self>,
+    pub(crate) async fn lock_owned_job(
+        &mut self,
         owner: &Principal,
         job_id: Uuid,
-    ) -> Result<Option<JobRecord>, StoreError>;
+    ) -> Result<Option<JobRecord>, StoreError> {
+        let sql = B::SQL.lock_owned_job;
+        let row = self
+            .optional(sql, args![job_id, &owner.tenant, &owner.user])
+            .await?;
+        row.as_ref().map(rows::job::<B>).transpose()
+    }
 
     /// The whole job, read again inside the transaction.
-    async fn reload_job(tx: &mut Tx<Self>, job_id: Uuid) -> Result<JobRecord, StoreError>;
+    pub(crate) async fn reload_job(&mut self, job_id: Uuid) -> Result<JobRecord, StoreError> {
+        rows::job::<B>(&self.one(B::SQL.job_by_id, args![job_id]).await?)
+    }
 
     /// The job of an attempt (which never changes, so it needs no lock); `None` if the
     /// attempt does not exist.
-    async fn job_of(tx: &mut Tx<Self>, attempt_id: Uuid) -> Result<Option<Uuid>, StoreError>;
+    pub(crate) async fn job_of(&mut self, attempt_id: Uuid) -> Result<Option<Uuid>, StoreError> {
+        let row = self.optional(B::SQL.job_of, args![attempt_id]).await?;
+        row.map(|row| B::uuid(&row, "job_id")).transpose()
+    }
 
     /// An attempt's state.
-    async fn attempt_state(tx: &mut Tx<Self>, attempt_id: Uuid)
-    -> Result<AttemptState, StoreError>;
+    pub(crate) async fn attempt_state(
+        &mut self,
+        attempt_id: Uuid,
+    ) -> Result<AttemptState, StoreError> {
+        let row = self.one(B::SQL.attempt_state, args![attempt_id]).await?;
+        rows::state::<B, _>(&row, "state")
+    }
 
     /// The job's `starting`, `running` and `unknown` attempts, oldest first.
-    async fn open_attempts(
-        tx: &mut Tx<Self>,
+    pub(crate) async fn open_attempts(
+        &mut self,
         job_id: Uuid,
-    ) -> Result<Vec<(Uuid, AttemptState)>, StoreError>;
+    ) -> Result<Vec<(Uuid, AttemptState)>, StoreError> {
+        let open = self.all(B::SQL.open_attempts, args![job_id]).await?;
+        open.iter()
+            .map(|row| Ok((B::uuid(row, "id")?, rows::state::<B, _>(row, "state")?)))
+            .collect()
+    }
 
     /// The states of all the job's attempts.
-    async fn attempt_states(
-        tx: &mut Tx<Self>,
+    pub(crate) async fn attempt_states(
+        &mut self,
         job_id: Uuid,
-    ) -> Result<Vec<AttemptState>, StoreError>;
+    ) -> Result<Vec<AttemptState>, StoreError> {
+        let states = self.all(B::SQL.attempt_states, args![job_id]).await?;
+        states
+            .iter()
+            .map(|row| rows::state::<B, _>(row, "state"))
+            .collect()
+    }
 
     /// The job's `starting` and `running` attempts, oldest first.
-    async fn live_attempts(
-        tx: &mut Tx<Self>,
+    pub(crate) async fn live_attempts(
+        &mut self,
         job_id: Uuid,
-    ) -> Result<Vec<AttemptRecord>, StoreError>;
+    ) -> Result<Vec<AttemptRecord>, StoreError> {
+        let live = self.all(B::SQL.live_attempts, args![job_id]).await?;
+        rows::all::<B, _>(&live, rows::attempt::<B>)
+    }
 
     /// The provider of the job's latest attempt.
-    async fn last_provider(tx: &mut Tx<Self>, job_id: Uuid) -> Result<Option<String>, StoreError>;
+    pub(crate) async fn last_provider(
+        &mut self,
+        job_id: Uuid,
+    ) -> Result<Option<String>, StoreError> {
+        let row = self.optional(B::SQL.last_provider, args![job_id]).await?;
+        row.map(|row| B::text(&row, "provider")).transpose()
+    }
 
     /// Inserts attempt `number` of `start`'s job, `starting`, with its lease and deadline
     /// counted from the database's clock.
-    async fn insert_attempt(
-        tx: &mut Tx<Self>,
+    pub(crate) async fn insert_attempt(
+        &mut self,
         start: &AttemptStart,
         number: i32,
-    ) -> Result<AttemptRecord, StoreError>;
+    ) -> Result<AttemptRecord, StoreError> {
+        let values = args![
+            Uuid::now_v7(),
+            start.job_id,
+            number,
+            &start.provider,
+            start.hedge,
+            &start.worker,
+            start.lease,
+            start.timeout,
+            &start.upstream_key,
+        ];
+        rows::attempt::<B>(&self.one(B::SQL.insert_attempt, values).await?)
+    }
 
     /// The job is `running` with one more attempt, and not due.
-    async fn mark_job_started(tx: &mut Tx<Self>, job_id: Uuid) -> Result<(), StoreError>;
+    pub(crate) async fn mark_job_started(&mut self, job_id: Uuid) -> Result<(), StoreError> {
+        self.execute(B::SQL.mark_job_started, args![job_id]).await?;
+        Ok(())
+    }
 
     /// Stores the attempt's task id unless one is stored; returns the attempt's state.
-    async fn keep_task_id(
-        tx: &mut Tx<Self>,
+    pub(crate) async fn keep_task_id(
+        &mut self,
         attempt_id: Uuid,
         task_id: Option<&str>,
-    ) -> Result<AttemptState, StoreError>;
+    ) -> Result<AttemptState, StoreError> {
+        let task_id = task_id.map(storable_text);
+        let values = args![attempt_id, task_id.as_deref()];
+        let row = self.one(B::SQL.keep_task_id, values).await?;
+        rows::state::<B, _>(&row, "state")
+    }
 
     /// The acknowledged attempt becomes `running`.
-    async fn mark_running(tx: &mut Tx<Self>, attempt_id: Uuid) -> Result<(), StoreError>;
+    pub(crate) async fn mark_running(&mut self, attempt_id: Uuid) -> Result<(), StoreError> {
+        self.execute(B::SQL.mark_running, args![attempt_id]).await?;
+        Ok(())
+    }
 
     /// A `starting` attempt acknowledged after its job was cancelled ends `cancelled`, its
     /// key spent.
-    async fn cancel_acknowledged(tx: &mut Tx<Self>, attempt_id: Uuid) -> Result<(), StoreError>;
+    pub(crate) async fn cancel_acknowledged(&mut self, attempt_id: Uuid) -> Result<(), StoreError> {
+        self.execute(B::SQL.cancel_acknowledged, args![attempt_id])
+            .await?;
+        Ok(())
+    }
 
     /// A `running` job becomes due again `after` from now, for a hedge.
-    async fn schedule_hedge(
-        tx: &mut Tx<Self>,
+    pub(crate) async fn schedule_hedge(
+        &mut self,
         job_id: Uuid,
         after: Duration,
-    ) -> Result<(), StoreError>;
+    ) -> Result<(), StoreError> {
+        self.execute(B::SQL.schedule_hedge, args![job_id, after])
+            .await?;
+        Ok(())
+    }
 
     /// An open attempt ends `discarded`.
-    async fn discard_attempt(tx: &mut Tx<Self>, attempt_id: Uuid) -> Result<(), StoreError>;
+    pub(crate) async fn discard_attempt(&mut self, attempt_id: Uuid) -> Result<(), StoreError> {
+        self.execute(B::SQL.discard_attempt, args![attempt_id])
+            .await?;
+        Ok(())
+    }
 
     /// The compare-and-swap of the result: the job succeeds with `output` by `attempt_id` if
     /// it is still at `version`, open and without a winner, and the attempt, if still open,
     /// ends `succeeded`. Whether both happened (if not, the caller rolls back).
-    async fn swap_result(
-        tx: &mut Tx<Self>,
+    pub(crate) async fn swap_result(
+        &mut self,
         job_id: Uuid,
         version: i64,
         output: &Value,
         attempt_id: Uuid,
-    ) -> Result<bool, StoreError>;
+    ) -> Result<bool, StoreError> {
+        let values = args![job_id, version, output, attempt_id];
+        if self.execute(B::SQL.swap_result, values).await? != 1 {
+            return Ok(false);
+        }
+        Ok(self.execute(B::SQL.end_winner, args![attempt_id]).await? == 1)
+    }
 
     /// The job's `unknown` attempts other than `winner` end `discarded`; returns them.
-    async fn discard_unknown_siblings(
-        tx: &mut Tx<Self>,
+    pub(crate) async fn discard_unknown_siblings(
+        &mut self,
         job_id: Uuid,
         winner: Uuid,
-    ) -> Result<Vec<Uuid>, StoreError>;
+    ) -> Result<Vec<Uuid>, StoreError> {
+        let sql = B::SQL.discard_unknown_siblings;
+        rows::ids::<B>(&self.all(sql, args![job_id, winner]).await?)
+    }
 
     /// An attempt ends in `state` (failed, rejected, cancelled…) with `error`.
-    async fn end_attempt(
-        tx: &mut Tx<Self>,
+    pub(crate) async fn end_attempt(
+        &mut self,
         attempt_id: Uuid,
         state: AttemptState,
         error: &Value,
         key_spent: bool,
-    ) -> Result<(), StoreError>;
+    ) -> Result<(), StoreError> {
+        let error = storable(error);
+        let values = args![attempt_id, state.as_str(), &*error, key_spent];
+        self.execute(B::SQL.end_attempt, values).await?;
+        Ok(())
+    }
 
     /// Sets a job's recomputed state: due after `backoff` when `pending`, with `error` (or
     /// none), version bumped.
-    async fn set_job_state(
-        tx: &mut Tx<Self>,
+    pub(crate) async fn set_job_state(
+        &mut self,
         job_id: Uuid,
         state: JobState,
         backoff: Duration,
         error: Option<&Value>,
-    ) -> Result<(), StoreError>;
+    ) -> Result<(), StoreError> {
+        let values = args![job_id, state.as_str(), backoff, error];
+        self.execute(B::SQL.set_job_state, values).await?;
+        Ok(())
+    }
 
     /// A job without attempt budget ends `failed` with `error`.
-    async fn fail_job(tx: &mut Tx<Self>, job_id: Uuid, error: &Value) -> Result<(), StoreError>;
+    pub(crate) async fn fail_job(&mut self, job_id: Uuid, error: &Value) -> Result<(), StoreError> {
+        self.execute(B::SQL.fail_job, args![job_id, error]).await?;
+        Ok(())
+    }
 
     /// A live attempt ends `discarded` with `error`, if `grace` is `None` (its own worker)
     /// or its lease is still expired (or its deadline more than `grace` past) now. Whether it
     /// changed.
-    async fn discard_live(
-        tx: &mut Tx<Self>,
+    pub(crate) async fn discard_live(
+        &mut self,
         attempt_id: Uuid,
         error: &Value,
         grace: Option<Duration>,
-    ) -> Result<bool, StoreError>;
+    ) -> Result<bool, StoreError> {
+        let values = args![attempt_id, error, grace];
+        Ok(self.execute(B::SQL.discard_live, values).await? > 0)
+    }
 
     /// A live attempt becomes `unknown` with `why`, due for reconciliation now, on the same
-    /// condition as [`Statements::discard_live`]. Whether it changed.
-    async fn make_unknown(
-        tx: &mut Tx<Self>,
+    /// condition as [`Tx::discard_live`]. Whether it changed.
+    pub(crate) async fn make_unknown(
+        &mut self,
         attempt_id: Uuid,
         why: &Value,
         grace: Option<Duration>,
-    ) -> Result<bool, StoreError>;
+    ) -> Result<bool, StoreError> {
+        let values = args![attempt_id, why, grace];
+        Ok(self.execute(B::SQL.make_unknown, values).await? > 0)
+    }
 
     /// The job ends `cancelled`, not due, and its `unknown` attempts with it; returns those.
-    async fn cancel_job_row(tx: &mut Tx<Self>, job_id: Uuid) -> Result<Vec<Uuid>, StoreError>;
+    pub(crate) async fn cancel_job_row(&mut self, job_id: Uuid) -> Result<Vec<Uuid>, StoreError> {
+        self.execute(B::SQL.cancel_job, args![job_id]).await?;
+        let sql = B::SQL.cancel_unknown_attempts;
+        rows::ids::<B>(&self.all(sql, args![job_id]).await?)
+    }
 
     /// A failed job goes back to `pending`, due now, in a new recovery generation.
-    async fn recover_job_row(tx: &mut Tx<Self>, job_id: Uuid) -> Result<(), StoreError>;
+    pub(crate) async fn recover_job_row(&mut self, job_id: Uuid) -> Result<(), StoreError> {
+        self.execute(B::SQL.recover_job, args![job_id]).await?;
+        Ok(())
+    }
 
     /// Appends an event to the job's log.
-    async fn insert_event(tx: &mut Tx<Self>, event: &NewEvent) -> Result<(), StoreError>;
+    pub(crate) async fn insert_event(&mut self, event: &NewEvent) -> Result<(), StoreError> {
+        let actor = event.actor.as_deref().map(storable_text);
+        let detail = storable(&event.detail);
+        let kind = event.kind.as_str();
+        let values = args![
+            event.job_id,
+            event.attempt_id,
+            kind,
+            actor.as_deref(),
+            &*detail
+        ];
+        self.execute(B::SQL.insert_event, values).await?;
+        Ok(())
+    }
 }

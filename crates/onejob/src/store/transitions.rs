@@ -1,9 +1,9 @@
 //! The state changes of jobs and attempts, written once for every backend.
 //!
-//! [`Transitions`] is implemented for every [`Statements`] backend: start, acknowledge,
-//! complete, fail, mark unknown, settle, cancel and recover each run in one write
-//! transaction of the backend, and end with the conditional updates the database enforces.
-//! The backends only say how each statement is spelled. Intake is not here: each backend
+//! [`Transitions`] is implemented for every [`Backend`]: start, acknowledge, complete, fail,
+//! mark unknown, settle, cancel and recover each run in one write transaction of the
+//! backend (its statements in `statements.rs`), and end with the conditional updates the
+//! database enforces. The backends only say how each statement is spelled. Intake is not here: each backend
 //! group-commits submissions its own way (`postgres/intake.rs`, `sqlite/intake.rs`), around
 //! the rule written once in [`NewJob::matches`](super::NewJob::matches).
 //!
@@ -26,10 +26,10 @@ use uuid::Uuid;
 use super::{
     Acknowledged, AttemptStart, CancelOutcome, Completion, FailOutcome, NewEvent, RecoverOutcome,
     Resolution, RetryPolicy, StartOutcome, StartRefusal, StoreError, UnknownBy, Unsuccessful,
+    backend::{Backend, Tx, release},
     payload_digest,
     records::{Exhausted, sibling_discarded, storable, with_member, within_budget},
-    release,
-    statements::{JobHead, Statements, Tx},
+    statements::JobHead,
 };
 
 /// The state changes every store makes the same way (see the module doc).
@@ -119,11 +119,11 @@ pub trait Transitions: Send + Sync {
 }
 
 #[async_trait]
-impl<S: Statements> Transitions for S {
+impl<S: Backend> Transitions for S {
     async fn start_attempt(&self, start: &AttemptStart) -> Result<StartOutcome, StoreError> {
         let mut tx = self.begin().await?;
-        let Some((job, due)) = S::lock_due_job(&mut tx, start.job_id).await? else {
-            let exists = S::job_exists(&mut tx, start.job_id).await?;
+        let Some((job, due)) = tx.lock_due_job(start.job_id).await? else {
+            let exists = tx.job_exists(start.job_id).await?;
             let refusal = if exists {
                 StartRefusal::Busy
             } else {
@@ -140,7 +140,7 @@ impl<S: Statements> Transitions for S {
         if !within_budget(job.attempts, job.recoveries, start.max_attempts) {
             return release(tx, StartOutcome::Refused(StartRefusal::Exhausted)).await;
         }
-        let open = S::open_attempts(&mut tx, start.job_id).await?;
+        let open = tx.open_attempts(start.job_id).await?;
         if let Some(&(attempt_id, state)) = open.iter().find(|(_, s)| s.blocks_new_attempts()) {
             let refusal = StartRefusal::Blocked { attempt_id, state };
             return release(tx, StartOutcome::Refused(refusal)).await;
@@ -148,17 +148,17 @@ impl<S: Statements> Transitions for S {
         if open.is_empty() == start.hedge {
             return release(tx, StartOutcome::Refused(StartRefusal::NotHedgeable)).await;
         }
-        let previous = S::last_provider(&mut tx, start.job_id).await?;
-        let attempt = S::insert_attempt(&mut tx, start, job.attempts + 1).await?;
-        S::mark_job_started(&mut tx, start.job_id).await?;
+        let previous = tx.last_provider(start.job_id).await?;
+        let attempt = tx.insert_attempt(start, job.attempts + 1).await?;
+        tx.mark_job_started(start.job_id).await?;
         if let Some(from) = previous.filter(|p| !start.hedge && *p != start.provider) {
             let detail = json!({ "from": from, "to": start.provider });
             let failover = event(start.job_id, attempt.id, EventKind::Failover, detail);
-            S::insert_event(&mut tx, &failover).await?;
+            tx.insert_event(&failover).await?;
         }
         let detail = json!({ "number": attempt.number, "provider": attempt.provider, "hedge": attempt.hedge });
         let started = event(start.job_id, attempt.id, EventKind::AttemptStarted, detail);
-        S::insert_event(&mut tx, &started).await?;
+        tx.insert_event(&started).await?;
         tx.commit().await?;
         Ok(StartOutcome::Started(Box::new(attempt)))
     }
@@ -175,25 +175,25 @@ impl<S: Statements> Transitions for S {
         let job_id = job_of::<S>(&mut tx, attempt_id).await?;
         let job = locked::<S>(&mut tx, job_id).await?;
         // The task id is stored whatever the attempt's state: it is what proves what happened.
-        let state = S::keep_task_id(&mut tx, attempt_id, task_id).await?;
+        let state = tx.keep_task_id(attempt_id, task_id).await?;
         if state != AttemptState::Starting {
             tx.commit().await?;
             return Ok(Acknowledged::NotStarting(state));
         }
         if job.state == JobState::Cancelled {
-            S::cancel_acknowledged(&mut tx, attempt_id).await?;
+            tx.cancel_acknowledged(attempt_id).await?;
             let detail = json!({
                 "outcome": "cancelled",
                 "note": "the job was cancelled while the attempt was being sent",
             });
             let resolved = event(job_id, attempt_id, EventKind::AttemptResolved, detail);
-            S::insert_event(&mut tx, &resolved).await?;
+            tx.insert_event(&resolved).await?;
             tx.commit().await?;
             return Ok(Acknowledged::JobCancelled);
         }
-        S::mark_running(&mut tx, attempt_id).await?;
+        tx.mark_running(attempt_id).await?;
         if let Some(after) = hedge_after {
-            S::schedule_hedge(&mut tx, job_id, after).await?;
+            tx.schedule_hedge(job_id, after).await?;
         }
         tx.commit().await?;
         if hedge_after.is_some() {
@@ -212,7 +212,7 @@ impl<S: Statements> Transitions for S {
             let mut tx = self.begin().await?;
             let job_id = job_of::<S>(&mut tx, attempt_id).await?;
             let job = locked::<S>(&mut tx, job_id).await?;
-            let attempt_state = S::attempt_state(&mut tx, attempt_id).await?;
+            let attempt_state = tx.attempt_state(attempt_id).await?;
             if by.only_unknown && attempt_state != AttemptState::Unknown {
                 return release(tx, Completion::NotUnknown(attempt_state)).await;
             }
@@ -228,18 +228,20 @@ impl<S: Statements> Transitions for S {
                 JobState::Pending | JobState::Running | JobState::Unknown
             );
             if winner.is_some() || !open || attempt_state.is_terminal() {
-                S::discard_attempt(&mut tx, attempt_id).await?;
+                tx.discard_attempt(attempt_id).await?;
                 let mut detail = payload_digest(output);
                 detail["winner"] = json!(winner);
                 detail["job_state"] = json!(job_state);
                 detail["note"] = json!(by.note);
                 let lost = by.event(job_id, attempt_id, EventKind::RaceLost, detail);
-                S::insert_event(&mut tx, &lost).await?;
+                tx.insert_event(&lost).await?;
                 tx.commit().await?;
                 return Ok(Completion::Discarded { winner, job_state });
             }
             // The compare-and-swap: exactly one attempt ever gets past this.
-            let swapped = S::swap_result(&mut tx, job_id, job.version, output, attempt_id).await?;
+            let swapped = tx
+                .swap_result(job_id, job.version, output, attempt_id)
+                .await?;
             if !swapped {
                 // The version or the attempt moved under us: read again and decide again.
                 tx.rollback().await?;
@@ -247,15 +249,15 @@ impl<S: Statements> Transitions for S {
             }
             // The unknown siblings' outcome no longer matters; left unknown they would wait for
             // proof (and count as unknown) forever.
-            for sibling in S::discard_unknown_siblings(&mut tx, job_id, attempt_id).await? {
+            for sibling in tx.discard_unknown_siblings(job_id, attempt_id).await? {
                 let detail = sibling_discarded(attempt_id);
                 let resolved = event(job_id, sibling, EventKind::AttemptResolved, detail);
-                S::insert_event(&mut tx, &resolved).await?;
+                tx.insert_event(&resolved).await?;
             }
             let mut detail = payload_digest(output);
             detail["note"] = json!(by.note);
             let won = by.event(job_id, attempt_id, EventKind::Won, detail);
-            S::insert_event(&mut tx, &won).await?;
+            tx.insert_event(&won).await?;
             tx.commit().await?;
             return Ok(Completion::Won);
         }
@@ -274,7 +276,7 @@ impl<S: Statements> Transitions for S {
         let mut tx = self.begin().await?;
         let job_id = job_of::<S>(&mut tx, attempt_id).await?;
         let job = locked::<S>(&mut tx, job_id).await?;
-        let attempt_state = S::attempt_state(&mut tx, attempt_id).await?;
+        let attempt_state = tx.attempt_state(attempt_id).await?;
         if !by.may_end(attempt_state) {
             return release(tx, FailOutcome::NotOpen(attempt_state)).await;
         }
@@ -285,10 +287,11 @@ impl<S: Statements> Transitions for S {
             end
         };
         let end_state = end.state();
-        S::end_attempt(&mut tx, attempt_id, end_state, &error, end.spends_key()).await?;
+        tx.end_attempt(attempt_id, end_state, &error, end.spends_key())
+            .await?;
         let detail = json!({ "outcome": end_state, "error": &*error, "note": by.note });
         let resolved = by.event(job_id, attempt_id, EventKind::AttemptResolved, detail);
-        S::insert_event(&mut tx, &resolved).await?;
+        tx.insert_event(&resolved).await?;
         let state = settle_job::<S>(&mut tx, &job, job_id, Some(retry), Some(&error)).await?;
         tx.commit().await?;
         if state == JobState::Pending {
@@ -316,16 +319,16 @@ impl<S: Statements> Transitions for S {
         if job.completed_by.is_some() || job.state == JobState::Cancelled {
             // The job is settled: this attempt's outcome no longer matters to it.
             let error = with_member(&why, "job_state", json!(job.state));
-            if S::discard_live(&mut tx, attempt_id, &error, grace).await? {
+            if tx.discard_live(attempt_id, &error, grace).await? {
                 let detail = with_member(&why, "outcome", json!("discarded"));
                 let detail = with_member(&detail, "job_state", json!(job.state));
                 let resolved = event(job_id, attempt_id, EventKind::AttemptResolved, detail);
-                S::insert_event(&mut tx, &resolved).await?;
+                tx.insert_event(&resolved).await?;
             }
             tx.commit().await?;
             return Ok(false);
         }
-        if !S::make_unknown(&mut tx, attempt_id, &why, grace).await? {
+        if !tx.make_unknown(attempt_id, &why, grace).await? {
             return release(tx, false).await;
         }
         let unknown = event(
@@ -334,7 +337,7 @@ impl<S: Statements> Transitions for S {
             EventKind::AttemptUnknown,
             why.into_owned(),
         );
-        S::insert_event(&mut tx, &unknown).await?;
+        tx.insert_event(&unknown).await?;
         settle_job::<S>(&mut tx, &job, job_id, None, None).await?;
         tx.commit().await?;
         Ok(true)
@@ -342,10 +345,10 @@ impl<S: Statements> Transitions for S {
 
     async fn settle_exhausted(&self, job_id: Uuid, max_attempts: u32) -> Result<bool, StoreError> {
         let mut tx = self.begin().await?;
-        let Some(job) = S::lock_job(&mut tx, job_id).await? else {
+        let Some(job) = tx.lock_job(job_id).await? else {
             return release(tx, false).await;
         };
-        let open = S::open_attempts(&mut tx, job_id).await?;
+        let open = tx.open_attempts(job_id).await?;
         if job.state != JobState::Pending
             || !open.is_empty()
             || within_budget(job.attempts, job.recoveries, max_attempts)
@@ -353,8 +356,8 @@ impl<S: Statements> Transitions for S {
             return release(tx, false).await;
         }
         let exhausted = Exhausted::new(job_id, job.attempts, max_attempts);
-        S::fail_job(&mut tx, job_id, &exhausted.job_error()).await?;
-        S::insert_event(&mut tx, &exhausted.event()).await?;
+        tx.fail_job(job_id, &exhausted.job_error()).await?;
+        tx.insert_event(&exhausted.event()).await?;
         tx.commit().await?;
         Ok(true)
     }
@@ -366,7 +369,7 @@ impl<S: Statements> Transitions for S {
         actor: &str,
     ) -> Result<Option<CancelOutcome>, StoreError> {
         let mut tx = self.begin().await?;
-        let Some(job) = S::lock_owned_job(&mut tx, owner, job_id).await? else {
+        let Some(job) = tx.lock_owned_job(owner, job_id).await? else {
             return release(tx, None).await;
         };
         match job.state {
@@ -382,20 +385,17 @@ impl<S: Statements> Transitions for S {
             }
             JobState::Pending | JobState::Running | JobState::Unknown => {}
         }
-        for attempt_id in S::cancel_job_row(&mut tx, job_id).await? {
+        for attempt_id in tx.cancel_job_row(job_id).await? {
             let detail = json!({ "outcome": "cancelled", "note": "the job was cancelled" });
             let mut event = job_event(job_id, EventKind::AttemptResolved, actor, detail);
             event.attempt_id = Some(attempt_id);
-            S::insert_event(&mut tx, &event).await?;
+            tx.insert_event(&event).await?;
         }
-        let live = S::live_attempts(&mut tx, job_id).await?;
+        let live = tx.live_attempts(job_id).await?;
         let detail = json!({ "from": job.state, "live_attempts": live.len() });
-        S::insert_event(
-            &mut tx,
-            &job_event(job_id, EventKind::Cancelled, actor, detail),
-        )
-        .await?;
-        let job = S::reload_job(&mut tx, job_id).await?;
+        tx.insert_event(&job_event(job_id, EventKind::Cancelled, actor, detail))
+            .await?;
+        let job = tx.reload_job(job_id).await?;
         tx.commit().await?;
         Ok(Some(CancelOutcome::Cancelled { job, live }))
     }
@@ -407,20 +407,17 @@ impl<S: Statements> Transitions for S {
         actor: &str,
     ) -> Result<Option<RecoverOutcome>, StoreError> {
         let mut tx = self.begin().await?;
-        let Some(job) = S::lock_owned_job(&mut tx, owner, job_id).await? else {
+        let Some(job) = tx.lock_owned_job(owner, job_id).await? else {
             return release(tx, None).await;
         };
         if job.state != JobState::Failed {
             return release(tx, Some(RecoverOutcome::NotFailed(job))).await;
         }
-        S::recover_job_row(&mut tx, job_id).await?;
+        tx.recover_job_row(job_id).await?;
         let detail = json!({ "generation": job.recoveries + 1, "previous_error": job.error });
-        S::insert_event(
-            &mut tx,
-            &job_event(job_id, EventKind::Recovered, actor, detail),
-        )
-        .await?;
-        let job = S::reload_job(&mut tx, job_id).await?;
+        tx.insert_event(&job_event(job_id, EventKind::Recovered, actor, detail))
+            .await?;
+        let job = tx.reload_job(job_id).await?;
         tx.commit().await?;
         self.dispatch_changed();
         Ok(Some(RecoverOutcome::Recovered(job)))
@@ -441,15 +438,15 @@ fn event(job_id: Uuid, attempt_id: Uuid, kind: EventKind, detail: Value) -> NewE
 }
 
 /// The job of an attempt; a missing attempt is a corrupt reference.
-async fn job_of<S: Statements>(tx: &mut Tx<S>, attempt_id: Uuid) -> Result<Uuid, StoreError> {
-    S::job_of(tx, attempt_id)
+async fn job_of<S: Backend>(tx: &mut Tx<S>, attempt_id: Uuid) -> Result<Uuid, StoreError> {
+    tx.job_of(attempt_id)
         .await?
         .ok_or_else(|| StoreError::Corrupt(format!("no attempt {attempt_id}")))
 }
 
 /// The job's lock and head; the job of an existing attempt always exists.
-async fn locked<S: Statements>(tx: &mut Tx<S>, job_id: Uuid) -> Result<JobHead, StoreError> {
-    S::lock_job(tx, job_id)
+async fn locked<S: Backend>(tx: &mut Tx<S>, job_id: Uuid) -> Result<JobHead, StoreError> {
+    tx.lock_job(job_id)
         .await?
         .ok_or_else(|| StoreError::Corrupt(format!("no job {job_id}")))
 }
@@ -457,7 +454,7 @@ async fn locked<S: Statements>(tx: &mut Tx<S>, job_id: Uuid) -> Result<JobHead, 
 /// Recomputes a job's state from its attempts after one of them changed. Leaves succeeded
 /// and cancelled jobs alone. `retry` decides whether a job with nothing open goes back to
 /// `pending` (and when) or `failed` (with `error`).
-async fn settle_job<S: Statements>(
+async fn settle_job<S: Backend>(
     tx: &mut Tx<S>,
     job: &JobHead,
     job_id: Uuid,
@@ -467,7 +464,7 @@ async fn settle_job<S: Statements>(
     if matches!(job.state, JobState::Succeeded | JobState::Cancelled) {
         return Ok(job.state);
     }
-    let states = S::attempt_states(tx, job_id).await?;
+    let states = tx.attempt_states(job_id).await?;
     let may_retry =
         retry.is_some_and(|r| within_budget(job.attempts, job.recoveries, r.max_attempts));
     let next = JobState::settle(states, may_retry);
@@ -475,7 +472,8 @@ async fn settle_job<S: Statements>(
     let job_error = (next == JobState::Failed).then(|| {
         json!({ "message": "no attempt succeeded", "attempts": job.attempts, "last_error": error })
     });
-    S::set_job_state(tx, job_id, next, backoff, job_error.as_ref()).await?;
+    tx.set_job_state(job_id, next, backoff, job_error.as_ref())
+        .await?;
     Ok(next)
 }
 

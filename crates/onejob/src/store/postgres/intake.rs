@@ -47,7 +47,7 @@ use sqlx::{PgConnection, PgExecutor, PgPool, postgres::PgPoolOptions, types::Jso
 use uuid::Uuid;
 
 use super::{
-    PgJobRow,
+    PgStore,
     held::{HeldConnection, Spare},
     hosts::Hosts,
     relaxed::Relaxed,
@@ -56,6 +56,7 @@ use super::{
 use crate::store::{
     Intake, JobRecord, NewEvent, NewJob, StoreError,
     batch::{Batcher, WriteBatch},
+    rows,
 };
 
 /// Most submissions one intake transaction carries.
@@ -235,15 +236,16 @@ async fn taken(
     jobs: &[&NewJob],
 ) -> Result<HashMap<Key, JobRecord>, StoreError> {
     let keys = KeyColumns::of(jobs.iter().copied());
-    let rows: Vec<PgJobRow> = sqlx::query_as(taken_sql!())
+    let found = sqlx::query(taken_sql!())
         .bind(keys.tenants)
         .bind(keys.users)
         .bind(keys.key_hashes)
         .fetch_all(connection)
         .await?;
-    rows.into_iter()
+    found
+        .iter()
         .map(|row| {
-            let record = JobRecord::try_from(row)?;
+            let record = rows::job::<PgStore>(row)?;
             Ok((key_of(&record.owner, &record.key_hash), record))
         })
         .collect()
@@ -358,7 +360,7 @@ async fn insert_new(connection: &mut PgConnection, jobs: &[NewJob]) -> Result<Wr
     let events: Vec<NewEvent> = jobs.iter().map(NewJob::created_event).collect();
     let created = EventColumns::of(&events);
     let keys = KeyColumns::of(jobs);
-    let rows: Vec<PgJobRow> = sqlx::query_as(intake_sql!())
+    let written_rows = sqlx::query(intake_sql!())
         .bind(jobs.iter().map(|j| j.id).collect::<Vec<_>>())
         .bind(keys.tenants)
         .bind(keys.users)
@@ -381,8 +383,8 @@ async fn insert_new(connection: &mut PgConnection, jobs: &[NewJob]) -> Result<Wr
         created: HashMap::new(),
         found: HashMap::new(),
     };
-    for row in rows {
-        let record = JobRecord::try_from(row)?;
+    for row in &written_rows {
+        let record = rows::job::<PgStore>(row)?;
         if ids.contains(&record.id) {
             written.created.insert(record.id, record);
         } else {
@@ -439,46 +441,13 @@ pub(super) async fn insert_events<'c>(
 
 #[cfg(test)]
 mod tests {
-    use sqlx::{Connection, Executor, PgConnection, PgPool, postgres::PgConnectOptions};
+    use sqlx::{Connection, Executor, PgConnection, PgPool};
 
     use super::{intake_pool, statistics};
     use crate::store::{
         Intake, NewJob, Store,
-        postgres::{PgStore, held::IDLE_CHECK},
+        postgres::{PgStore, fresh, held::IDLE_CHECK},
     };
-
-    /// [`fresh`] on a database of this name (a literal: database names cannot be bound).
-    macro_rules! fresh {
-        ($name:literal) => {
-            fresh(
-                $name,
-                concat!("DROP DATABASE IF EXISTS ", $name, " WITH (FORCE)"),
-                concat!("CREATE DATABASE ", $name),
-            )
-        };
-    }
-
-    /// A fresh database `name` on the test PostgreSQL, migrated, its tables empty and never
-    /// analyzed, as onejob finds a new database (`drop` and `create` are the statements that
-    /// drop and create it): a connection to it, and its connect options.
-    async fn fresh(
-        name: &str,
-        drop: &'static str,
-        create: &'static str,
-    ) -> (PgConnection, PgConnectOptions) {
-        let admin = std::env::var("ONEJOB_TEST_POSTGRES")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-        let mut conn = PgConnection::connect(&admin)
-            .await
-            .unwrap_or_else(|e| panic!("PostgreSQL is required for the tests ({admin}): {e}"));
-        conn.execute(drop).await.unwrap();
-        conn.execute(create).await.unwrap();
-        let options: PgConnectOptions = admin.parse().unwrap();
-        let options = options.database(name);
-        let store = PgStore::from_pool(PgPool::connect_with(options.clone()).await.unwrap());
-        store.migrate().await.unwrap();
-        (PgConnection::connect_with(&options).await.unwrap(), options)
-    }
 
     /// Adds 20,000 jobs of one owner, and analyzes.
     async fn fill_one_owner(db: &mut PgConnection) {

@@ -5,52 +5,31 @@
 //! conflicting insert waits for the other transaction, and the read-back that follows (a new
 //! statement, so a new snapshot) sees the winner's committed row.
 
-use async_trait::async_trait;
 use std::{sync::Arc, time::Duration};
 
-use onejob_domain::{AttemptState, EventKind, Fingerprint, JobState, KeyHash, Principal};
 use serde_json::Value;
 use sqlx::{
-    Connection, PgConnection, PgPool, Postgres, Transaction, postgres::PgPoolOptions, types::Json,
+    Arguments, Connection, Decode, PgConnection, PgPool, Postgres, Row as _, Type,
+    postgres::{PgArguments, PgPoolOptions, PgRow},
+    types::Json,
 };
 use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::{
-    AttemptRecord, EventRecord, Intake, JobRecord, NewEvent, NewJob, Store, StoreError,
-    StoreOptions,
+    Intake, NewJob, StoreError, StoreOptions,
+    backend::{Arg, Backend, Tx},
     batch::Batcher,
-    records::{storable, storable_text},
+    sql::Sql,
 };
 
-/// The column list every job query returns, in [`PgJobRow`] order.
-macro_rules! job_columns {
-    () => {
-        "id, tenant, user_id, key_hash, kind, fingerprint, params, state, version, attempts, \
-         recoveries, completed_by, result, error, created_at, updated_at"
-    };
-}
-
-/// The column list every attempt query returns, in [`PgAttemptRow`] order.
-macro_rules! attempt_columns {
-    () => {
-        "id, job_id, number, provider, state, hedge, task_id, worker, lease_expires_at, \
-         deadline_at, started_at, acknowledged_at, finished_at, unknown_since, upstream_key, key_spent, \
-         error"
-    };
-}
-
-mod certificates;
-mod dispatch;
 mod held;
 pub mod hosts;
 mod intake;
-mod keys;
-mod listing;
 pub mod online;
 mod relaxed;
 mod retention;
-mod statements;
+mod sql;
 mod statistics;
 mod tls;
 mod wake;
@@ -192,176 +171,34 @@ async fn warn_without_autovacuum(connection: &mut PgConnection) {
     }
 }
 
-#[derive(sqlx::FromRow)]
-struct PgJobRow {
-    id: Uuid,
-    tenant: String,
-    user_id: String,
-    key_hash: Vec<u8>,
-    kind: String,
-    fingerprint: Vec<u8>,
-    params: Json<Value>,
-    state: String,
-    version: i64,
-    attempts: i32,
-    recoveries: i32,
-    completed_by: Option<Uuid>,
-    result: Option<Json<Value>>,
-    error: Option<Json<Value>>,
-    created_at: OffsetDateTime,
-    updated_at: OffsetDateTime,
-}
+impl Backend for PgStore {
+    type Db = Postgres;
 
-impl TryFrom<PgJobRow> for JobRecord {
-    type Error = StoreError;
+    const NAME: &'static str = "postgres";
 
-    fn try_from(row: PgJobRow) -> Result<Self, StoreError> {
-        Ok(JobRecord {
-            id: row.id,
-            owner: Principal::new(row.tenant, row.user_id),
-            key_hash: KeyHash(
-                row.key_hash
-                    .try_into()
-                    .map_err(|_| StoreError::Corrupt("key_hash is not 32 bytes".into()))?,
-            ),
-            kind: row.kind,
-            fingerprint: Fingerprint::from_slice(&row.fingerprint)
-                .ok_or_else(|| StoreError::Corrupt("fingerprint is not 32 bytes".into()))?,
-            params: row.params.0,
-            state: row
-                .state
-                .parse::<JobState>()
-                .map_err(|e| StoreError::Corrupt(e.to_string()))?,
-            version: row.version,
-            attempts: row.attempts,
-            recoveries: row.recoveries,
-            completed_by: row.completed_by,
-            result: row.result.map(|j| j.0),
-            error: row.error.map(|j| j.0),
-            created_at: row.created_at,
-            updated_at: row.updated_at,
-        })
-    }
-}
+    const SQL: Sql = sql::SQL;
 
-#[derive(sqlx::FromRow)]
-struct PgAttemptRow {
-    id: Uuid,
-    job_id: Uuid,
-    number: i32,
-    provider: String,
-    state: String,
-    hedge: bool,
-    task_id: Option<String>,
-    worker: Option<String>,
-    lease_expires_at: Option<OffsetDateTime>,
-    deadline_at: Option<OffsetDateTime>,
-    started_at: OffsetDateTime,
-    acknowledged_at: Option<OffsetDateTime>,
-    finished_at: Option<OffsetDateTime>,
-    unknown_since: Option<OffsetDateTime>,
-    upstream_key: Option<String>,
-    key_spent: bool,
-    error: Option<Json<Value>>,
-}
-
-impl TryFrom<PgAttemptRow> for AttemptRecord {
-    type Error = StoreError;
-
-    fn try_from(row: PgAttemptRow) -> Result<Self, StoreError> {
-        Ok(AttemptRecord {
-            id: row.id,
-            job_id: row.job_id,
-            number: row.number,
-            provider: row.provider,
-            state: row
-                .state
-                .parse::<AttemptState>()
-                .map_err(|e| StoreError::Corrupt(e.to_string()))?,
-            hedge: row.hedge,
-            task_id: row.task_id,
-            worker: row.worker,
-            lease_expires_at: row.lease_expires_at,
-            deadline_at: row.deadline_at,
-            started_at: row.started_at,
-            acknowledged_at: row.acknowledged_at,
-            finished_at: row.finished_at,
-            unknown_since: row.unknown_since,
-            upstream_key: row.upstream_key,
-            key_spent: row.key_spent,
-            error: row.error.map(|j| j.0),
-        })
-    }
-}
-
-#[derive(sqlx::FromRow)]
-struct PgEventRow {
-    id: i64,
-    job_id: Uuid,
-    attempt_id: Option<Uuid>,
-    kind: String,
-    actor: Option<String>,
-    detail: Json<Value>,
-    at: OffsetDateTime,
-}
-
-impl TryFrom<PgEventRow> for EventRecord {
-    type Error = StoreError;
-
-    fn try_from(row: PgEventRow) -> Result<Self, StoreError> {
-        Ok(EventRecord {
-            id: row.id,
-            job_id: row.job_id,
-            attempt_id: row.attempt_id,
-            kind: row
-                .kind
-                .parse::<EventKind>()
-                .map_err(|e| StoreError::Corrupt(e.to_string()))?,
-            actor: row.actor,
-            detail: row.detail.0,
-            at: row.at,
-        })
-    }
-}
-
-/// Seconds as PostgreSQL's `make_interval(secs => …)` takes them.
-fn secs(duration: Duration) -> f64 {
-    duration.as_secs_f64()
-}
-
-/// A state column parsed; an unknown spelling is corrupt data.
-fn parse_state<T: std::str::FromStr>(text: &str) -> Result<T, StoreError>
-where
-    T::Err: std::fmt::Display,
-{
-    text.parse::<T>()
-        .map_err(|e| StoreError::Corrupt(e.to_string()))
-}
-
-async fn insert_event(
-    tx: &mut Transaction<'static, Postgres>,
-    event: &NewEvent,
-) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO job_events (job_id, attempt_id, kind, actor, detail) VALUES ($1, $2, $3, $4, $5)",
-    )
-    .bind(event.job_id)
-    .bind(event.attempt_id)
-    .bind(event.kind.as_str())
-    .bind(event.actor.as_deref().map(storable_text))
-    .bind(Json(&*storable(&event.detail)))
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
-}
-
-#[async_trait]
-impl Store for PgStore {
-    fn backend(&self) -> &'static str {
-        "postgres"
+    fn readers(&self) -> &PgPool {
+        &self.pool
     }
 
-    async fn migrate(&self) -> Result<(), StoreError> {
+    fn writers(&self) -> &PgPool {
+        &self.pool
+    }
+
+    async fn begin(&self) -> Result<Tx<Self>, StoreError> {
+        Ok(Tx::new(self.pool.begin().await?))
+    }
+
+    fn dispatch_changed(&self) {
+        // The jobs table's trigger notifies every node's LISTEN when dispatch_at is set.
+    }
+
+    async fn until_work(&self, max_wait: Duration) {
+        self.wake.wait(max_wait).await;
+    }
+
+    async fn migrate_schema(&self) -> Result<(), StoreError> {
         sqlx::migrate!("./migrations/postgres")
             .run(&self.pool)
             .await?;
@@ -369,107 +206,151 @@ impl Store for PgStore {
         Ok(())
     }
 
-    async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
-        Ok(())
-    }
-
-    async fn create_or_replay(&self, job: NewJob) -> Result<Intake, StoreError> {
+    async fn intake(&self, job: NewJob) -> Result<Intake, StoreError> {
         self.intake.submit(job).await
     }
 
-    async fn append_event(&self, event: NewEvent) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
-        insert_event(&mut tx, &event).await?;
-        tx.commit().await?;
-        Ok(())
+    type Args = PgArguments;
+
+    type Exec<'c> = &'c mut PgConnection;
+
+    fn exec(conn: &mut PgConnection) -> &mut PgConnection {
+        conn
     }
 
-    async fn job(&self, owner: &Principal, id: Uuid) -> Result<Option<JobRecord>, StoreError> {
-        let row: Option<PgJobRow> = sqlx::query_as(concat!(
-            "SELECT ",
-            job_columns!(),
-            " FROM jobs WHERE id = $1 AND tenant = $2 AND user_id = $3"
-        ))
-        .bind(id)
-        .bind(&owner.tenant)
-        .bind(&owner.user)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(JobRecord::try_from).transpose()
+    fn arguments(args: &[Arg<'_>]) -> Result<PgArguments, StoreError> {
+        arguments(args)
     }
 
-    async fn job_by_key(
-        &self,
-        owner: &Principal,
-        key_hash: &KeyHash,
-    ) -> Result<Option<JobRecord>, StoreError> {
-        let row: Option<PgJobRow> = sqlx::query_as(concat!(
-            "SELECT ",
-            job_columns!(),
-            " FROM jobs WHERE tenant = $1 AND user_id = $2 AND key_hash = $3 AND environment = 'default'"
-        ))
-        .bind(&owner.tenant)
-        .bind(&owner.user)
-        .bind(&key_hash.0[..])
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(JobRecord::try_from).transpose()
+    fn rows_affected(done: &sqlx::postgres::PgQueryResult) -> u64 {
+        done.rows_affected()
     }
 
-    async fn events(
-        &self,
-        owner: &Principal,
-        job_id: Uuid,
-        after: Option<i64>,
-        limit: u32,
-    ) -> Result<Option<Vec<EventRecord>>, StoreError> {
-        if self.job(owner, job_id).await?.is_none() {
-            return Ok(None);
+    fn uuid(row: &PgRow, column: &str) -> Result<Uuid, StoreError> {
+        get(row, column)
+    }
+
+    fn opt_uuid(row: &PgRow, column: &str) -> Result<Option<Uuid>, StoreError> {
+        get(row, column)
+    }
+
+    fn text(row: &PgRow, column: &str) -> Result<String, StoreError> {
+        get(row, column)
+    }
+
+    fn opt_text(row: &PgRow, column: &str) -> Result<Option<String>, StoreError> {
+        get(row, column)
+    }
+
+    fn int(row: &PgRow, column: &str) -> Result<i64, StoreError> {
+        get(row, column)
+    }
+
+    fn int32(row: &PgRow, column: &str) -> Result<i32, StoreError> {
+        get(row, column)
+    }
+
+    fn opt_float(row: &PgRow, column: &str) -> Result<Option<f64>, StoreError> {
+        get(row, column)
+    }
+
+    fn flag(row: &PgRow, column: &str) -> Result<bool, StoreError> {
+        get(row, column)
+    }
+
+    fn bytes(row: &PgRow, column: &str) -> Result<Vec<u8>, StoreError> {
+        get(row, column)
+    }
+
+    fn json(row: &PgRow, column: &str) -> Result<Value, StoreError> {
+        get::<Json<Value>>(row, column).map(|json| json.0)
+    }
+
+    fn opt_json(row: &PgRow, column: &str) -> Result<Option<Value>, StoreError> {
+        get::<Option<Json<Value>>>(row, column).map(|json| json.map(|j| j.0))
+    }
+
+    fn time(row: &PgRow, column: &str) -> Result<OffsetDateTime, StoreError> {
+        get(row, column)
+    }
+
+    fn opt_time(row: &PgRow, column: &str) -> Result<Option<OffsetDateTime>, StoreError> {
+        get(row, column)
+    }
+}
+
+/// A column decoded as PostgreSQL's own type for `T`.
+fn get<'r, T>(row: &'r PgRow, column: &str) -> Result<T, StoreError>
+where
+    T: Decode<'r, Postgres> + Type<Postgres>,
+{
+    Ok(row.try_get(column)?)
+}
+
+/// The values bound as PostgreSQL's types: `uuid`, `text`, `int8`/`int4`, `float8`,
+/// `bytea`, `jsonb`, `timestamptz`; a NULL keeps its kind's type.
+fn arguments(args: &[Arg<'_>]) -> Result<PgArguments, StoreError> {
+    let mut arguments = PgArguments::default();
+    for arg in args {
+        match *arg {
+            Arg::Id(id) => arguments.add(id),
+            Arg::Text(text) => arguments.add(text),
+            Arg::Int(value) => arguments.add(value),
+            Arg::Int32(value) => arguments.add(value),
+            Arg::Float(value) => arguments.add(value),
+            Arg::Bool(value) => arguments.add(value),
+            Arg::Bytes(bytes) => arguments.add(bytes),
+            Arg::Json(value) => arguments.add(value.map(Json)),
+            Arg::Time(at) => arguments.add(at),
         }
-        let rows: Vec<PgEventRow> = sqlx::query_as(
-            "SELECT id, job_id, attempt_id, kind, actor, detail, at FROM job_events \
-             WHERE job_id = $1 AND ($2::bigint IS NULL OR id > $2) ORDER BY id LIMIT $3",
-        )
-        .bind(job_id)
-        .bind(after)
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter()
-            .map(EventRecord::try_from)
-            .collect::<Result<_, _>>()
-            .map(Some)
+        .map_err(|e| StoreError::from(sqlx::Error::Encode(e)))?;
+    }
+    Ok(arguments)
+}
+
+#[cfg(test)]
+pub(super) use testing::{fresh, fresh_database};
+
+/// Fresh databases for the unit tests that need PostgreSQL.
+#[cfg(test)]
+mod testing {
+    use sqlx::{Connection, Executor, PgConnection, PgPool, postgres::PgConnectOptions};
+
+    use super::PgStore;
+    use crate::store::Store;
+
+    /// [`fresh_database`] on a database of this name (a literal: database names cannot be bound).
+    macro_rules! fresh {
+        ($name:literal) => {
+            $crate::store::postgres::fresh_database(
+                $name,
+                concat!("DROP DATABASE IF EXISTS ", $name, " WITH (FORCE)"),
+                concat!("CREATE DATABASE ", $name),
+            )
+        };
     }
 
-    async fn attempt_in_tenant(
-        &self,
-        tenant: &str,
-        attempt_id: Uuid,
-    ) -> Result<Option<(AttemptRecord, JobRecord)>, StoreError> {
-        let row: Option<PgAttemptRow> = sqlx::query_as(concat!(
-            "SELECT ",
-            attempt_columns!(),
-            " FROM attempts WHERE id = $1"
-        ))
-        .bind(attempt_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        let Some(attempt) = row.map(AttemptRecord::try_from).transpose()? else {
-            return Ok(None);
-        };
-        let job: Option<PgJobRow> = sqlx::query_as(concat!(
-            "SELECT ",
-            job_columns!(),
-            " FROM jobs WHERE id = $1 AND tenant = $2"
-        ))
-        .bind(attempt.job_id)
-        .bind(tenant)
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(job
-            .map(JobRecord::try_from)
-            .transpose()?
-            .map(|job| (attempt, job)))
+    /// A fresh database `name` on the test PostgreSQL, migrated, its tables empty and never
+    /// analyzed, as onejob finds a new database (`drop` and `create` are the statements that
+    /// drop and create it): a connection to it, and its connect options.
+    pub(crate) async fn fresh_database(
+        name: &str,
+        drop: &'static str,
+        create: &'static str,
+    ) -> (PgConnection, PgConnectOptions) {
+        let admin = std::env::var("ONEJOB_TEST_POSTGRES")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+        let mut conn = PgConnection::connect(&admin)
+            .await
+            .unwrap_or_else(|e| panic!("PostgreSQL is required for the tests ({admin}): {e}"));
+        conn.execute(drop).await.unwrap();
+        conn.execute(create).await.unwrap();
+        let options: PgConnectOptions = admin.parse().unwrap();
+        let options = options.database(name);
+        let store = PgStore::from_pool(PgPool::connect_with(options.clone()).await.unwrap());
+        store.migrate().await.unwrap();
+        (PgConnection::connect_with(&options).await.unwrap(), options)
     }
+
+    pub(crate) use fresh;
 }

@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use std::time::Duration;
 
 use super::PgStore;
-use crate::store::{Pruned, Retention, StoreError, release};
+use crate::store::{Pruned, Retention, StoreError};
 
 /// The advisory lock of pruning passes (an arbitrary constant, `onejob` in ASCII).
 const RETENTION_LOCK: i64 = 0x6f6e_656a_6f62;
@@ -27,14 +27,11 @@ impl Retention for PgStore {
             .fetch_one(&mut *tx)
             .await?;
         if !ours {
-            return release(
-                tx,
-                Pruned {
-                    busy: true,
-                    ..Pruned::default()
-                },
-            )
-            .await;
+            tx.rollback().await?;
+            return Ok(Pruned {
+                busy: true,
+                ..Pruned::default()
+            });
         }
         sqlx::query("INSERT INTO onejob_retention_pass DEFAULT VALUES")
             .execute(&mut *tx)

@@ -7,46 +7,26 @@
 use std::sync::Arc;
 
 use futures::FutureExt;
-use onejob_domain::{KeyHash, Principal};
-use sqlx::{SqliteExecutor, SqlitePool};
+use sqlx::SqlitePool;
 
-use super::{SqliteJobRow, insert_event};
+use super::SqliteStore;
 use crate::store::{
-    Intake, JobRecord, NewEvent, NewJob, StoreError,
+    Intake, NewEvent, NewJob, StoreError,
+    backend::{Backend, Tx},
     batch::{Batcher, WriteBatch},
+    rows,
 };
 
 /// Most submissions one intake transaction carries.
 const MAX_BATCH: usize = 256;
 
-/// The lookup by key: `?1` tenant, `?2` user, `?3` key hash. It names the environment
-/// (every job is in `'default'`, DESIGN §2.10) so that the whole unique key `(tenant,
-/// user_id, environment, key_hash)` is the index search, not only its owner prefix.
-macro_rules! by_key_sql {
-    () => {
-        concat!(
-            "SELECT ",
-            job_columns!(),
-            " FROM jobs WHERE tenant = ?1 AND user_id = ?2 AND environment = 'default' \
-             AND key_hash = ?3"
-        )
-    };
-}
-
-/// The job with this owner and key, if any.
-pub(super) async fn by_key<'c>(
-    executor: impl SqliteExecutor<'c>,
-    owner: &Principal,
-    key_hash: &KeyHash,
-) -> Result<Option<JobRecord>, StoreError> {
-    let row: Option<SqliteJobRow> = sqlx::query_as(by_key_sql!())
-        .bind(&owner.tenant)
-        .bind(&owner.user)
-        .bind(&key_hash.0[..])
-        .fetch_optional(executor)
-        .await?;
-    row.map(JobRecord::try_from).transpose()
-}
+/// The insert of one submission: `?1`–`?7` the job's columns → job columns, or no row when
+/// its key is taken.
+const INSERT_JOB: &str = concat!(
+    "INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT DO NOTHING RETURNING ",
+    job_columns!()
+);
 
 /// The intake batcher, writing through `writer` and waking local workers on creations.
 pub(super) fn intake_batcher(
@@ -75,12 +55,11 @@ pub(super) fn replay_batcher(writer: SqlitePool) -> Batcher<NewEvent, ()> {
         async move {
             let count = events.len();
             let written = async {
-                let mut tx = writer.begin_with("BEGIN IMMEDIATE").await?;
+                let mut tx = begin(&writer).await?;
                 for event in &events {
-                    insert_event(&mut tx, event).await?;
+                    tx.insert_event(event).await?;
                 }
-                tx.commit().await?;
-                Ok::<_, StoreError>(())
+                tx.commit().await
             }
             .await;
             match written {
@@ -93,52 +72,50 @@ pub(super) fn replay_batcher(writer: SqlitePool) -> Batcher<NewEvent, ()> {
     Batcher::spawn(1, MAX_BATCH, write)
 }
 
+/// A write transaction on `writer`, holding the write lock from its first statement.
+async fn begin(writer: &SqlitePool) -> Result<Tx<SqliteStore>, StoreError> {
+    Ok(Tx::new(writer.begin_with("BEGIN IMMEDIATE").await?))
+}
+
 async fn write_batch(writer: &SqlitePool, jobs: Vec<NewJob>) -> Vec<Result<Intake, StoreError>> {
-    let mut tx = match writer.begin_with("BEGIN IMMEDIATE").await {
+    let mut tx = match begin(writer).await {
         Ok(tx) => tx,
-        Err(error) => return vec![Err(StoreError::from(error)); jobs.len()],
+        Err(error) => return vec![Err(error); jobs.len()],
     };
     let mut results = Vec::with_capacity(jobs.len());
     for job in &jobs {
         results.push(write_one(&mut tx, job).await);
     }
     if let Err(error) = tx.commit().await {
-        return vec![Err(StoreError::from(error)); jobs.len()];
+        return vec![Err(error); jobs.len()];
     }
     results
 }
 
-async fn write_one(
-    tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
-    job: &NewJob,
-) -> Result<Intake, StoreError> {
-    let inserted: Option<SqliteJobRow> = sqlx::query_as(concat!(
-        "INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
-         ON CONFLICT DO NOTHING RETURNING ",
-        job_columns!()
-    ))
-    .bind(job.id.to_string())
-    .bind(&job.owner.tenant)
-    .bind(&job.owner.user)
-    .bind(&job.key_hash.0[..])
-    .bind(&job.kind)
-    .bind(&job.fingerprint.0[..])
-    .bind(job.params.to_string())
-    .fetch_optional(&mut **tx)
-    .await?;
-    if let Some(row) = inserted {
-        let record = JobRecord::try_from(row)?;
-        insert_event(tx, &job.created_event()).await?;
+async fn write_one(tx: &mut Tx<SqliteStore>, job: &NewJob) -> Result<Intake, StoreError> {
+    let values = args![
+        job.id,
+        &job.owner.tenant,
+        &job.owner.user,
+        &job.key_hash.0[..],
+        &job.kind,
+        &job.fingerprint.0[..],
+        &job.params,
+    ];
+    if let Some(row) = tx.optional(INSERT_JOB, values).await? {
+        let record = rows::job::<SqliteStore>(&row)?;
+        tx.insert_event(&job.created_event()).await?;
         return Ok(Intake::Created(record));
     }
-    let Some(existing) = by_key(&mut **tx, &job.owner, &job.key_hash).await? else {
+    let key = args![&job.owner.tenant, &job.owner.user, &job.key_hash.0[..]];
+    let Some(row) = tx.optional(SqliteStore::SQL.job_by_key, key).await? else {
         return Err(StoreError::Corrupt(
             "a conflicting job vanished before it could be read back".into(),
         ));
     };
+    let existing = rows::job::<SqliteStore>(&row)?;
     if job.matches(&existing) {
-        insert_event(tx, &job.replayed_event(&existing)).await?;
+        tx.insert_event(&job.replayed_event(&existing)).await?;
         Ok(Intake::Replayed(existing))
     } else {
         Ok(Intake::Conflict(existing))
@@ -177,7 +154,7 @@ mod tests {
 
     async fn assert_lookup_searches_the_whole_unique_key(store: &SqliteStore) {
         let plan: Vec<(i64, i64, i64, String)> =
-            sqlx::query_as(concat!("EXPLAIN QUERY PLAN ", by_key_sql!()))
+            sqlx::query_as(concat!("EXPLAIN QUERY PLAN ", job_by_key!()))
                 .bind("acme")
                 .bind("alice")
                 .bind(&[7u8; 32][..])

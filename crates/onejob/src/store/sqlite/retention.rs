@@ -20,18 +20,16 @@ macro_rules! doomed {
     };
 }
 use super::SqliteStore;
-use crate::store::{Pruned, Retention, StoreError};
+use crate::store::{Pruned, Retention, StoreError, backend::Backend};
 
 #[async_trait]
 impl Retention for SqliteStore {
     async fn prune_finished(&self, older_than: Duration, limit: u32) -> Result<Pruned, StoreError> {
         let before = format!("-{:.3} seconds", older_than.as_secs_f64());
-        let mut tx = self.begin_write().await?;
-        sqlx::query("PRAGMA defer_foreign_keys = ON")
-            .execute(&mut *tx)
+        let mut tx = self.begin().await?;
+        tx.execute("PRAGMA defer_foreign_keys = ON", args![])
             .await?;
-        sqlx::query("INSERT INTO onejob_retention_pass DEFAULT VALUES")
-            .execute(&mut *tx)
+        tx.execute("INSERT INTO onejob_retention_pass DEFAULT VALUES", args![])
             .await?;
         let mut counts = [0u64; 3];
         for (n, statement) in [
@@ -54,15 +52,9 @@ impl Retention for SqliteStore {
         .into_iter()
         .enumerate()
         {
-            counts[n] = sqlx::query(statement)
-                .bind(&before)
-                .bind(i64::from(limit))
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
+            counts[n] = tx.execute(statement, args![before.as_str(), limit]).await?;
         }
-        sqlx::query("DELETE FROM onejob_retention_pass")
-            .execute(&mut *tx)
+        tx.execute("DELETE FROM onejob_retention_pass", args![])
             .await?;
         tx.commit().await?;
         let [events, attempts, jobs] = counts;

@@ -1,0 +1,325 @@
+//! The narrow interface each database implements, and nothing more: the text of its
+//! statements ([`Sql`]), how a write transaction begins, how a value is bound and a column
+//! read, and the few operations whose shape really differs (intake's group commit, waiting
+//! for work, the schema's migrations).
+//!
+//! Everything above it is written once, generic over [`Backend`]: each statement's Rust
+//! (`statements.rs`, `rows.rs`), the state changes (`transitions.rs`), dispatch, listings,
+//! keys and certificates. A backend cannot drift from the other in what a statement binds,
+//! returns or means, only in how its SQL is spelled, and the two spellings sit side by side
+//! in `postgres/sql.rs` and `sqlite/sql.rs`. This is the shape of river's `riverdriver`:
+//! one interface, a module per database, one conformance suite (`tests/store/`).
+
+use std::{future::Future, time::Duration};
+
+use serde_json::Value;
+use sqlx::{Database, Pool};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use super::{Intake, NewJob, StoreError, sql::Sql};
+
+/// A row of backend `B`.
+pub(crate) type Row<B> = <<B as Backend>::Db as Database>::Row;
+
+/// A connection of backend `B`.
+pub(crate) type Conn<B> = <<B as Backend>::Db as Database>::Connection;
+
+/// A value bound to a statement, in the kinds onejob's SQL uses. Each backend decides how a
+/// kind is stored (PostgreSQL: `uuid`, `jsonb`, `timestamptz`; SQLite: TEXT), so the code
+/// that binds never spells a database type.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Arg<'a> {
+    /// An id.
+    Id(Option<Uuid>),
+    /// Text.
+    Text(Option<&'a str>),
+    /// A 64-bit integer (versions, limits, counts).
+    Int(Option<i64>),
+    /// A 32-bit integer (attempt numbers and counts).
+    Int32(i32),
+    /// A float; a duration binds as its seconds.
+    Float(Option<f64>),
+    /// A boolean.
+    Bool(bool),
+    /// Bytes (hashes, salts).
+    Bytes(&'a [u8]),
+    /// A JSON document.
+    Json(Option<&'a Value>),
+    /// A point in time.
+    Time(OffsetDateTime),
+}
+
+/// `From` for [`Arg`]: each Rust type onejob binds, and the kind it binds as.
+macro_rules! arg_from {
+    ($($ty:ty => |$value:ident| $arg:expr;)*) => {
+        $(impl<'a> From<$ty> for Arg<'a> {
+            fn from($value: $ty) -> Self {
+                $arg
+            }
+        })*
+    };
+}
+
+arg_from! {
+    Uuid => |id| Arg::Id(Some(id));
+    Option<Uuid> => |id| Arg::Id(id);
+    &'a str => |text| Arg::Text(Some(text));
+    &'a String => |text| Arg::Text(Some(text));
+    Option<&'a str> => |text| Arg::Text(text);
+    i64 => |value| Arg::Int(Some(value));
+    Option<i64> => |value| Arg::Int(value);
+    u32 => |value| Arg::Int(Some(i64::from(value)));
+    i32 => |value| Arg::Int32(value);
+    bool => |value| Arg::Bool(value);
+    &'a [u8] => |bytes| Arg::Bytes(bytes);
+    &'a Value => |value| Arg::Json(Some(value));
+    Option<&'a Value> => |value| Arg::Json(value);
+    Duration => |duration| Arg::Float(Some(duration.as_secs_f64()));
+    Option<Duration> => |duration| Arg::Float(duration.map(|d| d.as_secs_f64()));
+    OffsetDateTime => |at| Arg::Time(at);
+}
+
+/// The values of a statement's `$1, $2, …`, in order: `args![job_id, version, output]`.
+macro_rules! args {
+    ($($value:expr),* $(,)?) => {
+        &[$($crate::store::backend::Arg::from($value)),*]
+    };
+}
+
+/// A database onejob runs on (see the module doc).
+pub(crate) trait Backend: Send + Sync + Sized + 'static {
+    /// The sqlx database it speaks.
+    type Db: Database;
+
+    /// Its name, for logs and `/readyz` (`"postgres"`, `"sqlite"`).
+    const NAME: &'static str;
+
+    /// Its statements.
+    const SQL: Sql;
+
+    /// The pool reads run on.
+    fn readers(&self) -> &Pool<Self::Db>;
+
+    /// The pool single-statement writes run on (SQLite: this process's one writer).
+    fn writers(&self) -> &Pool<Self::Db>;
+
+    /// Begins a write transaction that excludes other writers of the rows it locks
+    /// (PostgreSQL: row locks taken by the statements; SQLite: `BEGIN IMMEDIATE`, the
+    /// database's write lock from the first statement).
+    fn begin(&self) -> impl Future<Output = Result<Tx<Self>, StoreError>> + Send;
+
+    /// Tells this process's workers that a job may have become due. PostgreSQL's trigger
+    /// notifies every node on its own; SQLite has only this.
+    fn dispatch_changed(&self);
+
+    /// Waits until work may have become due, or `max_wait`.
+    fn until_work(&self, max_wait: Duration) -> impl Future<Output = ()> + Send;
+
+    /// Applies the pending schema migrations.
+    fn migrate_schema(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Intake: creates the job or finds the one under its key, group-committed in this
+    /// database's own way (the one operation each backend writes whole; see
+    /// [`super::Store::create_or_replay`]).
+    fn intake(&self, job: NewJob) -> impl Future<Output = Result<Intake, StoreError>> + Send;
+
+    /// The arguments of a statement, as this database binds them.
+    type Args: sqlx::IntoArguments<Self::Db> + Send + 'static;
+
+    /// What runs a statement on one of its connections.
+    type Exec<'c>: sqlx::Executor<'c, Database = Self::Db>;
+
+    /// A connection as what runs a statement on it.
+    fn exec(conn: &mut Conn<Self>) -> Self::Exec<'_>;
+
+    /// Binds `args` as this database stores each kind of value.
+    fn arguments(args: &[Arg<'_>]) -> Result<Self::Args, StoreError>;
+
+    /// How many rows a statement changed.
+    fn rows_affected(done: &<Self::Db as Database>::QueryResult) -> u64;
+
+    /// An id column.
+    fn uuid(row: &Row<Self>, column: &str) -> Result<Uuid, StoreError>;
+    /// An id column that may be NULL.
+    fn opt_uuid(row: &Row<Self>, column: &str) -> Result<Option<Uuid>, StoreError>;
+    /// A text column.
+    fn text(row: &Row<Self>, column: &str) -> Result<String, StoreError>;
+    /// A text column that may be NULL.
+    fn opt_text(row: &Row<Self>, column: &str) -> Result<Option<String>, StoreError>;
+    /// A 64-bit integer column.
+    fn int(row: &Row<Self>, column: &str) -> Result<i64, StoreError>;
+    /// A 32-bit integer column.
+    fn int32(row: &Row<Self>, column: &str) -> Result<i32, StoreError>;
+    /// A float column that may be NULL.
+    fn opt_float(row: &Row<Self>, column: &str) -> Result<Option<f64>, StoreError>;
+    /// A boolean column.
+    fn flag(row: &Row<Self>, column: &str) -> Result<bool, StoreError>;
+    /// A bytes column.
+    fn bytes(row: &Row<Self>, column: &str) -> Result<Vec<u8>, StoreError>;
+    /// A JSON column.
+    fn json(row: &Row<Self>, column: &str) -> Result<Value, StoreError>;
+    /// A JSON column that may be NULL.
+    fn opt_json(row: &Row<Self>, column: &str) -> Result<Option<Value>, StoreError>;
+    /// A timestamp column.
+    fn time(row: &Row<Self>, column: &str) -> Result<OffsetDateTime, StoreError>;
+    /// A timestamp column that may be NULL.
+    fn opt_time(row: &Row<Self>, column: &str) -> Result<Option<OffsetDateTime>, StoreError>;
+}
+
+/// A write transaction of backend `B`, begun by [`Backend::begin`]; dropped without a commit,
+/// it rolls back.
+pub(crate) struct Tx<B: Backend>(sqlx::Transaction<'static, B::Db>);
+
+impl<B: Backend> Tx<B> {
+    /// Wraps a transaction the backend began.
+    pub(crate) fn new(tx: sqlx::Transaction<'static, B::Db>) -> Self {
+        Self(tx)
+    }
+
+    /// Commits.
+    pub(crate) async fn commit(self) -> Result<(), StoreError> {
+        Ok(self.0.commit().await?)
+    }
+
+    /// Rolls back now, releasing the row locks (PostgreSQL) or the write lock (SQLite) at
+    /// once instead of whenever the dropped transaction's deferred rollback runs.
+    pub(crate) async fn rollback(self) -> Result<(), StoreError> {
+        Ok(self.0.rollback().await?)
+    }
+
+    /// Every row of a statement.
+    pub(crate) async fn all(
+        &mut self,
+        sql: &'static str,
+        args: &[Arg<'_>],
+    ) -> Result<Vec<Row<B>>, StoreError> {
+        fetch_all::<B>(&mut *self.0, sql, args).await
+    }
+
+    /// The first row of a statement, if any.
+    pub(crate) async fn optional(
+        &mut self,
+        sql: &'static str,
+        args: &[Arg<'_>],
+    ) -> Result<Option<Row<B>>, StoreError> {
+        fetch_optional::<B>(&mut *self.0, sql, args).await
+    }
+
+    /// The one row of a statement.
+    pub(crate) async fn one(
+        &mut self,
+        sql: &'static str,
+        args: &[Arg<'_>],
+    ) -> Result<Row<B>, StoreError> {
+        self.optional(sql, args)
+            .await?
+            .ok_or_else(|| StoreError::from(sqlx::Error::RowNotFound))
+    }
+
+    /// How many rows a statement changed.
+    pub(crate) async fn execute(
+        &mut self,
+        sql: &'static str,
+        args: &[Arg<'_>],
+    ) -> Result<u64, StoreError> {
+        execute::<B>(&mut *self.0, sql, args).await
+    }
+}
+
+/// Runs a statement and returns every row.
+async fn fetch_all<B: Backend>(
+    conn: &mut Conn<B>,
+    sql: &'static str,
+    args: &[Arg<'_>],
+) -> Result<Vec<Row<B>>, StoreError> {
+    let query = sqlx::query_with(sql, B::arguments(args)?);
+    Ok(query.fetch_all(B::exec(conn)).await?)
+}
+
+/// Runs a statement and returns its first row, if any.
+async fn fetch_optional<B: Backend>(
+    conn: &mut Conn<B>,
+    sql: &'static str,
+    args: &[Arg<'_>],
+) -> Result<Option<Row<B>>, StoreError> {
+    let query = sqlx::query_with(sql, B::arguments(args)?);
+    Ok(query.fetch_optional(B::exec(conn)).await?)
+}
+
+/// Runs a statement and returns how many rows it changed.
+async fn execute<B: Backend>(
+    conn: &mut Conn<B>,
+    sql: &'static str,
+    args: &[Arg<'_>],
+) -> Result<u64, StoreError> {
+    let query = sqlx::query_with(sql, B::arguments(args)?);
+    Ok(B::rows_affected(&query.execute(B::exec(conn)).await?))
+}
+
+/// Ends a transaction that changed nothing and answers `value` (see [`Tx::rollback`]).
+pub(crate) async fn release<B: Backend, T>(tx: Tx<B>, value: T) -> Result<T, StoreError> {
+    tx.rollback().await?;
+    Ok(value)
+}
+
+/// Every row of a read.
+pub(crate) async fn read_all<B: Backend>(
+    store: &B,
+    sql: &'static str,
+    args: &[Arg<'_>],
+) -> Result<Vec<Row<B>>, StoreError> {
+    let mut conn = store.readers().acquire().await?;
+    fetch_all::<B>(&mut *conn, sql, args).await
+}
+
+/// The first row of a read, if any.
+pub(crate) async fn read_optional<B: Backend>(
+    store: &B,
+    sql: &'static str,
+    args: &[Arg<'_>],
+) -> Result<Option<Row<B>>, StoreError> {
+    let mut conn = store.readers().acquire().await?;
+    fetch_optional::<B>(&mut *conn, sql, args).await
+}
+
+/// The one row of a read.
+pub(crate) async fn read_one<B: Backend>(
+    store: &B,
+    sql: &'static str,
+    args: &[Arg<'_>],
+) -> Result<Row<B>, StoreError> {
+    read_optional(store, sql, args)
+        .await?
+        .ok_or_else(|| StoreError::from(sqlx::Error::RowNotFound))
+}
+
+/// Every row a single-statement write returns.
+pub(crate) async fn write_all<B: Backend>(
+    store: &B,
+    sql: &'static str,
+    args: &[Arg<'_>],
+) -> Result<Vec<Row<B>>, StoreError> {
+    let mut conn = store.writers().acquire().await?;
+    fetch_all::<B>(&mut *conn, sql, args).await
+}
+
+/// The row a single-statement write returns, if any.
+pub(crate) async fn write_optional<B: Backend>(
+    store: &B,
+    sql: &'static str,
+    args: &[Arg<'_>],
+) -> Result<Option<Row<B>>, StoreError> {
+    let mut conn = store.writers().acquire().await?;
+    fetch_optional::<B>(&mut *conn, sql, args).await
+}
+
+/// A single-statement write; how many rows it changed.
+pub(crate) async fn write<B: Backend>(
+    store: &B,
+    sql: &'static str,
+    args: &[Arg<'_>],
+) -> Result<u64, StoreError> {
+    let mut conn = store.writers().acquire().await?;
+    execute::<B>(&mut *conn, sql, args).await
+}

@@ -1,0 +1,221 @@
+//! The statements a backend spells in its own SQL: one field per statement, with the
+//! parameters it binds and the columns it returns, which the code written once relies on.
+//!
+//! Both backends fill this table (`postgres/sql.rs`, `sqlite/sql.rs`), so the two spellings
+//! of each statement can be read side by side. What a statement means is the same in both;
+//! the dialects differ in the clock (`now()` against `strftime`), in intervals
+//! (`make_interval` against `strftime` modifiers, both bound as seconds), in typed NULLs
+//! (`$3::text IS NULL`) and in locking (`FOR UPDATE [SKIP LOCKED]` on PostgreSQL, nothing on
+//! SQLite, whose write transactions hold the database's one write lock).
+
+/// The columns of a job, as [`super::rows::job`] reads them.
+macro_rules! job_columns {
+    () => {
+        "id, tenant, user_id, key_hash, kind, fingerprint, params, state, version, attempts, \
+         recoveries, completed_by, result, error, created_at, updated_at"
+    };
+}
+
+/// The columns of an attempt, as [`super::rows::attempt`] reads them.
+macro_rules! attempt_columns {
+    () => {
+        "id, job_id, number, provider, state, hedge, task_id, worker, lease_expires_at, \
+         deadline_at, started_at, acknowledged_at, finished_at, unknown_since, upstream_key, \
+         key_spent, error"
+    };
+}
+
+/// The columns of an event, as [`super::rows::event`] reads them.
+macro_rules! event_columns {
+    () => {
+        "id, job_id, attempt_id, kind, actor, detail, at"
+    };
+}
+
+/// The columns of an API key's summary, as [`super::rows::key_summary`] reads them.
+macro_rules! key_columns {
+    () => {
+        "id, tenant, user_id, operator, created_at, revoked_at"
+    };
+}
+
+/// The columns of a certificate, as [`super::rows::certificate`] reads them.
+macro_rules! certificate_columns {
+    () => {
+        "id, provider, kind, template_hash, schema_hash, settings_hash, passed, report, created_at"
+    };
+}
+
+/// Declares [`Sql`] with its fields, and (for tests) the list of all of them.
+macro_rules! statements {
+    ($($(#[$doc:meta])* $name:ident,)*) => {
+        /// One backend's statements (see the module doc). "Job columns", "attempt columns"
+        /// and so on name the column lists above; a duration binds as seconds.
+        #[derive(Debug, Clone, Copy)]
+        pub(crate) struct Sql {
+            $($(#[$doc])* pub $name: &'static str,)*
+        }
+
+        #[cfg(test)]
+        impl Sql {
+            /// Every statement, by name.
+            pub(crate) fn each(&self) -> Vec<(&'static str, &'static str)> {
+                vec![$((stringify!($name), self.$name)),*]
+            }
+        }
+    };
+}
+
+statements! {
+    /// Checks that the database answers.
+    ping,
+
+    // Jobs.
+    /// `$1` job id → job columns.
+    job_by_id,
+    /// `$1` job id, `$2` tenant, `$3` user → job columns.
+    owned_job,
+    /// As `owned_job`, locking the job (waiting for other holders).
+    lock_owned_job,
+    /// `$1` tenant, `$2` user, `$3` key hash → job columns, searching the whole unique key.
+    job_by_key,
+    /// `$1` job id, `$2` tenant → job columns.
+    job_in_tenant,
+    /// `$1` job id → `found`.
+    job_exists,
+    /// `$1` job id → `state, version, attempts, recoveries, completed_by`, locking the job
+    /// (waiting for other holders).
+    lock_job,
+    /// `$1` job id → the same and `due`, locking the job unless another transaction holds it
+    /// (then no row).
+    lock_due_job,
+    /// `$1` job id: the job is `running` with one more attempt, not due.
+    mark_job_started,
+    /// `$1` job id, `$2` seconds: a `running` job becomes due again then, for a hedge.
+    schedule_hedge,
+    /// `$1` job id, `$2` version, `$3` output, `$4` attempt id: the result's compare-and-swap;
+    /// changes one row only if the job is at that version, open and without a winner.
+    swap_result,
+    /// `$1` job id, `$2` state, `$3` backoff seconds, `$4` error or NULL: the job's
+    /// recomputed state, due after the backoff when `pending`, version bumped.
+    set_job_state,
+    /// `$1` job id, `$2` error: the job ends `failed`.
+    fail_job,
+    /// `$1` job id: the job ends `cancelled`, not due.
+    cancel_job,
+    /// `$1` job id: a failed job is `pending` again, due now, in a new recovery generation.
+    recover_job,
+
+    // Attempts.
+    /// `$1` attempt id → attempt columns.
+    attempt_by_id,
+    /// `$1` attempt id → `job_id`.
+    job_of,
+    /// `$1` attempt id → `state`.
+    attempt_state,
+    /// `$1` job id → `id, state` of its `starting`, `running` and `unknown` attempts, oldest
+    /// first.
+    open_attempts,
+    /// `$1` job id → `state` of each of its attempts.
+    attempt_states,
+    /// `$1` job id → attempt columns of its `starting` and `running` attempts, oldest first.
+    live_attempts,
+    /// `$1` job id → attempt columns of all its attempts, oldest first.
+    job_attempts,
+    /// `$1` job id → `provider` of its latest attempt.
+    last_provider,
+    /// `$1` attempt id, `$2` job id, `$3` number, `$4` provider, `$5` hedge, `$6` worker,
+    /// `$7` lease seconds, `$8` timeout seconds, `$9` upstream key → attempt columns of the
+    /// new `starting` attempt, its lease and deadline counted from the database's clock.
+    insert_attempt,
+    /// `$1` attempt id, `$2` task id or NULL → `state`; a task id already stored is kept.
+    keep_task_id,
+    /// `$1` attempt id: the acknowledged attempt is `running`.
+    mark_running,
+    /// `$1` attempt id: acknowledged after its job was cancelled, it ends `cancelled`, its key
+    /// spent.
+    cancel_acknowledged,
+    /// `$1` attempt id: an open attempt ends `discarded`.
+    discard_attempt,
+    /// `$1` attempt id: the winner, if still open, ends `succeeded`.
+    end_winner,
+    /// `$1` job id, `$2` winner → `id` of each other `unknown` attempt, now `discarded`.
+    discard_unknown_siblings,
+    /// `$1` attempt id, `$2` state, `$3` error, `$4` key spent: the attempt ends.
+    end_attempt,
+    /// `$1` attempt id, `$2` error, `$3` grace seconds or NULL: a live attempt ends
+    /// `discarded` if there is no grace (its own worker) or its lease is still expired (or
+    /// its deadline more than the grace past).
+    discard_live,
+    /// `$1` attempt id, `$2` why, `$3` grace seconds or NULL: a live attempt becomes
+    /// `unknown`, due for reconciliation now, on the same condition as `discard_live`.
+    make_unknown,
+    /// `$1` job id → `id` of each `unknown` attempt of the job, now `cancelled`.
+    cancel_unknown_attempts,
+
+    // Events.
+    /// `$1` job id, `$2` attempt id or NULL, `$3` kind, `$4` actor or NULL, `$5` detail.
+    insert_event,
+    /// `$1` job id, `$2` last event id seen or NULL, `$3` limit → event columns, oldest
+    /// first.
+    events_after,
+
+    // Dispatch.
+    /// `$1` limit → `id` of jobs due now, oldest dispatch time first.
+    due_jobs,
+    /// `$1` attempt id, `$2` worker, `$3` margin seconds → `owned`: the worker holds the
+    /// `starting` attempt with at least the margin of lease left, and its job is not
+    /// cancelled.
+    owns_attempt,
+    /// `$1` worker, `$2` lease seconds: renews the lease of its live attempts.
+    renew_leases,
+    /// `$1` worker → `id` of its live attempts whose job was cancelled.
+    cancelled_leases,
+    /// `$1` grace seconds → `id, provider` of live attempts whose lease expired or whose
+    /// deadline passed more than the grace ago.
+    expired_attempts,
+    /// `$1` limit, `$2` backoff seconds, `$3` most seconds → attempt columns of `unknown`
+    /// attempts due for reconciliation, each one's next check pushed back (doubling from the
+    /// backoff).
+    claim_unknown,
+    /// `$1` attempt id, `$2` task id: stored unless one is.
+    set_task_id,
+    /// `$1` job id, `$2` version, `$3` seconds: a due job's dispatch time moves on, if the job
+    /// is still at that version.
+    defer_dispatch,
+    /// → `seconds` until the earliest dispatch time (negative when due), NULL if none.
+    next_due_in,
+
+    // Listings.
+    /// `$1` tenant, `$2` user, `$3` state or NULL, `$4` kind or NULL, `$5` job id below which
+    /// to list or NULL, `$6` limit → job columns, newest first.
+    list_jobs,
+    /// `$1` tenant, `$2` user or NULL, `$3` state or NULL, `$4` limit → attempt columns,
+    /// newest first.
+    list_attempts,
+    /// `$1` tenant, `$2` user or NULL, `$3` kind or NULL, `$4` limit → event columns, newest
+    /// first.
+    recent_events,
+    /// → `count` of `unknown` attempts.
+    count_unknown,
+
+    // API keys.
+    /// → key columns of every key, oldest first.
+    api_keys,
+    /// `$1` key id → key columns; revokes the key unless it is revoked.
+    revoke_api_key,
+    /// `$1` key id → key columns.
+    api_key_summary,
+    /// `$1` key id, `$2` tenant, `$3` user, `$4` salt, `$5` secret hash, `$6` operator.
+    insert_api_key,
+    /// `$1` key id → `id, tenant, user_id, salt, secret_hash, operator` of a key not revoked.
+    api_key,
+
+    // Certificates.
+    /// `$1` … `$9`: certificate columns, in order.
+    insert_certificate,
+    /// → certificate columns of every run, newest first.
+    certificates,
+    /// `$1` id below which to list or NULL, `$2` limit → certificate columns, newest first.
+    certificates_page,
+}
