@@ -17,7 +17,7 @@ use sqlx::{Database, Pool};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::{Intake, NewJob, StoreError, sql::Sql};
+use super::{AttemptRecord, FirstAttempts, Intake, JobRecord, NewJob, StoreError, sql::Sql};
 
 /// A row of backend `B`.
 pub(crate) type Row<B> = <<B as Backend>::Db as Database>::Row;
@@ -123,6 +123,14 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
     /// database's own way (the one operation each backend writes whole; see
     /// [`super::Store::create_or_replay`]).
     fn intake(&self, job: NewJob) -> impl Future<Output = Result<Intake, StoreError>> + Send;
+
+    /// Starts a batch of first attempts ([`super::Transitions::start_first_attempts`]): in
+    /// one statement where the database can (the second declared exception, after intake),
+    /// else with [`super::transitions::start_first_in_one_transaction`].
+    fn start_first(
+        &self,
+        batch: &FirstAttempts,
+    ) -> impl Future<Output = Result<Vec<(JobRecord, AttemptRecord)>, StoreError>> + Send;
 
     /// The arguments of a statement, as this database binds them.
     type Args: sqlx::IntoArguments<Self::Db> + Send + 'static;

@@ -259,6 +259,32 @@ pub struct AttemptStart {
     pub upstream_key: String,
 }
 
+/// A batch of first attempts to start ([`super::Transitions::start_first_attempts`]): due
+/// jobs that never had an attempt, of the kinds a worker serves, each started on its kind's
+/// primary provider.
+#[derive(Debug, Clone)]
+pub struct FirstAttempts {
+    /// Most jobs to start.
+    pub limit: u32,
+    /// The worker that will run them (their lease holder).
+    pub worker: String,
+    /// The lease length.
+    pub lease: Duration,
+    /// How each kind's first attempt starts; jobs of other kinds are left alone.
+    pub kinds: Vec<FirstStart>,
+}
+
+/// How a kind's first attempt starts.
+#[derive(Debug, Clone)]
+pub struct FirstStart {
+    /// The kind.
+    pub kind: String,
+    /// Its primary provider.
+    pub provider: String,
+    /// The attempt's deadline, from now.
+    pub timeout: Duration,
+}
+
 /// What [`super::Transitions::start_attempt`] did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StartOutcome {

@@ -24,9 +24,10 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::{
-    Acknowledged, AttemptStart, CancelOutcome, Completion, FailOutcome, NewEvent, RecoverOutcome,
-    Resolution, RetryPolicy, StartOutcome, StartRefusal, StoreError, UnknownBy, Unsuccessful,
-    backend::{Backend, Tx, release},
+    Acknowledged, AttemptRecord, AttemptStart, CancelOutcome, Completion, FailOutcome,
+    FirstAttempts, JobRecord, NewEvent, RecoverOutcome, Resolution, RetryPolicy, StartOutcome,
+    StartRefusal, StoreError, UnknownBy, Unsuccessful,
+    backend::{Arg, Backend, Tx, release},
     payload_digest,
     records::{Exhausted, sibling_discarded, storable, with_member, within_budget},
     statements::JobHead,
@@ -41,6 +42,18 @@ pub trait Transitions: Send + Sync {
     /// The job becomes `running`; `attempt_started` (and `failover` when the provider changes)
     /// is logged.
     async fn start_attempt(&self, start: &AttemptStart) -> Result<StartOutcome, StoreError>;
+
+    /// Starts the first attempt of up to `batch.limit` due jobs that never had one, each on
+    /// its kind's primary provider, under the same guard as [`Transitions::start_attempt`]:
+    /// each job's lock (skipped when another transaction holds it), the job `pending`, due
+    /// and without attempts, the attempt numbered 1 (`UNIQUE (job_id, number)`,
+    /// `attempts_one_starting`). The jobs become `running` with their `attempt_started`
+    /// events, all committed together. Returns each job, as it is after the start, with its
+    /// attempt.
+    async fn start_first_attempts(
+        &self,
+        batch: &FirstAttempts,
+    ) -> Result<Vec<(JobRecord, AttemptRecord)>, StoreError>;
 
     /// The provider acknowledged a `starting` attempt. Its task id (if any) is stored
     /// whatever the attempt's state. A `starting` attempt becomes `running` (with
@@ -156,11 +169,19 @@ impl<S: Backend> Transitions for S {
             let failover = event(start.job_id, attempt.id, EventKind::Failover, detail);
             tx.insert_event(&failover).await?;
         }
-        let detail = json!({ "number": attempt.number, "provider": attempt.provider, "hedge": attempt.hedge });
-        let started = event(start.job_id, attempt.id, EventKind::AttemptStarted, detail);
-        tx.insert_event(&started).await?;
+        tx.insert_event(&started_event(&attempt)).await?;
         tx.commit().await?;
         Ok(StartOutcome::Started(Box::new(attempt)))
+    }
+
+    async fn start_first_attempts(
+        &self,
+        batch: &FirstAttempts,
+    ) -> Result<Vec<(JobRecord, AttemptRecord)>, StoreError> {
+        if batch.limit == 0 || batch.kinds.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.start_first(batch).await
     }
 
     async fn acknowledge_attempt(
@@ -422,6 +443,57 @@ impl<S: Backend> Transitions for S {
         self.dispatch_changed();
         Ok(Some(RecoverOutcome::Recovered(job)))
     }
+}
+
+/// Starts first attempts one job after another in one write transaction (see
+/// [`Transitions::start_first_attempts`]): how a backend without a statement of its own for
+/// the batch ([`Backend::start_first`]) does it. `due_first` is its statement that locks the
+/// due jobs (`$1` limit, `$2` the kinds) and returns their `id` and `kind`.
+pub(crate) async fn start_first_in_one_transaction<B: Backend>(
+    store: &B,
+    batch: &FirstAttempts,
+    due_first: &'static str,
+    kinds: Arg<'_>,
+) -> Result<Vec<(JobRecord, AttemptRecord)>, StoreError> {
+    let mut tx = store.begin().await?;
+    let due = tx.all(due_first, &[Arg::from(batch.limit), kinds]).await?;
+    let mut started = Vec::with_capacity(due.len());
+    for row in &due {
+        let job_id = B::uuid(row, "id")?;
+        let kind = B::text(row, "kind")?;
+        let Some(first) = batch.kinds.iter().find(|k| k.kind == kind) else {
+            continue;
+        };
+        let start = AttemptStart {
+            job_id,
+            expected_attempts: 0,
+            provider: first.provider.clone(),
+            hedge: false,
+            worker: batch.worker.clone(),
+            lease: batch.lease,
+            timeout: first.timeout,
+            max_attempts: 1,
+            upstream_key: format!("onejob:{job_id}"),
+        };
+        let attempt = tx.insert_attempt(&start, 1).await?;
+        tx.mark_job_started(job_id).await?;
+        tx.insert_event(&started_event(&attempt)).await?;
+        started.push((tx.reload_job(job_id).await?, attempt));
+    }
+    tx.commit().await?;
+    Ok(started)
+}
+
+/// The `attempt_started` event of a new attempt.
+fn started_event(attempt: &AttemptRecord) -> NewEvent {
+    let detail =
+        json!({ "number": attempt.number, "provider": attempt.provider, "hedge": attempt.hedge });
+    event(
+        attempt.job_id,
+        attempt.id,
+        EventKind::AttemptStarted,
+        detail,
+    )
 }
 
 /// How many times a completion re-reads the job when its version moved for another reason.

@@ -35,13 +35,19 @@ use crate::{
     certification::Certified,
     kind::Kinds,
     provider::Providers,
-    store::{AttemptStart, NewEvent, StartOutcome, StartRefusal, Store},
+    store::{AttemptStart, FirstAttempts, FirstStart, NewEvent, StartOutcome, StartRefusal, Store},
     telemetry,
 };
 
 /// The shortest sleep between claim rounds, so a due job that cannot start right now (its
 /// row busy on another node) does not make the loop spin.
 const MIN_WAIT: Duration = Duration::from_millis(20);
+
+/// How often, at least, the loop claims due jobs one by one before starting new ones.
+const DUE_SCAN: Duration = Duration::from_millis(50);
+
+/// Most first attempts one batch starts ([`crate::store::Transitions::start_first_attempts`]).
+const MAX_FIRST: usize = 256;
 
 /// How long shutdown waits, after abandoning in-flight attempts, for them (and the
 /// background tasks) to write their endings before it stops them where they are.
@@ -147,47 +153,25 @@ async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
     let slots = Arc::new(Semaphore::new(ctx.settings.concurrency.max(1)));
     let claiming = Claiming::default();
     let mut running = JoinSet::new();
+    let first = first_starts(&ctx.kinds);
+
+    let mut scanned = None::<tokio::time::Instant>;
 
     while !stop.is_cancelled() {
+        // New jobs start many at a time; whatever else is due (retries, failovers, hedges,
+        // recoveries, new jobs another worker's batch held) is claimed one by one, and at
+        // least every DUE_SCAN before new jobs, so that a steady stream of them never takes
+        // every slot from the rest.
         let mut saturated = false;
-        let free = slots.available_permits();
-        if free > 0 {
-            // Jobs whose claim is still in flight stay due until it commits: ask for enough
-            // to fill every free slot with others.
-            let limit = free + claiming.len();
-            match ctx.store.due_jobs(limit as u32).await {
-                Ok(due) => {
-                    saturated = due.len() == limit;
-                    for job_id in due {
-                        let Some(claim_guard) = claiming.begin(job_id) else {
-                            continue;
-                        };
-                        let Ok(permit) = slots.clone().try_acquire_owned() else {
-                            break;
-                        };
-                        let ctx = ctx.clone();
-                        let abandon = abandon.clone();
-                        let stop = stop.clone();
-                        running.spawn(async move {
-                            let claimed = if stop.is_cancelled() {
-                                None
-                            } else {
-                                claim(&ctx, job_id).await
-                            };
-                            drop(claim_guard);
-                            let ending = match claimed {
-                                Some((job, kind, attempt)) => {
-                                    Some(attempt::run(ctx, job, kind, attempt, abandon).await)
-                                }
-                                None => None,
-                            };
-                            drop(permit);
-                            ending
-                        });
-                    }
-                }
-                Err(error) => tracing::warn!(error = %Chain(&error), "looking for due jobs failed"),
-            }
+        let scan_first = scanned.is_none_or(|at| at.elapsed() >= DUE_SCAN);
+        if scan_first {
+            saturated |= claim_due(&ctx, &slots, &claiming, &mut running, &abandon, &stop).await;
+            scanned = Some(tokio::time::Instant::now());
+        }
+        saturated |= start_new(&ctx, &first, &slots, &mut running, &abandon).await;
+        if !saturated && !scan_first {
+            saturated |= claim_due(&ctx, &slots, &claiming, &mut running, &abandon, &stop).await;
+            scanned = Some(tokio::time::Instant::now());
         }
         while running.try_join_next().is_some() {}
         if saturated && slots.available_permits() > 0 {
@@ -244,6 +228,128 @@ async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
         );
     }
     tracing::info!("worker stopped");
+}
+
+/// The running attempts of the worker loop; `None` for a claim that started nothing.
+type Running = JoinSet<Option<Ending>>;
+
+/// Starts the first attempts of new jobs, as many as there are free slots, in one batch.
+/// Whether the batch was full (more may be waiting).
+async fn start_new(
+    ctx: &Arc<WorkerContext>,
+    first: &[FirstStart],
+    slots: &Arc<Semaphore>,
+    running: &mut Running,
+    abandon: &CancellationToken,
+) -> bool {
+    let free = slots.available_permits();
+    if free == 0 || first.is_empty() {
+        return false;
+    }
+    let batch = FirstAttempts {
+        limit: free.min(MAX_FIRST) as u32,
+        worker: ctx.settings.id.clone(),
+        lease: ctx.settings.lease,
+        kinds: first.to_vec(),
+    };
+    let started = match ctx.store.start_first_attempts(&batch).await {
+        Ok(started) => started,
+        Err(error) => {
+            tracing::warn!(error = %Chain(&error), "starting new jobs' first attempts failed");
+            return false;
+        }
+    };
+    let full = started.len() == batch.limit as usize;
+    for (job, attempt) in started {
+        telemetry::attempt_started(&attempt.provider, attempt.hedge);
+        let Some(kind) = ctx.kinds.get(&job.kind).cloned() else {
+            continue;
+        };
+        // Only the worker loop takes slots: the ones it counted free are still free.
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            break;
+        };
+        let ctx = ctx.clone();
+        let abandon = abandon.clone();
+        running.spawn(async move {
+            let ending = attempt::run(ctx, job, kind, attempt, abandon).await;
+            drop(permit);
+            Some(ending)
+        });
+    }
+    full
+}
+
+/// Claims due jobs one by one, each in a task of its own, as many as there are free slots.
+/// Whether more were due than slots.
+async fn claim_due(
+    ctx: &Arc<WorkerContext>,
+    slots: &Arc<Semaphore>,
+    claiming: &Claiming,
+    running: &mut Running,
+    abandon: &CancellationToken,
+    stop: &CancellationToken,
+) -> bool {
+    let free = slots.available_permits();
+    if free == 0 {
+        return false;
+    }
+    // Jobs whose claim is still in flight stay due until it commits: ask for enough to fill
+    // every free slot with others.
+    let limit = free + claiming.len();
+    let due = match ctx.store.due_jobs(limit as u32).await {
+        Ok(due) => due,
+        Err(error) => {
+            tracing::warn!(error = %Chain(&error), "looking for due jobs failed");
+            return false;
+        }
+    };
+    let saturated = due.len() == limit;
+    for job_id in due {
+        let Some(claim_guard) = claiming.begin(job_id) else {
+            continue;
+        };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            break;
+        };
+        let ctx = ctx.clone();
+        let abandon = abandon.clone();
+        let stop = stop.clone();
+        running.spawn(async move {
+            let claimed = if stop.is_cancelled() {
+                None
+            } else {
+                claim(&ctx, job_id).await
+            };
+            drop(claim_guard);
+            let ending = match claimed {
+                Some((job, kind, attempt)) => {
+                    Some(attempt::run(ctx, job, kind, attempt, abandon).await)
+                }
+                None => None,
+            };
+            drop(permit);
+            ending
+        });
+    }
+    saturated
+}
+
+/// How the first attempt of each configured kind starts: on its primary provider, with its
+/// attempt timeout. A kind without providers has none.
+fn first_starts(kinds: &Kinds) -> Vec<FirstStart> {
+    kinds
+        .names()
+        .into_iter()
+        .filter_map(|name| {
+            let kind = kinds.get(name)?;
+            Some(FirstStart {
+                kind: kind.name.clone(),
+                provider: kind.providers.first()?.clone(),
+                timeout: kind.attempt_timeout,
+            })
+        })
+        .collect()
 }
 
 /// The jobs this worker is claiming right now.

@@ -10,6 +10,7 @@
 //! PostgreSQL fails the tests: it is never skipped.
 
 mod attempts;
+mod batches;
 mod dispatch;
 mod intake;
 mod keys;

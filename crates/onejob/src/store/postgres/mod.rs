@@ -17,12 +17,13 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::{
-    Intake, NewJob, StoreError, StoreOptions,
+    AttemptRecord, FirstAttempts, Intake, JobRecord, NewJob, StoreError, StoreOptions,
     backend::{Arg, Backend, Tx},
     batch::Batcher,
     sql::Sql,
 };
 
+mod first;
 mod held;
 pub mod hosts;
 mod intake;
@@ -213,6 +214,13 @@ impl Backend for PgStore {
     type Args = PgArguments;
 
     type Exec<'c> = &'c mut PgConnection;
+
+    async fn start_first(
+        &self,
+        batch: &FirstAttempts,
+    ) -> Result<Vec<(JobRecord, AttemptRecord)>, StoreError> {
+        first::start_first(&mut *self.pool.acquire().await?, batch).await
+    }
 
     fn exec(conn: &mut PgConnection) -> &mut PgConnection {
         conn

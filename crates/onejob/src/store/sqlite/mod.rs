@@ -25,10 +25,12 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use super::{
-    Intake, NewEvent, NewJob, Store, StoreError, StoreOptions,
+    AttemptRecord, FirstAttempts, Intake, JobRecord, NewEvent, NewJob, Store, StoreError,
+    StoreOptions,
     backend::{Arg, Backend, Tx},
     batch::Batcher,
     sql::Sql,
+    transitions::start_first_in_one_transaction,
 };
 
 #[macro_use]
@@ -144,6 +146,16 @@ impl Backend for SqliteStore {
     type Args = SqliteArguments;
 
     type Exec<'c> = &'c mut SqliteConnection;
+
+    async fn start_first(
+        &self,
+        batch: &FirstAttempts,
+    ) -> Result<Vec<(JobRecord, AttemptRecord)>, StoreError> {
+        let kinds: Vec<&str> = batch.kinds.iter().map(|k| k.kind.as_str()).collect();
+        let kinds = serde_json::to_string(&kinds).map_err(|e| corrupt("kinds", e))?;
+        let kinds = Arg::Text(Some(&kinds));
+        start_first_in_one_transaction(self, batch, sql::DUE_FIRST, kinds).await
+    }
 
     fn exec(conn: &mut SqliteConnection) -> &mut SqliteConnection {
         conn

@@ -51,6 +51,15 @@ macro_rules! job_by_key {
     };
 }
 
+/// The due jobs that never had an attempt, oldest first: `?1` limit, `?2` the kinds (a JSON
+/// array) → `id, kind` (see `transitions::start_first_in_one_transaction`).
+pub(super) const DUE_FIRST: &str = concat!(
+    "SELECT id, kind FROM jobs WHERE dispatch_at <= ",
+    now!(),
+    " AND state = 'pending' AND attempts = 0 AND kind IN (SELECT value FROM json_each(?2)) \
+     ORDER BY dispatch_at LIMIT ?1"
+);
+
 /// The statements.
 pub(super) const SQL: Sql = Sql {
     ping: "SELECT 1",
@@ -328,7 +337,7 @@ pub(super) const SQL: Sql = Sql {
 mod tests {
     use sqlx::{Executor, SqlSafeStr};
 
-    use super::SQL;
+    use super::{DUE_FIRST, SQL};
     use crate::store::{Store, StoreOptions, sqlite::SqliteStore};
 
     /// Every statement of the table parses and names real columns on the migrated schema,
@@ -342,7 +351,7 @@ mod tests {
             .unwrap();
         store.migrate().await.unwrap();
         let mut db = store.pool().acquire().await.unwrap();
-        for (name, sql) in SQL.each() {
+        for (name, sql) in SQL.each().into_iter().chain([("due_first", DUE_FIRST)]) {
             if let Err(error) = (&mut *db).prepare(sql.into_sql_str()).await {
                 panic!("{name} does not prepare: {error}\n{sql}");
             }
