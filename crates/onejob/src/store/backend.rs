@@ -17,7 +17,12 @@ use sqlx::{Database, Pool};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::{AttemptRecord, FirstAttempts, Intake, JobRecord, NewJob, StoreError, sql::Sql};
+use super::{
+    Acknowledged, AttemptRecord, Completion, FirstAttempts, Intake, JobRecord, NewJob, StoreError,
+    batch::Batcher,
+    sql::Sql,
+    transitions::{Ack, Offer},
+};
 
 /// A row of backend `B`.
 pub(crate) type Row<B> = <<B as Backend>::Db as Database>::Row;
@@ -32,6 +37,8 @@ pub(crate) type Conn<B> = <<B as Backend>::Db as Database>::Connection;
 pub(crate) enum Arg<'a> {
     /// An id.
     Id(Option<Uuid>),
+    /// A list of ids (PostgreSQL: `uuid[]`; SQLite: a JSON array, read with `json_each`).
+    Ids(&'a [Uuid]),
     /// Text.
     Text(Option<&'a str>),
     /// A 64-bit integer (versions, limits, counts).
@@ -104,10 +111,22 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
     /// The pool single-statement writes run on (SQLite: this process's one writer).
     fn writers(&self) -> &Pool<Self::Db>;
 
-    /// Begins a write transaction that excludes other writers of the rows it locks
-    /// (PostgreSQL: row locks taken by the statements; SQLite: `BEGIN IMMEDIATE`, the
-    /// database's write lock from the first statement).
-    fn begin(&self) -> impl Future<Output = Result<Tx<Self>, StoreError>> + Send;
+    /// Begins a write transaction on `pool` (its [`Backend::writers`]) that excludes other
+    /// writers of the rows it locks (PostgreSQL: row locks taken by the statements; SQLite:
+    /// `BEGIN IMMEDIATE`, the database's write lock from the first statement).
+    fn begin_on(pool: &Pool<Self::Db>)
+    -> impl Future<Output = Result<Tx<Self>, StoreError>> + Send;
+
+    /// Begins a write transaction (see [`Backend::begin_on`]).
+    fn begin(&self) -> impl Future<Output = Result<Tx<Self>, StoreError>> + Send {
+        Self::begin_on(self.writers())
+    }
+
+    /// The queue of acknowledgements, group-committed (`grouped.rs`).
+    fn acks(&self) -> &Batcher<Ack, Acknowledged>;
+
+    /// The queue of completions, group-committed (`grouped.rs`).
+    fn offers(&self) -> &Batcher<Offer, Completion>;
 
     /// Tells this process's workers that a job may have become due. PostgreSQL's trigger
     /// notifies every node on its own; SQLite has only this.

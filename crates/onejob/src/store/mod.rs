@@ -21,6 +21,7 @@ mod batch;
 mod certificates;
 mod dispatch;
 mod error;
+mod grouped;
 mod keys;
 mod listing;
 pub mod postgres;

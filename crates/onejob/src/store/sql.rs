@@ -111,6 +111,8 @@ statements! {
     attempt_by_id,
     /// `$1` attempt id → `job_id`.
     job_of,
+    /// `$1` attempt ids → `id, job_id` of each.
+    jobs_of,
     /// `$1` attempt id → `state`.
     attempt_state,
     /// `$1` job id → `id, state` of its `starting`, `running` and `unknown` attempts, oldest

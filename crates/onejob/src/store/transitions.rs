@@ -28,6 +28,7 @@ use super::{
     FirstAttempts, JobRecord, NewEvent, RecoverOutcome, Resolution, RetryPolicy, StartOutcome,
     StartRefusal, StoreError, UnknownBy, Unsuccessful,
     backend::{Arg, Backend, Tx, release},
+    grouped::{Change, Step, Writer},
     payload_digest,
     records::{Exhausted, sibling_discarded, storable, with_member, within_budget},
     statements::JobHead,
@@ -190,37 +191,12 @@ impl<S: Backend> Transitions for S {
         task_id: Option<&str>,
         hedge_after: Option<Duration>,
     ) -> Result<Acknowledged, StoreError> {
-        let mut tx = self.begin().await?;
-        // The job's lock first: a cancellation either committed before (and is seen here) or
-        // waits until the attempt is running, when it returns it as live for an upstream cancel.
-        let job_id = job_of::<S>(&mut tx, attempt_id).await?;
-        let job = locked::<S>(&mut tx, job_id).await?;
-        // The task id is stored whatever the attempt's state: it is what proves what happened.
-        let state = tx.keep_task_id(attempt_id, task_id).await?;
-        if state != AttemptState::Starting {
-            tx.commit().await?;
-            return Ok(Acknowledged::NotStarting(state));
-        }
-        if job.state == JobState::Cancelled {
-            tx.cancel_acknowledged(attempt_id).await?;
-            let detail = json!({
-                "outcome": "cancelled",
-                "note": "the job was cancelled while the attempt was being sent",
-            });
-            let resolved = event(job_id, attempt_id, EventKind::AttemptResolved, detail);
-            tx.insert_event(&resolved).await?;
-            tx.commit().await?;
-            return Ok(Acknowledged::JobCancelled);
-        }
-        tx.mark_running(attempt_id).await?;
-        if let Some(after) = hedge_after {
-            tx.schedule_hedge(job_id, after).await?;
-        }
-        tx.commit().await?;
-        if hedge_after.is_some() {
-            self.dispatch_changed();
-        }
-        Ok(Acknowledged::Running)
+        let ack = Ack {
+            attempt_id,
+            task_id: task_id.map(str::to_owned),
+            hedge_after,
+        };
+        self.acks().submit(ack).await
     }
 
     async fn complete_attempt(
@@ -229,60 +205,12 @@ impl<S: Backend> Transitions for S {
         output: &Value,
         by: &Resolution,
     ) -> Result<Completion, StoreError> {
-        for _ in 0..CAS_ROUNDS {
-            let mut tx = self.begin().await?;
-            let job_id = job_of::<S>(&mut tx, attempt_id).await?;
-            let job = locked::<S>(&mut tx, job_id).await?;
-            let attempt_state = tx.attempt_state(attempt_id).await?;
-            if by.only_unknown && attempt_state != AttemptState::Unknown {
-                return release(tx, Completion::NotUnknown(attempt_state)).await;
-            }
-            let winner = job.completed_by;
-            if winner == Some(attempt_id) {
-                // The winner's own answer again (a recording resent after a lost reply, or the
-                // upstream answering twice): it already is the result; no race was lost.
-                return release(tx, Completion::Won).await;
-            }
-            let job_state = job.state;
-            let open = matches!(
-                job_state,
-                JobState::Pending | JobState::Running | JobState::Unknown
-            );
-            if winner.is_some() || !open || attempt_state.is_terminal() {
-                tx.discard_attempt(attempt_id).await?;
-                let mut detail = payload_digest(output);
-                detail["winner"] = json!(winner);
-                detail["job_state"] = json!(job_state);
-                detail["note"] = json!(by.note);
-                let lost = by.event(job_id, attempt_id, EventKind::RaceLost, detail);
-                tx.insert_event(&lost).await?;
-                tx.commit().await?;
-                return Ok(Completion::Discarded { winner, job_state });
-            }
-            // The compare-and-swap: exactly one attempt ever gets past this.
-            let swapped = tx
-                .swap_result(job_id, job.version, output, attempt_id)
-                .await?;
-            if !swapped {
-                // The version or the attempt moved under us: read again and decide again.
-                tx.rollback().await?;
-                continue;
-            }
-            // The unknown siblings' outcome no longer matters; left unknown they would wait for
-            // proof (and count as unknown) forever.
-            for sibling in tx.discard_unknown_siblings(job_id, attempt_id).await? {
-                let detail = sibling_discarded(attempt_id);
-                let resolved = event(job_id, sibling, EventKind::AttemptResolved, detail);
-                tx.insert_event(&resolved).await?;
-            }
-            let mut detail = payload_digest(output);
-            detail["note"] = json!(by.note);
-            let won = by.event(job_id, attempt_id, EventKind::Won, detail);
-            tx.insert_event(&won).await?;
-            tx.commit().await?;
-            return Ok(Completion::Won);
-        }
-        Err(StoreError::Contended("completion"))
+        let offer = Offer {
+            attempt_id,
+            output: output.clone(),
+            by: by.clone(),
+        };
+        self.offers().submit(offer).await
     }
 
     async fn fail_attempt(
@@ -494,6 +422,172 @@ fn started_event(attempt: &AttemptRecord) -> NewEvent {
         EventKind::AttemptStarted,
         detail,
     )
+}
+
+/// An acknowledgement ([`Transitions::acknowledge_attempt`]), grouped with others.
+pub(crate) struct Ack {
+    attempt_id: Uuid,
+    task_id: Option<String>,
+    hedge_after: Option<Duration>,
+}
+
+impl<B: Backend> Change<B> for Ack {
+    type Out = Acknowledged;
+
+    fn attempt_id(&self) -> Uuid {
+        self.attempt_id
+    }
+
+    async fn apply(&self, tx: &mut Tx<B>, job_id: Uuid) -> Result<Step<Acknowledged>, StoreError> {
+        let task_id = self.task_id.as_deref();
+        acknowledge_in(tx, job_id, self.attempt_id, task_id, self.hedge_after)
+            .await
+            .map(Step::Done)
+    }
+
+    async fn alone(&self, writer: &Writer<B>) -> Result<Acknowledged, StoreError> {
+        let mut tx = writer.begin().await?;
+        let job_id = job_of(&mut tx, self.attempt_id).await?;
+        let task_id = self.task_id.as_deref();
+        let acknowledged =
+            acknowledge_in(&mut tx, job_id, self.attempt_id, task_id, self.hedge_after).await?;
+        tx.commit().await?;
+        Ok(acknowledged)
+    }
+
+    fn makes_due(&self, out: &Acknowledged) -> bool {
+        self.hedge_after.is_some() && *out == Acknowledged::Running
+    }
+}
+
+/// The rule of an acknowledgement, in a transaction that holds nothing of the job yet.
+async fn acknowledge_in<B: Backend>(
+    tx: &mut Tx<B>,
+    job_id: Uuid,
+    attempt_id: Uuid,
+    task_id: Option<&str>,
+    hedge_after: Option<Duration>,
+) -> Result<Acknowledged, StoreError> {
+    // The job's lock first: a cancellation either committed before (and is seen here) or
+    // waits until the attempt is running, when it returns it as live for an upstream cancel.
+    let job = locked(tx, job_id).await?;
+    // The task id is stored whatever the attempt's state: it is what proves what happened.
+    let state = tx.keep_task_id(attempt_id, task_id).await?;
+    if state != AttemptState::Starting {
+        return Ok(Acknowledged::NotStarting(state));
+    }
+    if job.state == JobState::Cancelled {
+        tx.cancel_acknowledged(attempt_id).await?;
+        let detail = json!({
+            "outcome": "cancelled",
+            "note": "the job was cancelled while the attempt was being sent",
+        });
+        let resolved = event(job_id, attempt_id, EventKind::AttemptResolved, detail);
+        tx.insert_event(&resolved).await?;
+        return Ok(Acknowledged::JobCancelled);
+    }
+    tx.mark_running(attempt_id).await?;
+    if let Some(after) = hedge_after {
+        tx.schedule_hedge(job_id, after).await?;
+    }
+    Ok(Acknowledged::Running)
+}
+
+/// An output offered as a job's result ([`Transitions::complete_attempt`]), grouped with
+/// others.
+pub(crate) struct Offer {
+    attempt_id: Uuid,
+    output: Value,
+    by: Resolution,
+}
+
+impl<B: Backend> Change<B> for Offer {
+    type Out = Completion;
+
+    fn attempt_id(&self) -> Uuid {
+        self.attempt_id
+    }
+
+    async fn apply(&self, tx: &mut Tx<B>, job_id: Uuid) -> Result<Step<Completion>, StoreError> {
+        let completed = complete_in(tx, job_id, self.attempt_id, &self.output, &self.by).await?;
+        Ok(completed.map_or(Step::Alone, Step::Done))
+    }
+
+    async fn alone(&self, writer: &Writer<B>) -> Result<Completion, StoreError> {
+        for _ in 0..CAS_ROUNDS {
+            let mut tx = writer.begin().await?;
+            let job_id = job_of(&mut tx, self.attempt_id).await?;
+            match complete_in(&mut tx, job_id, self.attempt_id, &self.output, &self.by).await? {
+                Some(completion) => {
+                    tx.commit().await?;
+                    return Ok(completion);
+                }
+                // The version or the attempt moved under us: read again and decide again.
+                None => tx.rollback().await?,
+            }
+        }
+        Err(StoreError::Contended("completion"))
+    }
+
+    fn makes_due(&self, _: &Completion) -> bool {
+        false
+    }
+}
+
+/// The rule of a completion, in a transaction that holds nothing of the job yet; `None` when
+/// its compare-and-swap lost (the caller rolls back and decides again).
+async fn complete_in<B: Backend>(
+    tx: &mut Tx<B>,
+    job_id: Uuid,
+    attempt_id: Uuid,
+    output: &Value,
+    by: &Resolution,
+) -> Result<Option<Completion>, StoreError> {
+    let job = locked(tx, job_id).await?;
+    let attempt_state = tx.attempt_state(attempt_id).await?;
+    if by.only_unknown && attempt_state != AttemptState::Unknown {
+        return Ok(Some(Completion::NotUnknown(attempt_state)));
+    }
+    let winner = job.completed_by;
+    if winner == Some(attempt_id) {
+        // The winner's own answer again (a recording resent after a lost reply, or the
+        // upstream answering twice): it already is the result; no race was lost.
+        return Ok(Some(Completion::Won));
+    }
+    let job_state = job.state;
+    let open = matches!(
+        job_state,
+        JobState::Pending | JobState::Running | JobState::Unknown
+    );
+    if winner.is_some() || !open || attempt_state.is_terminal() {
+        tx.discard_attempt(attempt_id).await?;
+        let mut detail = payload_digest(output);
+        detail["winner"] = json!(winner);
+        detail["job_state"] = json!(job_state);
+        detail["note"] = json!(by.note);
+        let lost = by.event(job_id, attempt_id, EventKind::RaceLost, detail);
+        tx.insert_event(&lost).await?;
+        return Ok(Some(Completion::Discarded { winner, job_state }));
+    }
+    // The compare-and-swap: exactly one attempt ever gets past this.
+    if !tx
+        .swap_result(job_id, job.version, output, attempt_id)
+        .await?
+    {
+        return Ok(None);
+    }
+    // The unknown siblings' outcome no longer matters; left unknown they would wait for
+    // proof (and count as unknown) forever.
+    for sibling in tx.discard_unknown_siblings(job_id, attempt_id).await? {
+        let detail = sibling_discarded(attempt_id);
+        let resolved = event(job_id, sibling, EventKind::AttemptResolved, detail);
+        tx.insert_event(&resolved).await?;
+    }
+    let mut detail = payload_digest(output);
+    detail["note"] = json!(by.note);
+    let won = by.event(job_id, attempt_id, EventKind::Won, detail);
+    tx.insert_event(&won).await?;
+    Ok(Some(Completion::Won))
 }
 
 /// How many times a completion re-reads the job when its version moved for another reason.

@@ -1,13 +1,18 @@
 //! Batches: state changes the store makes for many jobs at once behave, job by job, exactly
 //! as the single ones. First attempts started in a batch (`start_first_attempts`) pass the
 //! same guard as `start_attempt`: the right jobs, one attempt each however many starters
-//! race, a job another starter holds or took first left to it.
+//! race, a job another starter holds or took first left to it. Acknowledgements and
+//! completions made at the same moment share transactions (group commit), and still answer
+//! each one as if it were alone: one winner per job when two attempts of it finish in one
+//! group, the loser discarded with its `race_lost`; a change that fails fails alone.
 
 use std::{sync::Arc, time::Duration};
 
 use futures::future::join_all;
 
-use onejob::store::{FirstAttempts, FirstStart, StartOutcome, Store};
+use onejob::store::{
+    Acknowledged, Completion, FirstAttempts, FirstStart, Resolution, StartOutcome, Store,
+};
 use onejob_domain::{AttemptState, EventKind, JobState};
 use serde_json::json;
 use uuid::Uuid;
@@ -21,6 +26,8 @@ backend_tests!(
     a_batch_takes_the_oldest_due_jobs_up_to_its_limit,
     racing_batches_and_single_starts_make_one_attempt_per_job,
     a_job_another_starter_took_first_is_left_to_it,
+    two_attempts_of_a_job_finishing_together_have_one_winner,
+    acknowledgements_made_together_answer_each_as_alone,
 );
 
 /// A batch of up to `limit` first attempts of `chat.completion` jobs on provider `a`.
@@ -240,4 +247,178 @@ async fn postgres_a_held_job_is_skipped_not_waited_for() {
     let next = store.start_first_attempts(&batch(10)).await.unwrap();
     let ids: Vec<Uuid> = next.iter().map(|(job, _)| job.id).collect();
     assert_eq!(ids, vec![held]);
+}
+
+/// `count` jobs, each with a running primary attempt on `a` and a hedge on `b` beside it.
+async fn hedged_jobs(store: &dyn Store, count: usize) -> Vec<(Uuid, Uuid, Uuid)> {
+    let mut jobs = Vec::new();
+    for i in 0..count {
+        let job_id = created(store, &format!("hedged-{i}")).await;
+        let primary = started(store, &start_for(job_id, 0, "a", false)).await;
+        let acknowledged = store
+            .acknowledge_attempt(primary, None, Some(Duration::ZERO))
+            .await
+            .unwrap();
+        assert_eq!(acknowledged, Acknowledged::Running);
+        let hedge = started(store, &start_for(job_id, 1, "b", true)).await;
+        jobs.push((job_id, primary, hedge));
+    }
+    jobs
+}
+
+async fn two_attempts_of_a_job_finishing_together_have_one_winner(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    let jobs = hedged_jobs(&*store, 12).await;
+    // Every attempt of every job offers its output at once, on one store: the completions
+    // share transactions, two of one job often in the same one.
+    let offers = jobs.iter().flat_map(|&(job_id, primary, hedge)| {
+        [primary, hedge].map(|attempt| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let output = json!({ "text": format!("from {attempt}") });
+                let completion = store
+                    .complete_attempt(attempt, &output, &Resolution::worker())
+                    .await
+                    .expect("a lost race is an answer, not an error");
+                (job_id, attempt, completion)
+            })
+        })
+    });
+    let results: Vec<(Uuid, Uuid, Completion)> = join_all(offers)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    for &(job_id, primary, hedge) in &jobs {
+        let mine: Vec<&(Uuid, Uuid, Completion)> =
+            results.iter().filter(|(job, ..)| *job == job_id).collect();
+        let winners: Vec<Uuid> = mine
+            .iter()
+            .filter(|(.., c)| *c == Completion::Won)
+            .map(|(_, attempt, _)| *attempt)
+            .collect();
+        assert_eq!(winners.len(), 1, "{mine:?}");
+        let winner = winners[0];
+        let loser = if winner == primary { hedge } else { primary };
+        let lost = mine
+            .iter()
+            .find(|(_, attempt, _)| *attempt == loser)
+            .unwrap();
+        assert_eq!(
+            lost.2,
+            Completion::Discarded {
+                winner: Some(winner),
+                job_state: JobState::Succeeded
+            }
+        );
+        let job = store.job_for_dispatch(job_id).await.unwrap().unwrap();
+        assert_eq!(job.completed_by, Some(winner));
+        assert_eq!(
+            job.result,
+            Some(json!({ "text": format!("from {winner}") }))
+        );
+        let events = store
+            .events(&alice(), job_id, None, 50)
+            .await
+            .unwrap()
+            .unwrap();
+        let won: Vec<Option<Uuid>> = events
+            .iter()
+            .filter(|e| e.kind == EventKind::Won)
+            .map(|e| e.attempt_id)
+            .collect();
+        let race_lost: Vec<Option<Uuid>> = events
+            .iter()
+            .filter(|e| e.kind == EventKind::RaceLost)
+            .map(|e| e.attempt_id)
+            .collect();
+        assert_eq!(won, vec![Some(winner)]);
+        assert_eq!(race_lost, vec![Some(loser)]);
+    }
+    if backend == Backend::Postgres {
+        // The completions did share transactions: fewer writers than attempts ended.
+        let transactions = db
+            .scalar(
+                "SELECT COUNT(DISTINCT xmin::text) FROM attempts \
+                 WHERE state IN ('succeeded', 'discarded')",
+            )
+            .await;
+        assert!(
+            transactions < 24,
+            "{transactions} transactions for 24 completions"
+        );
+    }
+}
+
+async fn acknowledgements_made_together_answer_each_as_alone(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    let mut attempts = Vec::new();
+    for i in 0..12 {
+        let job_id = created(&*store, &format!("ack-{i}")).await;
+        attempts.push(started(&*store, &start_for(job_id, 0, "a", false)).await);
+    }
+    // One of them was already made unknown, and one names no attempt at all.
+    store
+        .mark_unknown(
+            attempts[3],
+            &json!({"reason": "deadline"}),
+            onejob::store::UnknownBy::Worker,
+        )
+        .await
+        .unwrap();
+    let missing = Uuid::now_v7();
+    let acks = attempts.iter().copied().chain([missing]).map(|attempt| {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let task = format!("task-{attempt}");
+            (
+                attempt,
+                store.acknowledge_attempt(attempt, Some(&task), None).await,
+            )
+        })
+    });
+    for (attempt, acknowledged) in join_all(acks).await.into_iter().map(Result::unwrap) {
+        if attempt == missing {
+            assert!(
+                acknowledged.is_err(),
+                "an acknowledgement of no attempt fails alone"
+            );
+            continue;
+        }
+        let expected = if attempt == attempts[3] {
+            Acknowledged::NotStarting(AttemptState::Unknown)
+        } else {
+            Acknowledged::Running
+        };
+        assert_eq!(acknowledged.unwrap(), expected);
+    }
+    for &attempt in &attempts {
+        let job = store
+            .job_attempts(job_of(&*store, attempt).await)
+            .await
+            .unwrap();
+        // Stored whatever the attempt's state, as a lone acknowledgement stores it.
+        assert_eq!(job[0].task_id, Some(format!("task-{attempt}")));
+    }
+}
+
+/// The job of an attempt.
+async fn job_of(store: &dyn Store, attempt: Uuid) -> Uuid {
+    store
+        .list_attempts(
+            &onejob::store::Scope {
+                tenant: "acme".into(),
+                user: None,
+            },
+            None,
+            100,
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|a| a.id == attempt)
+        .unwrap()
+        .job_id
 }

@@ -17,10 +17,13 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::{
-    AttemptRecord, FirstAttempts, Intake, JobRecord, NewJob, StoreError, StoreOptions,
+    Acknowledged, AttemptRecord, Completion, FirstAttempts, Intake, JobRecord, NewJob, StoreError,
+    StoreOptions,
     backend::{Arg, Backend, Tx},
     batch::Batcher,
+    grouped::Writer,
     sql::Sql,
+    transitions::{Ack, Offer},
 };
 
 mod first;
@@ -45,6 +48,10 @@ pub struct PgStore {
     pool: PgPool,
     wake: wake::Wake,
     intake: Arc<Batcher<NewJob, Intake>>,
+    /// Group commit of acknowledgements.
+    acks: Arc<Batcher<Ack, Acknowledged>>,
+    /// Group commit of completions.
+    offers: Arc<Batcher<Offer, Completion>>,
     /// The hosts of a URL naming several (or asking for a writable session), which keep
     /// every pool of this store on the host that accepts writes; `None` for a plain URL.
     /// Held, not read: their watcher runs as long as the store.
@@ -105,7 +112,10 @@ impl PgStore {
 
     /// Wraps `pool`, whose side pools follow `hosts` when given.
     fn following(pool: PgPool, hosts: Option<Arc<hosts::Hosts>>) -> Self {
+        let writer = Writer::<Self>::new(pool.clone(), None);
         Self {
+            acks: Arc::new(writer.batcher()),
+            offers: Arc::new(writer.batcher()),
             wake: wake::Wake::new(pool.clone(), hosts.as_ref().map(|h| h.moved())),
             intake: Arc::new(intake::intake_batcher(
                 &pool,
@@ -187,8 +197,16 @@ impl Backend for PgStore {
         &self.pool
     }
 
-    async fn begin(&self) -> Result<Tx<Self>, StoreError> {
-        Ok(Tx::new(self.pool.begin().await?))
+    async fn begin_on(pool: &PgPool) -> Result<Tx<Self>, StoreError> {
+        Ok(Tx::new(pool.begin().await?))
+    }
+
+    fn acks(&self) -> &Batcher<Ack, Acknowledged> {
+        &self.acks
+    }
+
+    fn offers(&self) -> &Batcher<Offer, Completion> {
+        &self.offers
     }
 
     fn dispatch_changed(&self) {
@@ -302,6 +320,7 @@ fn arguments(args: &[Arg<'_>]) -> Result<PgArguments, StoreError> {
     for arg in args {
         match *arg {
             Arg::Id(id) => arguments.add(id),
+            Arg::Ids(ids) => arguments.add(ids),
             Arg::Text(text) => arguments.add(text),
             Arg::Int(value) => arguments.add(value),
             Arg::Int32(value) => arguments.add(value),

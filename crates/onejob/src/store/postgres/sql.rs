@@ -67,6 +67,7 @@ pub(super) const SQL: Sql = Sql {
         " FROM attempts WHERE id = $1"
     ),
     job_of: "SELECT job_id FROM attempts WHERE id = $1",
+    jobs_of: "SELECT id, job_id FROM attempts WHERE id = ANY($1)",
     attempt_state: "SELECT state FROM attempts WHERE id = $1",
     open_attempts: "SELECT id, state FROM attempts WHERE job_id = $1 \
                     AND state IN ('starting', 'running', 'unknown') ORDER BY number",

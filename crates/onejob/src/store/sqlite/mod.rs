@@ -25,12 +25,14 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use super::{
-    AttemptRecord, FirstAttempts, Intake, JobRecord, NewEvent, NewJob, Store, StoreError,
-    StoreOptions,
+    Acknowledged, AttemptRecord, Completion, FirstAttempts, Intake, JobRecord, NewEvent, NewJob,
+    Store, StoreError, StoreOptions,
     backend::{Arg, Backend, Tx},
     batch::Batcher,
+    grouped::Writer,
     sql::Sql,
     transitions::start_first_in_one_transaction,
+    transitions::{Ack, Offer},
 };
 
 #[macro_use]
@@ -58,6 +60,10 @@ pub struct SqliteStore {
     intake: Arc<Batcher<NewJob, Intake>>,
     /// Group commit of `replayed` events, on the writer.
     replays: Arc<Batcher<NewEvent, ()>>,
+    /// Group commit of acknowledgements, on the writer.
+    acks: Arc<Batcher<Ack, Acknowledged>>,
+    /// Group commit of completions, on the writer.
+    offers: Arc<Batcher<Offer, Completion>>,
 }
 
 impl SqliteStore {
@@ -81,7 +87,10 @@ impl SqliteStore {
             .connect_with(connect)
             .await?;
         let wake = Arc::new(Notify::new());
+        let grouped = Writer::<Self>::new(writer.clone(), Some(wake.clone()));
         Ok(Self {
+            acks: Arc::new(grouped.batcher()),
+            offers: Arc::new(grouped.batcher()),
             intake: Arc::new(intake::intake_batcher(writer.clone(), wake.clone())),
             replays: Arc::new(intake::replay_batcher(writer.clone())),
             pool,
@@ -111,8 +120,16 @@ impl Backend for SqliteStore {
         &self.writer
     }
 
-    async fn begin(&self) -> Result<Tx<Self>, StoreError> {
-        Ok(Tx::new(self.writer.begin_with("BEGIN IMMEDIATE").await?))
+    async fn begin_on(pool: &SqlitePool) -> Result<Tx<Self>, StoreError> {
+        Ok(Tx::new(pool.begin_with("BEGIN IMMEDIATE").await?))
+    }
+
+    fn acks(&self) -> &Batcher<Ack, Acknowledged> {
+        &self.acks
+    }
+
+    fn offers(&self) -> &Batcher<Offer, Completion> {
+        &self.offers
     }
 
     fn dispatch_changed(&self) {
@@ -259,6 +276,8 @@ fn arguments(args: &[Arg<'_>]) -> Result<SqliteArguments, StoreError> {
     for arg in args {
         match *arg {
             Arg::Id(id) => arguments.add(id.map(|id| id.to_string())),
+            Arg::Ids(ids) => arguments
+                .add(Value::from(ids.iter().map(Uuid::to_string).collect::<Vec<_>>()).to_string()),
             Arg::Text(text) => arguments.add(text),
             Arg::Int(value) => arguments.add(value),
             Arg::Int32(value) => arguments.add(value),

@@ -1,0 +1,185 @@
+//! Group commit of the state changes workers make most, the acknowledgements and the
+//! completions of attempts: concurrent callers share one write transaction, and so one
+//! durable commit, as intake's submissions do (`batch.rs`).
+//!
+//! A group runs each change's rule exactly as a lone change runs it (`transitions.rs`):
+//! the same statements, the job's lock taken before the attempt is read, the
+//! compare-and-swap of the result. Only the transaction around them is shared. The jobs are
+//! locked in the order of their ids, in every group, so two groups never wait for each
+//! other in a cycle. Every caller is answered after the commit that carries its change, so
+//! nothing depends on a change before it is durable. If a group fails for a reason other
+//! than the database being unavailable, or a compare-and-swap in it loses to a change made
+//! between its read and its write, each of its changes is made again alone, in a
+//! transaction of its own, with the lone change's retries: a bad change fails alone, and a
+//! group behaves, change by change, exactly as lone changes do.
+
+use std::{collections::HashMap, future::Future, sync::Arc};
+
+use futures::FutureExt;
+use sqlx::Pool;
+use tokio::sync::Notify;
+use uuid::Uuid;
+
+use super::{
+    StoreError,
+    backend::{Arg, Backend, Tx},
+    batch::{Batcher, WriteBatch},
+};
+
+/// Most changes one group carries.
+const MAX_GROUP: usize = 128;
+
+/// Groups writing side by side: while one commits, the next runs its statements.
+const WRITERS: usize = 2;
+
+/// What a change's rule did inside a group's transaction.
+pub(crate) enum Step<O> {
+    /// Done: answer this after the commit.
+    Done(O),
+    /// The change must be made alone (its compare-and-swap lost a race inside the group).
+    Alone,
+}
+
+/// A state change that can share a transaction with others of its kind.
+pub(crate) trait Change<B: Backend>: Send + Sync + 'static {
+    /// What the change answers.
+    type Out: Send + 'static;
+
+    /// The attempt the change is about.
+    fn attempt_id(&self) -> Uuid;
+
+    /// The change's rule, inside a transaction that holds nothing of its job yet.
+    fn apply<'a>(
+        &'a self,
+        tx: &'a mut Tx<B>,
+        job_id: Uuid,
+    ) -> impl Future<Output = Result<Step<Self::Out>, StoreError>> + Send + 'a;
+
+    /// The change made alone, in transactions of its own.
+    fn alone(
+        &self,
+        writer: &Writer<B>,
+    ) -> impl Future<Output = Result<Self::Out, StoreError>> + Send;
+
+    /// Whether, once committed, the change may have made a job due.
+    fn makes_due(&self, out: &Self::Out) -> bool;
+}
+
+/// What a group writes through: the pool of a backend's write transactions, and how to
+/// tell this process's workers that a job became due (SQLite; PostgreSQL's trigger tells
+/// every node).
+pub(crate) struct Writer<B: Backend> {
+    pool: Pool<B::Db>,
+    wake: Option<Arc<Notify>>,
+}
+
+impl<B: Backend> Clone for Writer<B> {
+    fn clone(&self) -> Self {
+        Self {
+            pool: self.pool.clone(),
+            wake: self.wake.clone(),
+        }
+    }
+}
+
+impl<B: Backend> Writer<B> {
+    /// Writes through `pool`, waking `wake` when a job became due.
+    pub(crate) fn new(pool: Pool<B::Db>, wake: Option<Arc<Notify>>) -> Self {
+        Self { pool, wake }
+    }
+
+    /// Begins a write transaction.
+    pub(crate) async fn begin(&self) -> Result<Tx<B>, StoreError> {
+        B::begin_on(&self.pool).await
+    }
+
+    /// A queue of changes of one kind, written in shared transactions.
+    pub(crate) fn batcher<C: Change<B>>(&self) -> Batcher<C, C::Out> {
+        let writer = self.clone();
+        let write: WriteBatch<C, C::Out> = Arc::new(move |changes| {
+            let writer = writer.clone();
+            async move { write_group(&writer, changes).await }.boxed()
+        });
+        Batcher::spawn(WRITERS, MAX_GROUP, write)
+    }
+}
+
+async fn write_group<B: Backend, C: Change<B>>(
+    store: &Writer<B>,
+    changes: Vec<C>,
+) -> Vec<Result<C::Out, StoreError>> {
+    let together = if changes.len() == 1 {
+        None
+    } else {
+        match together(store, &changes).await {
+            Ok(outs) => outs,
+            Err(error) if error.is_retryable() => {
+                return changes.iter().map(|_| Err(error.clone())).collect();
+            }
+            Err(_) => None,
+        }
+    };
+    let outs = match together {
+        Some(outs) => outs,
+        None => {
+            let mut outs = Vec::with_capacity(changes.len());
+            for change in &changes {
+                outs.push(change.alone(store).await);
+            }
+            return finish(store, &changes, outs);
+        }
+    };
+    finish(store, &changes, outs.into_iter().map(Ok).collect())
+}
+
+/// Tells the workers when a committed change made a job due.
+fn finish<B: Backend, C: Change<B>>(
+    store: &Writer<B>,
+    changes: &[C],
+    outs: Vec<Result<C::Out, StoreError>>,
+) -> Vec<Result<C::Out, StoreError>> {
+    let due = changes
+        .iter()
+        .zip(&outs)
+        .any(|(change, out)| out.as_ref().is_ok_and(|out| change.makes_due(out)));
+    if due && let Some(wake) = &store.wake {
+        wake.notify_one();
+    }
+    outs
+}
+
+/// All `changes` in one transaction, their jobs locked in the order of their ids; `None`
+/// (nothing committed) when one of them must be made alone, an error when one failed.
+async fn together<B: Backend, C: Change<B>>(
+    store: &Writer<B>,
+    changes: &[C],
+) -> Result<Option<Vec<C::Out>>, StoreError> {
+    let mut tx = store.begin().await?;
+    let attempts: Vec<Uuid> = changes.iter().map(Change::attempt_id).collect();
+    let jobs: HashMap<Uuid, Uuid> = tx
+        .all(B::SQL.jobs_of, &[Arg::Ids(&attempts)])
+        .await?
+        .iter()
+        .map(|row| Ok((B::uuid(row, "id")?, B::uuid(row, "job_id")?)))
+        .collect::<Result<_, StoreError>>()?;
+    let mut order: Vec<(Uuid, usize)> = Vec::with_capacity(changes.len());
+    for (at, attempt) in attempts.iter().enumerate() {
+        let job = jobs
+            .get(attempt)
+            .ok_or_else(|| StoreError::Corrupt(format!("no attempt {attempt}")))?;
+        order.push((*job, at));
+    }
+    order.sort();
+    let mut outs: Vec<Option<C::Out>> = changes.iter().map(|_| None).collect();
+    for (job_id, at) in order {
+        match changes[at].apply(&mut tx, job_id).await? {
+            Step::Done(out) => outs[at] = Some(out),
+            Step::Alone => {
+                tx.rollback().await?;
+                return Ok(None);
+            }
+        }
+    }
+    tx.commit().await?;
+    Ok(Some(outs.into_iter().flatten().collect()))
+}
