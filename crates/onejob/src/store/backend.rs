@@ -18,8 +18,10 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::{
-    Acknowledged, AttemptRecord, Completion, FirstAttempts, Intake, JobRecord, NewJob, StoreError,
+    Acknowledged, AttemptRecord, Completion, FirstAttempts, Intake, JobRecord, NewEvent, NewJob,
+    StoreError,
     batch::Batcher,
+    settled::Settled,
     sql::Sql,
     transitions::{Ack, Offer},
 };
@@ -121,6 +123,13 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
     fn begin(&self) -> impl Future<Output = Result<Tx<Self>, StoreError>> + Send {
         Self::begin_on(self.writers())
     }
+
+    /// The settled jobs this process keeps for replays (`settled.rs`).
+    fn settled(&self) -> &Settled;
+
+    /// Writes a replay's `replayed` event without waiting for it, as intake writes those of
+    /// the replays it reads.
+    fn log_replayed(&self, event: NewEvent);
 
     /// The queue of acknowledgements, group-committed (`grouped.rs`).
     fn acks(&self) -> &Batcher<Ack, Acknowledged>;

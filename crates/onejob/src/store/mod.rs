@@ -28,6 +28,7 @@ pub mod postgres;
 mod records;
 mod retention;
 mod rows;
+mod settled;
 pub mod sqlite;
 mod statements;
 mod transitions;
@@ -77,7 +78,9 @@ pub trait Store:
     /// submissions of one key (on any number of nodes) all see the same job. The read-back
     /// job is compared with `job` (owner, kind, fingerprint): a match is a replay and appends
     /// a `replayed` event; a mismatch is a [`Intake::Conflict`] and changes nothing.
-    /// A created job gets its `created` event in the same transaction.
+    /// A created job gets its `created` event in the same transaction. A succeeded or
+    /// cancelled job a replay found before is kept in memory for a short time, and a replay
+    /// of it answered from there (`settled.rs`).
     async fn create_or_replay(&self, job: NewJob) -> Result<Intake, StoreError>;
 
     /// Appends an event to a job's log.
@@ -139,7 +142,19 @@ impl<B: Backend + Retention> Store for B {
     }
 
     async fn create_or_replay(&self, job: NewJob) -> Result<Intake, StoreError> {
-        self.intake(job).await
+        // A replay of a job that can no longer change is answered from memory (settled.rs).
+        if let Some(kept) = self.settled().get(&job.owner, &job.key_hash) {
+            if !job.matches(&kept) {
+                return Ok(Intake::Conflict(kept));
+            }
+            self.log_replayed(job.replayed_event(&kept));
+            return Ok(Intake::Replayed(kept));
+        }
+        let intake = self.intake(job).await?;
+        if let Intake::Replayed(found) = &intake {
+            self.settled().keep(found);
+        }
+        Ok(intake)
     }
 
     async fn append_event(&self, event: NewEvent) -> Result<(), StoreError> {

@@ -11,7 +11,10 @@ use onejob_domain::{EventKind, IdempotencyKey, Principal};
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::support::{Backend, TestDatabase, alice, backend_tests, created, new_job, new_job_of};
+use crate::support::{
+    Backend, RETRY, TestDatabase, alice, backend_tests, created, fail, new_job, new_job_of,
+    start_for, started,
+};
 
 backend_tests!(
     racing_submissions_on_many_connections_create_one_job_per_key,
@@ -27,6 +30,8 @@ backend_tests!(
     an_appended_event_is_read_back_as_written,
     the_event_log_pages_oldest_first_by_id,
     the_store_names_its_backend_and_answers_a_ping,
+    a_replay_of_a_settled_job_is_answered_from_memory,
+    a_replay_of_a_job_that_can_still_change_reads_it_again,
 );
 
 async fn racing_submissions_on_many_connections_create_one_job_per_key(backend: Backend) {
@@ -430,4 +435,95 @@ async fn the_store_names_its_backend_and_answers_a_ping(backend: Backend) {
     // Migrating an up-to-date database again changes nothing.
     store.migrate().await.unwrap();
     store.ping().await.unwrap();
+}
+
+/// The job a submission of `job` answered, and whether it was a replay.
+async fn replayed(store: &dyn Store, job: onejob::store::NewJob) -> onejob::store::JobRecord {
+    match store.create_or_replay(job).await.unwrap() {
+        Intake::Replayed(job) => job,
+        other => panic!("expected a replay, got {other:?}"),
+    }
+}
+
+async fn a_replay_of_a_settled_job_is_answered_from_memory(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    let job_id = created(&*store, "settled").await;
+    let owner = alice();
+    store.cancel_job(&owner, job_id, "test").await.unwrap();
+    // The first replay reads the cancelled job; it can no longer change, so it is kept.
+    let first = replayed(&*store, new_job("settled", "settled")).await;
+    assert_eq!(first.state, onejob_domain::JobState::Cancelled);
+    // Proof that the next replays do not read the row: a change made behind the store's back
+    // (nothing in onejob changes a cancelled job) is not seen by them.
+    db.exec("UPDATE jobs SET version = version + 100")
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        assert_eq!(
+            replayed(&*store, new_job("settled", "settled")).await,
+            first
+        );
+    }
+    // Still every replay is logged, and another intent under the key is still a conflict.
+    let logged = || async {
+        store
+            .events(&owner, job_id, None, 100)
+            .await
+            .unwrap()
+            .unwrap()
+            .iter()
+            .filter(|e| e.kind == EventKind::Replayed)
+            .count()
+    };
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while logged().await < 4 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "replays logged: {}",
+            logged().await
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    match store
+        .create_or_replay(new_job("settled", "another intent"))
+        .await
+        .unwrap()
+    {
+        Intake::Conflict(job) => assert_eq!(job.id, job_id),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    // Another store (another node) has kept nothing: it reads the row.
+    let other = db.open_store().await;
+    let read = replayed(&*other, new_job("settled", "settled")).await;
+    assert_eq!(read.version, first.version + 100);
+}
+
+async fn a_replay_of_a_job_that_can_still_change_reads_it_again(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    let owner = alice();
+    // Pending, then cancelled: the second replay sees the cancellation.
+    let pending = created(&*store, "pending").await;
+    let before = replayed(&*store, new_job("pending", "pending")).await;
+    assert_eq!(before.state, onejob_domain::JobState::Pending);
+    store.cancel_job(&owner, pending, "test").await.unwrap();
+    let after = replayed(&*store, new_job("pending", "pending")).await;
+    assert_eq!(after.state, onejob_domain::JobState::Cancelled);
+    // Failed can be recovered: a replay of a failed job is never answered from memory.
+    let job_id = created(&*store, "failed").await;
+    let mut number = 0;
+    loop {
+        let attempt = started(&*store, &start_for(job_id, number, "a", false)).await;
+        number += 1;
+        fail(&*store, attempt).await;
+        if number == RETRY.max_attempts as i32 {
+            break;
+        }
+    }
+    let failed = replayed(&*store, new_job("failed", "failed")).await;
+    assert_eq!(failed.state, onejob_domain::JobState::Failed);
+    store.recover_job(&owner, job_id, "test").await.unwrap();
+    let recovered = replayed(&*store, new_job("failed", "failed")).await;
+    assert_eq!(recovered.state, onejob_domain::JobState::Pending);
 }

@@ -17,11 +17,12 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::{
-    Acknowledged, AttemptRecord, Completion, FirstAttempts, Intake, JobRecord, NewJob, StoreError,
-    StoreOptions,
+    Acknowledged, AttemptRecord, Completion, FirstAttempts, Intake, JobRecord, NewEvent, NewJob,
+    StoreError, StoreOptions,
     backend::{Arg, Backend, Tx},
     batch::Batcher,
     grouped::Writer,
+    settled::Settled,
     sql::Sql,
     transitions::{Ack, Offer},
 };
@@ -48,6 +49,10 @@ pub struct PgStore {
     pool: PgPool,
     wake: wake::Wake,
     intake: Arc<Batcher<NewJob, Intake>>,
+    /// Settled jobs kept for replays.
+    settled: Arc<Settled>,
+    /// Writes nobody waits for (`replayed` events, wake-ups).
+    relaxed: relaxed::Relaxed,
     /// Group commit of acknowledgements.
     acks: Arc<Batcher<Ack, Acknowledged>>,
     /// Group commit of completions.
@@ -113,15 +118,18 @@ impl PgStore {
     /// Wraps `pool`, whose side pools follow `hosts` when given.
     fn following(pool: PgPool, hosts: Option<Arc<hosts::Hosts>>) -> Self {
         let writer = Writer::<Self>::new(pool.clone(), None);
+        let relaxed = relaxed::Relaxed::spawn(&pool, hosts.as_ref());
         Self {
             acks: Arc::new(writer.batcher()),
             offers: Arc::new(writer.batcher()),
+            settled: Arc::default(),
             wake: wake::Wake::new(pool.clone(), hosts.as_ref().map(|h| h.moved())),
             intake: Arc::new(intake::intake_batcher(
                 &pool,
                 hosts.as_ref(),
-                relaxed::Relaxed::spawn(&pool, hosts.as_ref()),
+                relaxed.clone(),
             )),
+            relaxed,
             pool,
             _hosts: hosts,
         }
@@ -199,6 +207,14 @@ impl Backend for PgStore {
 
     async fn begin_on(pool: &PgPool) -> Result<Tx<Self>, StoreError> {
         Ok(Tx::new(pool.begin().await?))
+    }
+
+    fn settled(&self) -> &Settled {
+        &self.settled
+    }
+
+    fn log_replayed(&self, event: NewEvent) {
+        self.relaxed.log(vec![event]);
     }
 
     fn acks(&self) -> &Batcher<Ack, Acknowledged> {

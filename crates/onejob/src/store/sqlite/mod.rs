@@ -30,6 +30,7 @@ use super::{
     backend::{Arg, Backend, Tx},
     batch::Batcher,
     grouped::Writer,
+    settled::Settled,
     sql::Sql,
     transitions::start_first_in_one_transaction,
     transitions::{Ack, Offer},
@@ -60,6 +61,8 @@ pub struct SqliteStore {
     intake: Arc<Batcher<NewJob, Intake>>,
     /// Group commit of `replayed` events, on the writer.
     replays: Arc<Batcher<NewEvent, ()>>,
+    /// Settled jobs kept for replays.
+    settled: Arc<Settled>,
     /// Group commit of acknowledgements, on the writer.
     acks: Arc<Batcher<Ack, Acknowledged>>,
     /// Group commit of completions, on the writer.
@@ -91,6 +94,7 @@ impl SqliteStore {
         Ok(Self {
             acks: Arc::new(grouped.batcher()),
             offers: Arc::new(grouped.batcher()),
+            settled: Arc::default(),
             intake: Arc::new(intake::intake_batcher(writer.clone(), wake.clone())),
             replays: Arc::new(intake::replay_batcher(writer.clone())),
             pool,
@@ -122,6 +126,16 @@ impl Backend for SqliteStore {
 
     async fn begin_on(pool: &SqlitePool) -> Result<Tx<Self>, StoreError> {
         Ok(Tx::new(pool.begin_with("BEGIN IMMEDIATE").await?))
+    }
+
+    fn settled(&self) -> &Settled {
+        &self.settled
+    }
+
+    fn log_replayed(&self, event: NewEvent) {
+        if !self.replays.enqueue(event) {
+            tracing::warn!("a replayed event was not logged: the writer is gone");
+        }
     }
 
     fn acks(&self) -> &Batcher<Ack, Acknowledged> {
