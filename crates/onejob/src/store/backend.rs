@@ -21,6 +21,7 @@ use super::{
     Acknowledged, AttemptRecord, Completion, FirstAttempts, Intake, JobRecord, NewEvent, NewJob,
     StoreError,
     batch::Batcher,
+    grouped::Fence,
     settled::Settled,
     sql::Sql,
     transitions::{Ack, Offer},
@@ -39,8 +40,18 @@ pub(crate) type Conn<B> = <<B as Backend>::Db as Database>::Connection;
 pub(crate) enum Arg<'a> {
     /// An id.
     Id(Option<Uuid>),
-    /// A list of ids (PostgreSQL: `uuid[]`; SQLite: a JSON array, read with `json_each`).
+    /// A list of ids. Lists bind as arrays on PostgreSQL (`uuid[]`, `text[]`, …) and as a
+    /// JSON array on SQLite, read with `json_each` and joined on the index (`key`) with the
+    /// other lists of the statement.
     Ids(&'a [Uuid]),
+    /// A list of ids, some missing.
+    OptIds(&'a [Option<Uuid>]),
+    /// A list of texts, some missing.
+    Texts(&'a [Option<&'a str>]),
+    /// A list of 64-bit integers.
+    Ints(&'a [i64]),
+    /// A list of JSON documents (on SQLite each element is the document's JSON text).
+    Jsons(&'a [&'a Value]),
     /// Text.
     Text(Option<&'a str>),
     /// A 64-bit integer (versions, limits, counts).
@@ -82,6 +93,11 @@ arg_from! {
     i32 => |value| Arg::Int32(value);
     bool => |value| Arg::Bool(value);
     &'a [u8] => |bytes| Arg::Bytes(bytes);
+    &'a [Uuid] => |ids| Arg::Ids(ids);
+    &'a [Option<Uuid>] => |ids| Arg::OptIds(ids);
+    &'a [Option<&'a str>] => |texts| Arg::Texts(texts);
+    &'a [i64] => |values| Arg::Ints(values);
+    &'a [&'a Value] => |values| Arg::Jsons(values);
     &'a Value => |value| Arg::Json(Some(value));
     Option<&'a Value> => |value| Arg::Json(value);
     Duration => |duration| Arg::Float(Some(duration.as_secs_f64()));
@@ -130,6 +146,9 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
     /// Writes a replay's `replayed` event without waiting for it, as intake writes those of
     /// the replays it reads.
     fn log_replayed(&self, event: NewEvent);
+
+    /// The queue of send fences, checked many at once (`grouped.rs`).
+    fn fences(&self) -> &Batcher<Fence, bool>;
 
     /// The queue of acknowledgements, group-committed (`grouped.rs`).
     fn acks(&self) -> &Batcher<Ack, Acknowledged>;
@@ -305,7 +324,16 @@ pub(crate) async fn read_all<B: Backend>(
     sql: &'static str,
     args: &[Arg<'_>],
 ) -> Result<Vec<Row<B>>, StoreError> {
-    let mut conn = store.readers().acquire().await?;
+    read_all_on::<B>(store.readers(), sql, args).await
+}
+
+/// Every row of a read on `pool`.
+pub(crate) async fn read_all_on<B: Backend>(
+    pool: &Pool<B::Db>,
+    sql: &'static str,
+    args: &[Arg<'_>],
+) -> Result<Vec<Row<B>>, StoreError> {
+    let mut conn = pool.acquire().await?;
     fetch_all::<B>(&mut *conn, sql, args).await
 }
 

@@ -10,6 +10,7 @@ use uuid::Uuid;
 use super::{
     AttemptRecord, JobRecord, StoreError,
     backend::{Backend, read_all, read_one, read_optional, write, write_all},
+    grouped::Fence,
     records::storable_text,
     rows,
 };
@@ -101,8 +102,12 @@ impl<B: Backend> Dispatch for B {
         worker: &str,
         margin: Duration,
     ) -> Result<bool, StoreError> {
-        let values = args![attempt_id, worker, margin];
-        B::flag(&read_one(self, B::SQL.owns_attempt, values).await?, "owned")
+        let fence = Fence {
+            attempt_id,
+            worker: worker.to_owned(),
+            margin,
+        };
+        self.fences().submit(fence).await
     }
 
     async fn heartbeat(&self, worker: &str, lease: Duration) -> Result<Vec<Uuid>, StoreError> {

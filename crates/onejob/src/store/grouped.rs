@@ -13,7 +13,12 @@
 //! transaction of its own, with the lone change's retries: a bad change fails alone, and a
 //! group behaves, change by change, exactly as lone changes do.
 
-use std::{collections::HashMap, future::Future, sync::Arc};
+use std::{
+    collections::{HashMap, HashSet},
+    future::Future,
+    sync::Arc,
+    time::Duration,
+};
 
 use futures::FutureExt;
 use sqlx::Pool;
@@ -22,7 +27,7 @@ use uuid::Uuid;
 
 use super::{
     StoreError,
-    backend::{Arg, Backend, Tx},
+    backend::{Arg, Backend, Tx, read_all_on},
     batch::{Batcher, WriteBatch},
 };
 
@@ -32,14 +37,6 @@ const MAX_GROUP: usize = 128;
 /// Groups writing side by side: while one commits, the next runs its statements.
 const WRITERS: usize = 2;
 
-/// What a change's rule did inside a group's transaction.
-pub(crate) enum Step<O> {
-    /// Done: answer this after the commit.
-    Done(O),
-    /// The change must be made alone (its compare-and-swap lost a race inside the group).
-    Alone,
-}
-
 /// A state change that can share a transaction with others of its kind.
 pub(crate) trait Change<B: Backend>: Send + Sync + 'static {
     /// What the change answers.
@@ -48,12 +45,14 @@ pub(crate) trait Change<B: Backend>: Send + Sync + 'static {
     /// The attempt the change is about.
     fn attempt_id(&self) -> Uuid;
 
-    /// The change's rule, inside a transaction that holds nothing of its job yet.
-    fn apply<'a>(
-        &'a self,
+    /// The rule of each change, for all of them in one transaction that holds nothing of
+    /// their jobs yet; `changes` come in the order of their jobs' ids, each with its job, and
+    /// the answers in the same order. `None` (the caller rolls back) when they must be made
+    /// one by one instead.
+    fn apply_all<'a>(
         tx: &'a mut Tx<B>,
-        job_id: Uuid,
-    ) -> impl Future<Output = Result<Step<Self::Out>, StoreError>> + Send + 'a;
+        changes: &'a [(Uuid, &'a Self)],
+    ) -> impl Future<Output = Result<Option<Vec<Self::Out>>, StoreError>> + Send + 'a;
 
     /// The change made alone, in transactions of its own.
     fn alone(
@@ -170,16 +169,69 @@ async fn together<B: Backend, C: Change<B>>(
         order.push((*job, at));
     }
     order.sort();
+    let sorted: Vec<(Uuid, &C)> = order.iter().map(|&(job, at)| (job, &changes[at])).collect();
+    let Some(applied) = C::apply_all(&mut tx, &sorted).await? else {
+        tx.rollback().await?;
+        return Ok(None);
+    };
     let mut outs: Vec<Option<C::Out>> = changes.iter().map(|_| None).collect();
-    for (job_id, at) in order {
-        match changes[at].apply(&mut tx, job_id).await? {
-            Step::Done(out) => outs[at] = Some(out),
-            Step::Alone => {
-                tx.rollback().await?;
-                return Ok(None);
-            }
-        }
+    for ((_, at), out) in order.into_iter().zip(applied) {
+        outs[at] = Some(out);
     }
     tx.commit().await?;
     Ok(Some(outs.into_iter().flatten().collect()))
+}
+
+/// A send fence ([`super::Dispatch::owns_attempt`]), checked with others in one read.
+pub(crate) struct Fence {
+    /// The attempt about to be sent.
+    pub attempt_id: Uuid,
+    /// The worker sending it.
+    pub worker: String,
+    /// The lease it must still hold at least.
+    pub margin: Duration,
+}
+
+/// A queue of send fences, checked many in one statement on `readers`: each answer is the
+/// one a fence checked alone would get at the moment the statement runs.
+pub(crate) fn fences<B: Backend>(readers: Pool<B::Db>) -> Batcher<Fence, bool> {
+    let check: WriteBatch<Fence, bool> = Arc::new(move |fences| {
+        let readers = readers.clone();
+        async move { check_fences::<B>(&readers, fences).await }.boxed()
+    });
+    Batcher::spawn(WRITERS, MAX_GROUP, check)
+}
+
+async fn check_fences<B: Backend>(
+    readers: &Pool<B::Db>,
+    fences: Vec<Fence>,
+) -> Vec<Result<bool, StoreError>> {
+    let mut answers: Vec<Option<Result<bool, StoreError>>> = fences.iter().map(|_| None).collect();
+    // One statement per worker and margin among them (one, when one worker process asks).
+    while let Some(first) = answers.iter().position(Option::is_none) {
+        let (worker, margin) = (&fences[first].worker, fences[first].margin);
+        let ours: Vec<usize> = (first..fences.len())
+            .filter(|&at| answers[at].is_none())
+            .filter(|&at| fences[at].worker == *worker && fences[at].margin == margin)
+            .collect();
+        let ids: Vec<Uuid> = ours.iter().map(|&at| fences[at].attempt_id).collect();
+        let owned = read_all_on::<B>(
+            readers,
+            B::SQL.owned_attempts,
+            args![&ids[..], worker.as_str(), margin],
+        )
+        .await
+        .and_then(|rows| {
+            rows.iter()
+                .map(|row| B::uuid(row, "id"))
+                .collect::<Result<HashSet<Uuid>, StoreError>>()
+        });
+        for at in ours {
+            answers[at] = Some(match &owned {
+                Ok(owned) => Ok(owned.contains(&fences[at].attempt_id)),
+                Err(error) => Err(error.clone()),
+            });
+        }
+    }
+    answers.into_iter().flatten().collect()
 }

@@ -155,6 +155,30 @@ statements! {
     /// `$1` job id → `id` of each `unknown` attempt of the job, now `cancelled`.
     cancel_unknown_attempts,
 
+    // Groups: the same changes for many jobs or attempts at once (`grouped.rs`). Lists are
+    // bound as arrays (PostgreSQL) or JSON arrays (SQLite), the n-th elements together.
+    /// `$1` job ids → `id, state, version, attempts, recoveries, completed_by` of each,
+    /// locking them in the order of their ids (waiting for other holders).
+    lock_jobs,
+    /// `$1` attempt ids → `id, state` of each.
+    attempt_states_of,
+    /// `$1` attempt ids, `$2` task ids or NULLs → `id, state` of each; a task id already
+    /// stored is kept.
+    keep_task_ids,
+    /// `$1` attempt ids: each acknowledged attempt is `running`.
+    mark_all_running,
+    /// `$1` job ids, `$2` versions, `$3` outputs, `$4` attempt ids → `id` of each job whose
+    /// compare-and-swap went through (as `swap_result`, job by job).
+    swap_results,
+    /// `$1` attempt ids → the winners, those still open, end `succeeded`.
+    end_winners,
+    /// `$1` job ids, `$2` their winners → `id, job_id` of each other `unknown` attempt of
+    /// those jobs, now `discarded`.
+    discard_unknown_siblings_of,
+    /// `$1` job ids, `$2` attempt ids or NULLs, `$3` kinds, `$4` actors or NULLs, `$5`
+    /// details: one event each.
+    insert_events,
+
     // Events.
     /// `$1` job id, `$2` attempt id or NULL, `$3` kind, `$4` actor or NULL, `$5` detail.
     insert_event,
@@ -165,11 +189,11 @@ statements! {
     // Dispatch.
     /// `$1` limit → `id` of jobs due now, oldest dispatch time first.
     due_jobs,
-    /// `$1` attempt id, `$2` worker, `$3` margin seconds → `owned`: the worker holds the
-    /// `starting` attempt with at least the margin of lease left, and its job is not
-    /// cancelled.
-    owns_attempt,
-    /// `$1` worker, `$2` lease seconds: renews the lease of its live attempts.
+    /// `$1` attempt ids, `$2` worker, `$3` margin seconds → `id` of each the worker holds,
+    /// `starting`, with at least the margin of lease left, its job not cancelled.
+    owned_attempts,
+    /// `$1` worker, `$2` lease seconds: renews the lease of its live attempts (on PostgreSQL
+    /// those no other transaction holds right now).
     renew_leases,
     /// `$1` worker → `id` of its live attempts whose job was cancelled.
     cancelled_leases,

@@ -4,7 +4,7 @@
 //! They are methods of a write transaction ([`Tx`]), so the rules in `transitions.rs` decide
 //! what is atomic and these only what is said. None of them decides anything.
 
-use std::time::Duration;
+use std::{collections::HashMap, time::Duration};
 
 use onejob_domain::{AttemptState, JobState, Principal};
 use serde_json::Value;
@@ -326,4 +326,129 @@ impl<B: Backend> Tx<B> {
         self.execute(B::SQL.insert_event, values).await?;
         Ok(())
     }
+
+    /// Locks the jobs in the order of their ids and reads their heads; a missing job is
+    /// left out.
+    pub(crate) async fn lock_jobs(
+        &mut self,
+        job_ids: &[Uuid],
+    ) -> Result<HashMap<Uuid, JobHead>, StoreError> {
+        let heads = self.all(B::SQL.lock_jobs, args![job_ids]).await?;
+        heads
+            .iter()
+            .map(|row| Ok((B::uuid(row, "id")?, head::<B>(row)?)))
+            .collect()
+    }
+
+    /// The states of these attempts; a missing one is left out.
+    pub(crate) async fn attempt_states_of(
+        &mut self,
+        attempt_ids: &[Uuid],
+    ) -> Result<HashMap<Uuid, AttemptState>, StoreError> {
+        let states = self
+            .all(B::SQL.attempt_states_of, args![attempt_ids])
+            .await?;
+        id_states::<B>(&states)
+    }
+
+    /// Stores each attempt's task id unless one is stored; returns their states.
+    pub(crate) async fn keep_task_ids(
+        &mut self,
+        attempt_ids: &[Uuid],
+        task_ids: &[Option<&str>],
+    ) -> Result<HashMap<Uuid, AttemptState>, StoreError> {
+        let task_ids: Vec<_> = task_ids.iter().map(|t| t.map(storable_text)).collect();
+        let task_ids: Vec<Option<&str>> = task_ids.iter().map(|t| t.as_deref()).collect();
+        let values = args![attempt_ids, &task_ids[..]];
+        id_states::<B>(&self.all(B::SQL.keep_task_ids, values).await?)
+    }
+
+    /// The acknowledged attempts become `running`.
+    pub(crate) async fn mark_all_running(
+        &mut self,
+        attempt_ids: &[Uuid],
+    ) -> Result<(), StoreError> {
+        self.execute(B::SQL.mark_all_running, args![attempt_ids])
+            .await?;
+        Ok(())
+    }
+
+    /// The compare-and-swap of each job's result ([`Tx::swap_result`], job by job), and each
+    /// winner, if still open, ends `succeeded`. Whether all of them went through (if not,
+    /// the caller rolls back).
+    pub(crate) async fn swap_results(&mut self, swaps: &[Swap<'_>]) -> Result<bool, StoreError> {
+        let jobs: Vec<Uuid> = swaps.iter().map(|s| s.job_id).collect();
+        let versions: Vec<i64> = swaps.iter().map(|s| s.version).collect();
+        let outputs: Vec<&Value> = swaps.iter().map(|s| s.output).collect();
+        let winners: Vec<Uuid> = swaps.iter().map(|s| s.attempt_id).collect();
+        let values = args![&jobs[..], &versions[..], &outputs[..], &winners[..]];
+        if self.all(B::SQL.swap_results, values).await?.len() != swaps.len() {
+            return Ok(false);
+        }
+        let ended = self
+            .execute(B::SQL.end_winners, args![&winners[..]])
+            .await?;
+        Ok(ended == swaps.len() as u64)
+    }
+
+    /// The `unknown` attempts of the swaps' jobs other than their winners end `discarded`;
+    /// returns them (attempt, job).
+    pub(crate) async fn discard_unknown_siblings_of(
+        &mut self,
+        swaps: &[Swap<'_>],
+    ) -> Result<Vec<(Uuid, Uuid)>, StoreError> {
+        let jobs: Vec<Uuid> = swaps.iter().map(|s| s.job_id).collect();
+        let winners: Vec<Uuid> = swaps.iter().map(|s| s.attempt_id).collect();
+        let sql = B::SQL.discard_unknown_siblings_of;
+        let rows = self.all(sql, args![&jobs[..], &winners[..]]).await?;
+        rows.iter()
+            .map(|row| Ok((B::uuid(row, "id")?, B::uuid(row, "job_id")?)))
+            .collect()
+    }
+
+    /// Appends events to their jobs' logs, in order, with one statement.
+    pub(crate) async fn insert_events(&mut self, events: &[NewEvent]) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let jobs: Vec<Uuid> = events.iter().map(|e| e.job_id).collect();
+        let attempts: Vec<Option<Uuid>> = events.iter().map(|e| e.attempt_id).collect();
+        let kinds: Vec<Option<&str>> = events.iter().map(|e| Some(e.kind.as_str())).collect();
+        let actors: Vec<_> = events
+            .iter()
+            .map(|e| e.actor.as_deref().map(storable_text))
+            .collect();
+        let actors: Vec<Option<&str>> = actors.iter().map(|a| a.as_deref()).collect();
+        let details: Vec<_> = events.iter().map(|e| storable(&e.detail)).collect();
+        let details: Vec<&Value> = details.iter().map(|d| &**d).collect();
+        let values = args![
+            &jobs[..],
+            &attempts[..],
+            &kinds[..],
+            &actors[..],
+            &details[..]
+        ];
+        self.execute(B::SQL.insert_events, values).await?;
+        Ok(())
+    }
+}
+
+/// One compare-and-swap of a group ([`Tx::swap_results`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Swap<'a> {
+    /// The job.
+    pub job_id: Uuid,
+    /// The version it was read at.
+    pub version: i64,
+    /// The winner's output.
+    pub output: &'a Value,
+    /// The winner.
+    pub attempt_id: Uuid,
+}
+
+/// `id, state` rows by id.
+fn id_states<B: Backend>(rows: &[Row<B>]) -> Result<HashMap<Uuid, AttemptState>, StoreError> {
+    rows.iter()
+        .map(|row| Ok((B::uuid(row, "id")?, rows::state::<B, _>(row, "state")?)))
+        .collect()
 }

@@ -28,10 +28,10 @@ use super::{
     FirstAttempts, JobRecord, NewEvent, RecoverOutcome, Resolution, RetryPolicy, StartOutcome,
     StartRefusal, StoreError, UnknownBy, Unsuccessful,
     backend::{Arg, Backend, Tx, release},
-    grouped::{Change, Step, Writer},
+    grouped::{Change, Writer},
     payload_digest,
     records::{Exhausted, sibling_discarded, storable, with_member, within_budget},
-    statements::JobHead,
+    statements::{JobHead, Swap},
 };
 
 /// The state changes every store makes the same way (see the module doc).
@@ -431,6 +431,36 @@ pub(crate) struct Ack {
     hedge_after: Option<Duration>,
 }
 
+/// What an acknowledgement does, decided from the locked job and the attempt's state once
+/// its task id is stored.
+enum Acking {
+    /// The attempt is no longer `starting`: it is not the caller's.
+    NotStarting(AttemptState),
+    /// The job was cancelled while the attempt was being sent: it ends `cancelled`.
+    Cancel,
+    /// It runs.
+    Run,
+}
+
+fn acking(job: &JobHead, state: AttemptState) -> Acking {
+    if state != AttemptState::Starting {
+        Acking::NotStarting(state)
+    } else if job.state == JobState::Cancelled {
+        Acking::Cancel
+    } else {
+        Acking::Run
+    }
+}
+
+/// The `attempt_resolved` event of an attempt acknowledged after its job was cancelled.
+fn cancelled_while_sent(job_id: Uuid, attempt_id: Uuid) -> NewEvent {
+    let detail = json!({
+        "outcome": "cancelled",
+        "note": "the job was cancelled while the attempt was being sent",
+    });
+    event(job_id, attempt_id, EventKind::AttemptResolved, detail)
+}
+
 impl<B: Backend> Change<B> for Ack {
     type Out = Acknowledged;
 
@@ -438,19 +468,77 @@ impl<B: Backend> Change<B> for Ack {
         self.attempt_id
     }
 
-    async fn apply(&self, tx: &mut Tx<B>, job_id: Uuid) -> Result<Step<Acknowledged>, StoreError> {
-        let task_id = self.task_id.as_deref();
-        acknowledge_in(tx, job_id, self.attempt_id, task_id, self.hedge_after)
-            .await
-            .map(Step::Done)
+    async fn apply_all(
+        tx: &mut Tx<B>,
+        changes: &[(Uuid, &Self)],
+    ) -> Result<Option<Vec<Acknowledged>>, StoreError> {
+        let attempts: Vec<Uuid> = changes.iter().map(|(_, ack)| ack.attempt_id).collect();
+        if has_duplicates(&attempts) {
+            return Ok(None);
+        }
+        // The jobs' locks first, as for one acknowledgement.
+        let jobs = tx.lock_jobs(&distinct_jobs(changes)).await?;
+        let task_ids: Vec<Option<&str>> = changes
+            .iter()
+            .map(|(_, ack)| ack.task_id.as_deref())
+            .collect();
+        let states = tx.keep_task_ids(&attempts, &task_ids).await?;
+        let (mut outs, mut running, mut events) = (Vec::new(), Vec::new(), Vec::new());
+        for &(job_id, ack) in changes {
+            let job = jobs.get(&job_id).ok_or_else(|| no("job", job_id))?;
+            let state = *states
+                .get(&ack.attempt_id)
+                .ok_or_else(|| no("attempt", ack.attempt_id))?;
+            outs.push(match acking(job, state) {
+                Acking::NotStarting(state) => Acknowledged::NotStarting(state),
+                Acking::Cancel => {
+                    tx.cancel_acknowledged(ack.attempt_id).await?;
+                    events.push(cancelled_while_sent(job_id, ack.attempt_id));
+                    Acknowledged::JobCancelled
+                }
+                Acking::Run => {
+                    running.push(ack.attempt_id);
+                    if let Some(after) = ack.hedge_after {
+                        tx.schedule_hedge(job_id, after).await?;
+                    }
+                    Acknowledged::Running
+                }
+            });
+        }
+        if !running.is_empty() {
+            tx.mark_all_running(&running).await?;
+        }
+        tx.insert_events(&events).await?;
+        Ok(Some(outs))
     }
 
     async fn alone(&self, writer: &Writer<B>) -> Result<Acknowledged, StoreError> {
         let mut tx = writer.begin().await?;
         let job_id = job_of(&mut tx, self.attempt_id).await?;
-        let task_id = self.task_id.as_deref();
-        let acknowledged =
-            acknowledge_in(&mut tx, job_id, self.attempt_id, task_id, self.hedge_after).await?;
+        // The job's lock first: a cancellation either committed before (and is seen here) or
+        // waits until the attempt is running, when it returns it as live for an upstream
+        // cancel.
+        let job = locked(&mut tx, job_id).await?;
+        // The task id is stored whatever the attempt's state: it is what proves what happened.
+        let state = tx
+            .keep_task_id(self.attempt_id, self.task_id.as_deref())
+            .await?;
+        let acknowledged = match acking(&job, state) {
+            Acking::NotStarting(state) => Acknowledged::NotStarting(state),
+            Acking::Cancel => {
+                tx.cancel_acknowledged(self.attempt_id).await?;
+                tx.insert_event(&cancelled_while_sent(job_id, self.attempt_id))
+                    .await?;
+                Acknowledged::JobCancelled
+            }
+            Acking::Run => {
+                tx.mark_running(self.attempt_id).await?;
+                if let Some(after) = self.hedge_after {
+                    tx.schedule_hedge(job_id, after).await?;
+                }
+                Acknowledged::Running
+            }
+        };
         tx.commit().await?;
         Ok(acknowledged)
     }
@@ -458,39 +546,6 @@ impl<B: Backend> Change<B> for Ack {
     fn makes_due(&self, out: &Acknowledged) -> bool {
         self.hedge_after.is_some() && *out == Acknowledged::Running
     }
-}
-
-/// The rule of an acknowledgement, in a transaction that holds nothing of the job yet.
-async fn acknowledge_in<B: Backend>(
-    tx: &mut Tx<B>,
-    job_id: Uuid,
-    attempt_id: Uuid,
-    task_id: Option<&str>,
-    hedge_after: Option<Duration>,
-) -> Result<Acknowledged, StoreError> {
-    // The job's lock first: a cancellation either committed before (and is seen here) or
-    // waits until the attempt is running, when it returns it as live for an upstream cancel.
-    let job = locked(tx, job_id).await?;
-    // The task id is stored whatever the attempt's state: it is what proves what happened.
-    let state = tx.keep_task_id(attempt_id, task_id).await?;
-    if state != AttemptState::Starting {
-        return Ok(Acknowledged::NotStarting(state));
-    }
-    if job.state == JobState::Cancelled {
-        tx.cancel_acknowledged(attempt_id).await?;
-        let detail = json!({
-            "outcome": "cancelled",
-            "note": "the job was cancelled while the attempt was being sent",
-        });
-        let resolved = event(job_id, attempt_id, EventKind::AttemptResolved, detail);
-        tx.insert_event(&resolved).await?;
-        return Ok(Acknowledged::JobCancelled);
-    }
-    tx.mark_running(attempt_id).await?;
-    if let Some(after) = hedge_after {
-        tx.schedule_hedge(job_id, after).await?;
-    }
-    Ok(Acknowledged::Running)
 }
 
 /// An output offered as a job's result ([`Transitions::complete_attempt`]), grouped with
@@ -501,6 +556,114 @@ pub(crate) struct Offer {
     by: Resolution,
 }
 
+/// What a completion does, decided from the locked job and the attempt's state.
+enum Completing {
+    /// Nothing to write: answer this.
+    Answer(Completion),
+    /// Another attempt won, or the job is settled, or the attempt already ended: it is
+    /// discarded, and its race recorded.
+    Discard {
+        winner: Option<Uuid>,
+        job_state: JobState,
+    },
+    /// The compare-and-swap of the result.
+    Swap,
+}
+
+fn completing(
+    job: &JobHead,
+    attempt_state: AttemptState,
+    attempt_id: Uuid,
+    by: &Resolution,
+) -> Completing {
+    if by.only_unknown && attempt_state != AttemptState::Unknown {
+        return Completing::Answer(Completion::NotUnknown(attempt_state));
+    }
+    let winner = job.completed_by;
+    if winner == Some(attempt_id) {
+        // The winner's own answer again (a recording resent after a lost reply, or the
+        // upstream answering twice): it already is the result; no race was lost.
+        return Completing::Answer(Completion::Won);
+    }
+    let open = matches!(
+        job.state,
+        JobState::Pending | JobState::Running | JobState::Unknown
+    );
+    if winner.is_some() || !open || attempt_state.is_terminal() {
+        return Completing::Discard {
+            winner,
+            job_state: job.state,
+        };
+    }
+    Completing::Swap
+}
+
+impl Offer {
+    /// The rule of this offer alone, in a transaction that holds nothing of its job yet (or
+    /// already holds its lock); `None` when its compare-and-swap lost (the caller rolls back
+    /// and decides again).
+    async fn complete_one<B: Backend>(
+        &self,
+        tx: &mut Tx<B>,
+        job_id: Uuid,
+    ) -> Result<Option<Completion>, StoreError> {
+        let job = locked(tx, job_id).await?;
+        let state = tx.attempt_state(self.attempt_id).await?;
+        Ok(Some(
+            match completing(&job, state, self.attempt_id, &self.by) {
+                Completing::Answer(completion) => completion,
+                Completing::Discard { winner, job_state } => {
+                    tx.discard_attempt(self.attempt_id).await?;
+                    tx.insert_event(&self.lost(job_id, winner, job_state))
+                        .await?;
+                    Completion::Discarded { winner, job_state }
+                }
+                Completing::Swap => {
+                    // The compare-and-swap: exactly one attempt ever gets past this.
+                    if !tx
+                        .swap_result(job_id, job.version, &self.output, self.attempt_id)
+                        .await?
+                    {
+                        return Ok(None);
+                    }
+                    // The unknown siblings' outcome no longer matters; left unknown they would
+                    // wait for proof (and count as unknown) forever.
+                    for sibling in tx.discard_unknown_siblings(job_id, self.attempt_id).await? {
+                        tx.insert_event(&sibling_event(job_id, sibling, self.attempt_id))
+                            .await?;
+                    }
+                    tx.insert_event(&self.won(job_id)).await?;
+                    Completion::Won
+                }
+            },
+        ))
+    }
+
+    /// The `race_lost` event of this offer, discarded.
+    fn lost(&self, job_id: Uuid, winner: Option<Uuid>, job_state: JobState) -> NewEvent {
+        let mut detail = payload_digest(&self.output);
+        detail["winner"] = json!(winner);
+        detail["job_state"] = json!(job_state);
+        detail["note"] = json!(self.by.note);
+        self.by
+            .event(job_id, self.attempt_id, EventKind::RaceLost, detail)
+    }
+
+    /// The `won` event of this offer.
+    fn won(&self, job_id: Uuid) -> NewEvent {
+        let mut detail = payload_digest(&self.output);
+        detail["note"] = json!(self.by.note);
+        self.by
+            .event(job_id, self.attempt_id, EventKind::Won, detail)
+    }
+}
+
+/// The `attempt_resolved` event of an unknown attempt discarded because `winner` won.
+fn sibling_event(job_id: Uuid, sibling: Uuid, winner: Uuid) -> NewEvent {
+    let detail = sibling_discarded(winner);
+    event(job_id, sibling, EventKind::AttemptResolved, detail)
+}
+
 impl<B: Backend> Change<B> for Offer {
     type Out = Completion;
 
@@ -508,16 +671,80 @@ impl<B: Backend> Change<B> for Offer {
         self.attempt_id
     }
 
-    async fn apply(&self, tx: &mut Tx<B>, job_id: Uuid) -> Result<Step<Completion>, StoreError> {
-        let completed = complete_in(tx, job_id, self.attempt_id, &self.output, &self.by).await?;
-        Ok(completed.map_or(Step::Alone, Step::Done))
+    async fn apply_all(
+        tx: &mut Tx<B>,
+        changes: &[(Uuid, &Self)],
+    ) -> Result<Option<Vec<Completion>>, StoreError> {
+        // The first offer of each job is decided with the others at once; a second one of the
+        // same job (its hedge, say) decides after it, on what it did, one by one.
+        let mut firsts: Vec<(usize, Uuid, &Self)> = Vec::new();
+        let mut seconds: Vec<(usize, Uuid, &Self)> = Vec::new();
+        for (at, &(job_id, offer)) in changes.iter().enumerate() {
+            if firsts.last().is_some_and(|&(_, job, _)| job == job_id) {
+                seconds.push((at, job_id, offer));
+            } else {
+                firsts.push((at, job_id, offer));
+            }
+        }
+        let jobs: Vec<Uuid> = firsts.iter().map(|&(_, job, _)| job).collect();
+        let heads = tx.lock_jobs(&jobs).await?;
+        let attempts: Vec<Uuid> = firsts.iter().map(|(_, _, o)| o.attempt_id).collect();
+        let states = tx.attempt_states_of(&attempts).await?;
+        let mut outs: Vec<Option<Completion>> = changes.iter().map(|_| None).collect();
+        let (mut swaps, mut events) = (Vec::new(), Vec::new());
+        for &(at, job_id, offer) in &firsts {
+            let job = heads.get(&job_id).ok_or_else(|| no("job", job_id))?;
+            let state = *states
+                .get(&offer.attempt_id)
+                .ok_or_else(|| no("attempt", offer.attempt_id))?;
+            outs[at] = Some(match completing(job, state, offer.attempt_id, &offer.by) {
+                Completing::Answer(completion) => completion,
+                Completing::Discard { winner, job_state } => {
+                    tx.discard_attempt(offer.attempt_id).await?;
+                    events.push(offer.lost(job_id, winner, job_state));
+                    Completion::Discarded { winner, job_state }
+                }
+                Completing::Swap => {
+                    let swap = Swap {
+                        job_id,
+                        version: job.version,
+                        output: &offer.output,
+                        attempt_id: offer.attempt_id,
+                    };
+                    swaps.push((swap, offer));
+                    Completion::Won
+                }
+            });
+        }
+        if !swaps.is_empty() {
+            let cas: Vec<Swap<'_>> = swaps.iter().map(|&(swap, _)| swap).collect();
+            // The compare-and-swap of each job: exactly one attempt ever gets past it.
+            if !tx.swap_results(&cas).await? {
+                return Ok(None);
+            }
+            let siblings = tx.discard_unknown_siblings_of(&cas).await?;
+            for (swap, offer) in &swaps {
+                for (sibling, _) in siblings.iter().filter(|(_, job)| *job == swap.job_id) {
+                    events.push(sibling_event(swap.job_id, *sibling, swap.attempt_id));
+                }
+                events.push(offer.won(swap.job_id));
+            }
+        }
+        tx.insert_events(&events).await?;
+        for (at, job_id, offer) in seconds {
+            match offer.complete_one(tx, job_id).await? {
+                Some(completion) => outs[at] = Some(completion),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(outs.into_iter().flatten().collect()))
     }
 
     async fn alone(&self, writer: &Writer<B>) -> Result<Completion, StoreError> {
         for _ in 0..CAS_ROUNDS {
             let mut tx = writer.begin().await?;
             let job_id = job_of(&mut tx, self.attempt_id).await?;
-            match complete_in(&mut tx, job_id, self.attempt_id, &self.output, &self.by).await? {
+            match self.complete_one(&mut tx, job_id).await? {
                 Some(completion) => {
                     tx.commit().await?;
                     return Ok(completion);
@@ -534,60 +761,22 @@ impl<B: Backend> Change<B> for Offer {
     }
 }
 
-/// The rule of a completion, in a transaction that holds nothing of the job yet; `None` when
-/// its compare-and-swap lost (the caller rolls back and decides again).
-async fn complete_in<B: Backend>(
-    tx: &mut Tx<B>,
-    job_id: Uuid,
-    attempt_id: Uuid,
-    output: &Value,
-    by: &Resolution,
-) -> Result<Option<Completion>, StoreError> {
-    let job = locked(tx, job_id).await?;
-    let attempt_state = tx.attempt_state(attempt_id).await?;
-    if by.only_unknown && attempt_state != AttemptState::Unknown {
-        return Ok(Some(Completion::NotUnknown(attempt_state)));
-    }
-    let winner = job.completed_by;
-    if winner == Some(attempt_id) {
-        // The winner's own answer again (a recording resent after a lost reply, or the
-        // upstream answering twice): it already is the result; no race was lost.
-        return Ok(Some(Completion::Won));
-    }
-    let job_state = job.state;
-    let open = matches!(
-        job_state,
-        JobState::Pending | JobState::Running | JobState::Unknown
-    );
-    if winner.is_some() || !open || attempt_state.is_terminal() {
-        tx.discard_attempt(attempt_id).await?;
-        let mut detail = payload_digest(output);
-        detail["winner"] = json!(winner);
-        detail["job_state"] = json!(job_state);
-        detail["note"] = json!(by.note);
-        let lost = by.event(job_id, attempt_id, EventKind::RaceLost, detail);
-        tx.insert_event(&lost).await?;
-        return Ok(Some(Completion::Discarded { winner, job_state }));
-    }
-    // The compare-and-swap: exactly one attempt ever gets past this.
-    if !tx
-        .swap_result(job_id, job.version, output, attempt_id)
-        .await?
-    {
-        return Ok(None);
-    }
-    // The unknown siblings' outcome no longer matters; left unknown they would wait for
-    // proof (and count as unknown) forever.
-    for sibling in tx.discard_unknown_siblings(job_id, attempt_id).await? {
-        let detail = sibling_discarded(attempt_id);
-        let resolved = event(job_id, sibling, EventKind::AttemptResolved, detail);
-        tx.insert_event(&resolved).await?;
-    }
-    let mut detail = payload_digest(output);
-    detail["note"] = json!(by.note);
-    let won = by.event(job_id, attempt_id, EventKind::Won, detail);
-    tx.insert_event(&won).await?;
-    Ok(Some(Completion::Won))
+/// The distinct jobs of a group's changes, in order (they come sorted by job).
+fn distinct_jobs<C>(changes: &[(Uuid, &C)]) -> Vec<Uuid> {
+    let mut jobs: Vec<Uuid> = changes.iter().map(|(job, _)| *job).collect();
+    jobs.dedup();
+    jobs
+}
+
+fn has_duplicates(ids: &[Uuid]) -> bool {
+    let mut sorted = ids.to_vec();
+    sorted.sort_unstable();
+    sorted.windows(2).any(|pair| pair[0] == pair[1])
+}
+
+/// A reference the database lost: corrupt.
+fn no(what: &str, id: Uuid) -> StoreError {
+    StoreError::Corrupt(format!("no {what} {id}"))
 }
 
 /// How many times a completion re-reads the job when its version moved for another reason.

@@ -43,8 +43,9 @@ use crate::{
 /// row busy on another node) does not make the loop spin.
 const MIN_WAIT: Duration = Duration::from_millis(20);
 
-/// How often, at least, the loop claims due jobs one by one before starting new ones.
-const DUE_SCAN: Duration = Duration::from_millis(50);
+/// How often, at least, the loop claims due jobs one by one while new jobs keep every slot
+/// busy.
+const DUE_SCAN: Duration = Duration::from_secs(1);
 
 /// Most first attempts one batch starts ([`crate::store::Transitions::start_first_attempts`]).
 const MAX_FIRST: usize = 256;
@@ -155,23 +156,17 @@ async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
     let mut running = JoinSet::new();
     let first = first_starts(&ctx.kinds);
 
-    let mut scanned = None::<tokio::time::Instant>;
+    let mut scanned = tokio::time::Instant::now();
 
     while !stop.is_cancelled() {
-        // New jobs start many at a time; whatever else is due (retries, failovers, hedges,
-        // recoveries, new jobs another worker's batch held) is claimed one by one, and at
-        // least every DUE_SCAN before new jobs, so that a steady stream of them never takes
-        // every slot from the rest.
-        let mut saturated = false;
-        let scan_first = scanned.is_none_or(|at| at.elapsed() >= DUE_SCAN);
-        if scan_first {
+        // New jobs start many at a time. Whatever else is due (retries, failovers, hedges,
+        // recoveries, new jobs of kinds without a provider) is claimed one by one once no
+        // more new jobs wait, and at least every DUE_SCAN while they do, oldest due first,
+        // so that a backlog of new jobs never holds them up for longer.
+        let mut saturated = start_new(&ctx, &first, &slots, &mut running, &abandon).await;
+        if !saturated || scanned.elapsed() >= DUE_SCAN {
             saturated |= claim_due(&ctx, &slots, &claiming, &mut running, &abandon, &stop).await;
-            scanned = Some(tokio::time::Instant::now());
-        }
-        saturated |= start_new(&ctx, &first, &slots, &mut running, &abandon).await;
-        if !saturated && !scan_first {
-            saturated |= claim_due(&ctx, &slots, &claiming, &mut running, &abandon, &stop).await;
-            scanned = Some(tokio::time::Instant::now());
+            scanned = tokio::time::Instant::now();
         }
         while running.try_join_next().is_some() {}
         if saturated && slots.available_permits() > 0 {
@@ -412,6 +407,16 @@ async fn claim(
             return None;
         }
     };
+    if job.attempts == 0
+        && job.state == onejob_domain::JobState::Pending
+        && ctx
+            .kinds
+            .get(&job.kind)
+            .is_some_and(|kind| !kind.providers.is_empty())
+    {
+        // A new job of a kind with a provider: the next batch of first attempts takes it.
+        return None;
+    }
     let Some(kind) = ctx.kinds.get(&job.kind).cloned() else {
         tracing::warn!(%job_id, kind = %job.kind, "a due job's kind is not configured; deferring it");
         let _ = ctx

@@ -21,7 +21,7 @@ use super::{
     StoreError, StoreOptions,
     backend::{Arg, Backend, Tx},
     batch::Batcher,
-    grouped::Writer,
+    grouped::{Fence, Writer, fences},
     settled::Settled,
     sql::Sql,
     transitions::{Ack, Offer},
@@ -53,6 +53,8 @@ pub struct PgStore {
     settled: Arc<Settled>,
     /// Writes nobody waits for (`replayed` events, wake-ups).
     relaxed: relaxed::Relaxed,
+    /// Send fences, checked many at once.
+    fences: Arc<Batcher<Fence, bool>>,
     /// Group commit of acknowledgements.
     acks: Arc<Batcher<Ack, Acknowledged>>,
     /// Group commit of completions.
@@ -120,6 +122,7 @@ impl PgStore {
         let writer = Writer::<Self>::new(pool.clone(), None);
         let relaxed = relaxed::Relaxed::spawn(&pool, hosts.as_ref());
         Self {
+            fences: Arc::new(fences::<Self>(pool.clone())),
             acks: Arc::new(writer.batcher()),
             offers: Arc::new(writer.batcher()),
             settled: Arc::default(),
@@ -215,6 +218,10 @@ impl Backend for PgStore {
 
     fn log_replayed(&self, event: NewEvent) {
         self.relaxed.log(vec![event]);
+    }
+
+    fn fences(&self) -> &Batcher<Fence, bool> {
+        &self.fences
     }
 
     fn acks(&self) -> &Batcher<Ack, Acknowledged> {
@@ -337,6 +344,10 @@ fn arguments(args: &[Arg<'_>]) -> Result<PgArguments, StoreError> {
         match *arg {
             Arg::Id(id) => arguments.add(id),
             Arg::Ids(ids) => arguments.add(ids),
+            Arg::OptIds(ids) => arguments.add(ids),
+            Arg::Texts(texts) => arguments.add(texts),
+            Arg::Ints(values) => arguments.add(values),
+            Arg::Jsons(values) => arguments.add(values.iter().map(Json).collect::<Vec<_>>()),
             Arg::Text(text) => arguments.add(text),
             Arg::Int(value) => arguments.add(value),
             Arg::Int32(value) => arguments.add(value),

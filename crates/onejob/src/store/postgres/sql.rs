@@ -4,7 +4,10 @@
 //! start's `lock_due_job` takes `FOR UPDATE SKIP LOCKED`, so a second starter skips a job
 //! another is starting instead of queueing behind it. Under READ COMMITTED each statement
 //! after the lock sees what the previous holder committed. Typed NULLs (`$3::text IS NULL`)
-//! tell the planner a parameter's type where only a NULL test names it.
+//! tell the planner a parameter's type where only a NULL test names it. The heartbeat's
+//! renewal skips the attempts another transaction is changing right now (`SKIP LOCKED`):
+//! it never waits for a group of changes holding some of them, so the two never wait for
+//! each other in a cycle, and those attempts are renewed by the next beat.
 
 use crate::store::sql::Sql;
 
@@ -114,6 +117,30 @@ pub(super) const SQL: Sql = Sql {
     cancel_unknown_attempts: "UPDATE attempts SET state = 'cancelled', finished_at = now() \
                               WHERE job_id = $1 AND state = 'unknown' RETURNING id",
 
+    lock_jobs: "SELECT id, state, version, attempts, recoveries, completed_by FROM jobs \
+                WHERE id = ANY($1) ORDER BY id FOR UPDATE",
+    attempt_states_of: "SELECT id, state FROM attempts WHERE id = ANY($1)",
+    keep_task_ids: "UPDATE attempts a SET task_id = COALESCE(a.task_id, u.task_id) \
+                    FROM unnest($1::uuid[], $2::text[]) AS u (id, task_id) WHERE a.id = u.id \
+                    RETURNING a.id, a.state",
+    mark_all_running: "UPDATE attempts SET state = 'running', acknowledged_at = now() \
+                       WHERE id = ANY($1)",
+    swap_results: "UPDATE jobs j SET state = 'succeeded', result = u.output, \
+                   completed_by = u.attempt_id, error = NULL, version = j.version + 1, \
+                   dispatch_at = NULL, updated_at = now() \
+                   FROM unnest($1::uuid[], $2::int8[], $3::jsonb[], $4::uuid[]) \
+                   AS u (id, version, output, attempt_id) \
+                   WHERE j.id = u.id AND j.version = u.version AND j.completed_by IS NULL \
+                   AND j.state IN ('pending', 'running', 'unknown') RETURNING j.id",
+    end_winners: "UPDATE attempts SET state = 'succeeded', finished_at = now() \
+                  WHERE id = ANY($1) AND state IN ('starting', 'running', 'unknown')",
+    discard_unknown_siblings_of: "UPDATE attempts a SET state = 'discarded', finished_at = now() \
+                                  FROM unnest($1::uuid[], $2::uuid[]) AS u (job_id, winner) \
+                                  WHERE a.job_id = u.job_id AND a.id <> u.winner \
+                                  AND a.state = 'unknown' RETURNING a.id, a.job_id",
+    insert_events: "INSERT INTO job_events (job_id, attempt_id, kind, actor, detail) \
+                    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], \
+                    $5::jsonb[])",
     insert_event: "INSERT INTO job_events (job_id, attempt_id, kind, actor, detail) \
                    VALUES ($1, $2, $3, $4, $5)",
     events_after: concat!(
@@ -124,12 +151,13 @@ pub(super) const SQL: Sql = Sql {
     ),
 
     due_jobs: "SELECT id FROM jobs WHERE dispatch_at <= now() ORDER BY dispatch_at LIMIT $1",
-    owns_attempt: "SELECT EXISTS (SELECT 1 FROM attempts a JOIN jobs j ON j.id = a.job_id \
-                   WHERE a.id = $1 AND a.state = 'starting' AND a.worker = $2 \
-                   AND a.lease_expires_at > now() + make_interval(secs => $3) \
-                   AND j.state <> 'cancelled') AS owned",
+    owned_attempts: "SELECT a.id FROM attempts a JOIN jobs j ON j.id = a.job_id \
+                     WHERE a.id = ANY($1) AND a.state = 'starting' AND a.worker = $2 \
+                     AND a.lease_expires_at > now() + make_interval(secs => $3) \
+                     AND j.state <> 'cancelled'",
     renew_leases: "UPDATE attempts SET lease_expires_at = now() + make_interval(secs => $2) \
-                   WHERE worker = $1 AND state IN ('starting', 'running')",
+                   WHERE id IN (SELECT id FROM attempts WHERE worker = $1 \
+                   AND state IN ('starting', 'running') FOR UPDATE SKIP LOCKED)",
     cancelled_leases: "SELECT a.id FROM attempts a JOIN jobs j ON j.id = a.job_id \
                        WHERE a.worker = $1 AND a.state IN ('starting', 'running') \
                        AND j.state = 'cancelled'",

@@ -29,7 +29,7 @@ use super::{
     Store, StoreError, StoreOptions,
     backend::{Arg, Backend, Tx},
     batch::Batcher,
-    grouped::Writer,
+    grouped::{Fence, Writer, fences},
     settled::Settled,
     sql::Sql,
     transitions::start_first_in_one_transaction,
@@ -63,6 +63,8 @@ pub struct SqliteStore {
     replays: Arc<Batcher<NewEvent, ()>>,
     /// Settled jobs kept for replays.
     settled: Arc<Settled>,
+    /// Send fences, checked many at once.
+    fences: Arc<Batcher<Fence, bool>>,
     /// Group commit of acknowledgements, on the writer.
     acks: Arc<Batcher<Ack, Acknowledged>>,
     /// Group commit of completions, on the writer.
@@ -92,6 +94,7 @@ impl SqliteStore {
         let wake = Arc::new(Notify::new());
         let grouped = Writer::<Self>::new(writer.clone(), Some(wake.clone()));
         Ok(Self {
+            fences: Arc::new(fences::<Self>(pool.clone())),
             acks: Arc::new(grouped.batcher()),
             offers: Arc::new(grouped.batcher()),
             settled: Arc::default(),
@@ -136,6 +139,10 @@ impl Backend for SqliteStore {
         if !self.replays.enqueue(event) {
             tracing::warn!("a replayed event was not logged: the writer is gone");
         }
+    }
+
+    fn fences(&self) -> &Batcher<Fence, bool> {
+        &self.fences
     }
 
     fn acks(&self) -> &Batcher<Ack, Acknowledged> {
@@ -283,6 +290,11 @@ fn parse_time(text: &str) -> Result<OffsetDateTime, StoreError> {
     OffsetDateTime::parse(text, &Rfc3339).map_err(|e| corrupt("timestamp", e))
 }
 
+/// A list bound as the JSON array `json_each` reads.
+fn list(values: impl Iterator<Item = Value>) -> String {
+    Value::Array(values.collect()).to_string()
+}
+
 /// The values bound as SQLite stores them: ids, JSON and times as TEXT (times RFC 3339 in
 /// UTC), the rest as themselves.
 fn arguments(args: &[Arg<'_>]) -> Result<SqliteArguments, StoreError> {
@@ -290,8 +302,15 @@ fn arguments(args: &[Arg<'_>]) -> Result<SqliteArguments, StoreError> {
     for arg in args {
         match *arg {
             Arg::Id(id) => arguments.add(id.map(|id| id.to_string())),
-            Arg::Ids(ids) => arguments
-                .add(Value::from(ids.iter().map(Uuid::to_string).collect::<Vec<_>>()).to_string()),
+            Arg::Ids(ids) => arguments.add(list(ids.iter().map(|id| Value::from(id.to_string())))),
+            Arg::OptIds(ids) => arguments.add(list(
+                ids.iter().map(|id| id.map(|id| id.to_string()).into()),
+            )),
+            Arg::Texts(texts) => arguments.add(list(texts.iter().map(|&text| text.into()))),
+            Arg::Ints(values) => arguments.add(list(values.iter().map(|&value| value.into()))),
+            Arg::Jsons(values) => {
+                arguments.add(list(values.iter().map(|value| value.to_string().into())))
+            }
             Arg::Text(text) => arguments.add(text),
             Arg::Int(value) => arguments.add(value),
             Arg::Int32(value) => arguments.add(value),

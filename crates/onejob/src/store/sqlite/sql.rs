@@ -228,6 +228,48 @@ pub(super) const SQL: Sql = Sql {
         " WHERE job_id = ?1 AND state = 'unknown' RETURNING id"
     ),
 
+    lock_jobs: "SELECT id, state, version, attempts, recoveries, completed_by FROM jobs \
+                WHERE id IN (SELECT value FROM json_each(?1)) ORDER BY id",
+    attempt_states_of: "SELECT id, state FROM attempts \
+                        WHERE id IN (SELECT value FROM json_each(?1))",
+    keep_task_ids: "UPDATE attempts SET task_id = COALESCE(attempts.task_id, u.task_id) \
+                    FROM (SELECT i.value AS id, t.value AS task_id FROM json_each(?1) i \
+                    JOIN json_each(?2) t ON t.key = i.key) AS u WHERE attempts.id = u.id \
+                    RETURNING attempts.id, attempts.state",
+    mark_all_running: concat!(
+        "UPDATE attempts SET state = 'running', acknowledged_at = ",
+        now!(),
+        " WHERE id IN (SELECT value FROM json_each(?1))"
+    ),
+    swap_results: concat!(
+        "UPDATE jobs SET state = 'succeeded', result = u.output, completed_by = u.attempt_id, \
+         error = NULL, version = jobs.version + 1, dispatch_at = NULL, updated_at = ",
+        now!(),
+        " FROM (SELECT i.value AS id, v.value AS version, o.value AS output, \
+         a.value AS attempt_id FROM json_each(?1) i JOIN json_each(?2) v ON v.key = i.key \
+         JOIN json_each(?3) o ON o.key = i.key JOIN json_each(?4) a ON a.key = i.key) AS u \
+         WHERE jobs.id = u.id AND jobs.version = u.version AND jobs.completed_by IS NULL \
+         AND jobs.state IN ('pending', 'running', 'unknown') RETURNING jobs.id"
+    ),
+    end_winners: concat!(
+        "UPDATE attempts SET state = 'succeeded', finished_at = ",
+        now!(),
+        " WHERE id IN (SELECT value FROM json_each(?1)) \
+         AND state IN ('starting', 'running', 'unknown')"
+    ),
+    discard_unknown_siblings_of: concat!(
+        "UPDATE attempts SET state = 'discarded', finished_at = ",
+        now!(),
+        " FROM (SELECT j.value AS job_id, w.value AS winner FROM json_each(?1) j \
+         JOIN json_each(?2) w ON w.key = j.key) AS u WHERE attempts.job_id = u.job_id \
+         AND attempts.id <> u.winner AND attempts.state = 'unknown' \
+         RETURNING attempts.id, attempts.job_id"
+    ),
+    insert_events: "INSERT INTO job_events (job_id, attempt_id, kind, actor, detail) \
+                    SELECT j.value, a.value, k.value, c.value, d.value FROM json_each(?1) j \
+                    JOIN json_each(?2) a ON a.key = j.key JOIN json_each(?3) k ON k.key = j.key \
+                    JOIN json_each(?4) c ON c.key = j.key JOIN json_each(?5) d ON d.key = j.key \
+                    ORDER BY j.key",
     insert_event: "INSERT INTO job_events (job_id, attempt_id, kind, actor, detail) \
                    VALUES (?1, ?2, ?3, ?4, ?5)",
     events_after: concat!(
@@ -241,11 +283,12 @@ pub(super) const SQL: Sql = Sql {
         now!(),
         " ORDER BY dispatch_at LIMIT ?1"
     ),
-    owns_attempt: concat!(
-        "SELECT EXISTS (SELECT 1 FROM attempts a JOIN jobs j ON j.id = a.job_id \
-         WHERE a.id = ?1 AND a.state = 'starting' AND a.worker = ?2 AND a.lease_expires_at > ",
+    owned_attempts: concat!(
+        "SELECT a.id FROM attempts a JOIN jobs j ON j.id = a.job_id \
+         WHERE a.id IN (SELECT value FROM json_each(?1)) AND a.state = 'starting' \
+         AND a.worker = ?2 AND a.lease_expires_at > ",
         later!("?3"),
-        " AND j.state <> 'cancelled') AS owned"
+        " AND j.state <> 'cancelled'"
     ),
     renew_leases: concat!(
         "UPDATE attempts SET lease_expires_at = ",
