@@ -190,6 +190,9 @@ pub(super) const SQL: Sql = Sql {
     end_winner: concat!(
         "UPDATE attempts SET state = 'succeeded', finished_at = ",
         now!(),
+        ", acknowledged_at = COALESCE(acknowledged_at, ",
+        now!(),
+        ")",
         " WHERE id = ?1 AND state IN ('starting', 'running', 'unknown')"
     ),
     discard_unknown_siblings: concat!(
@@ -254,6 +257,9 @@ pub(super) const SQL: Sql = Sql {
     end_winners: concat!(
         "UPDATE attempts SET state = 'succeeded', finished_at = ",
         now!(),
+        ", acknowledged_at = COALESCE(acknowledged_at, ",
+        now!(),
+        ")",
         " WHERE id IN (SELECT value FROM json_each(?1)) \
          AND state IN ('starting', 'running', 'unknown')"
     ),
