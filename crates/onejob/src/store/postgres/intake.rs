@@ -50,6 +50,7 @@ use super::{
     PgStore,
     held::{HeldConnection, Spare},
     hosts::Hosts,
+    nodelay,
     relaxed::Relaxed,
     side_pool, statistics,
 };
@@ -112,6 +113,7 @@ fn intake_pool(pool: &PgPool, hosts: Option<&Arc<Hosts>>) -> PgPool {
     let base = PgPoolOptions::new().after_connect(move |connection, _| {
         let analyzer = analyzer.clone();
         Box::pin(async move {
+            nodelay::set(connection).await?;
             statistics::analyze_if_never_analyzed(connection, analyzer).await;
             Ok(())
         })

@@ -31,6 +31,7 @@ mod first;
 mod held;
 pub mod hosts;
 mod intake;
+mod nodelay;
 pub mod online;
 mod relaxed;
 mod retention;
@@ -98,7 +99,7 @@ impl PgStore {
             None => first.options.clone(),
         };
         let pool = held::checked_after_idle(
-            PgPoolOptions::new(),
+            nodelay::pool_options(),
             followed.as_ref().map(|hosts| hosts.switches()),
         )
         .max_connections(options.max_connections)

@@ -21,7 +21,7 @@
 use std::sync::Arc;
 
 use futures::FutureExt;
-use sqlx::{PgPool, postgres::PgPoolOptions};
+use sqlx::PgPool;
 use tokio::sync::mpsc;
 
 use super::{
@@ -29,7 +29,7 @@ use super::{
     held::{HeldConnection, Spare},
     hosts::Hosts,
     intake::insert_events,
-    side_pool,
+    nodelay, side_pool,
 };
 use crate::store::{
     NewEvent, StoreError,
@@ -55,7 +55,7 @@ impl Relaxed {
     /// open on first use), following `hosts` if given.
     pub(super) fn spawn(pool: &PgPool, hosts: Option<&Arc<Hosts>>) -> Self {
         let relaxed = side_pool(
-            PgPoolOptions::new(),
+            nodelay::pool_options(),
             pool,
             hosts,
             CONNECTIONS,
