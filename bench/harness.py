@@ -24,6 +24,10 @@ Parts (--parts, comma separated; default all):
             vs pg-boss's and graphile-worker's own workers with a no-op handler; a short sweep
             of each contender's knobs first, then the best configuration of each, interleaved:
             N jobs queued then worked, and (--worked-modes) submitted while being worked
+  nodes     intake (new keys) through 1 and 3 `serve --no-worker` nodes on one database, at each
+            of --clients (total), one load generator per node; CPU by program, this database's WAL
+  footprint --footprint-jobs jobs worked for real, copied with their attempts and events to
+            --footprint-total; rows and bytes per table and per index, WAL per job (pg_waldump)
 """
 
 from __future__ import annotations
@@ -314,9 +318,198 @@ def part_record(opts, part: str) -> dict:
         "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "loadavg_start": loadavg(),
         "settings": {k: getattr(opts, k) for k in ("runs", "jobs", "warmup", "clients", "duration")},
+        "binary": binary_provenance(),
         "runs": [],
         "commands": {},
     }
+
+
+def binary_provenance() -> dict:
+    """Which onejob was measured: the binary's hash and build time, and the commit checked out
+    here (machine.json records the same once, but parts are rerun on their own)."""
+    return {
+        "sha256": run(["sha256sum", ONEJOB]).stdout.split()[0],
+        "built": dt.datetime.fromtimestamp(ONEJOB.stat().st_mtime, dt.timezone.utc).isoformat(timespec="seconds"),
+        "build_note": os.environ.get("BENCH_BUILD_NOTE", ""),
+        "git_head": run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], check=False).stdout.strip(),
+        "git_dirty_files": len(run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "crates"],
+                                   check=False).stdout.splitlines()),
+    }
+
+
+PG_WALDUMP = pathlib.Path(os.environ.get("BENCH_PG_WALDUMP", "/usr/lib/postgresql/15/bin/pg_waldump"))
+WALDUMP_LINE = re.compile(r"len \(rec/tot\):\s*\d+/\s*(\d+), tx:\s*(\d+), lsn: ([0-9A-F]+)/([0-9A-F]+),.*?desc: (\S+)")
+WALDUMP_DB = re.compile(r"blkref #\d+: rel \d+/(\d+)/")
+
+
+def current_lsn() -> int:
+    hi, lo = psql("postgres", "SELECT pg_current_wal_insert_lsn()").split("/")
+    return (int(hi, 16) << 32) | int(lo, 16)
+
+
+def lsn_text(lsn: int) -> str:
+    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
+
+
+class WalOfDatabase:
+    """The WAL one database wrote between start() and finish(), read with pg_waldump from
+    pg_wal: the cluster-wide counters (pg_stat_wal) also count other sessions' traffic on this
+    shared server (their test suites create and fill databases), which on this machine can be
+    megabytes per second. A record is this database's if one of its block references names a
+    relation of the database, or if its transaction wrote such a record (its COMMIT). follow:
+    `pg_waldump --follow` reads alongside the phase (for long phases, which may span a
+    checkpoint that recycles the segments; it costs some CPU during the phase); otherwise the
+    range is read after the phase (nothing runs during it; the result is None if the segments
+    are already gone). Sums `tot` (record and full-page images)."""
+
+    def __init__(self, db: str, follow: bool = False):
+        self.db_oid = psql("postgres", f"SELECT oid FROM pg_database WHERE datname = '{db}'")
+        self.follow = follow
+        self.wal_dir = pathlib.Path(psql("postgres", "SHOW data_directory")) / "pg_wal"
+        self.out = WORK / f"waldump-{db}.txt"
+        self.proc = None
+        self.start = current_lsn()
+        self.thread = None
+        if follow and PG_WALDUMP.exists():
+            # pg_waldump fails if no record has been flushed after its start yet: wait for one
+            self.thread = threading.Thread(target=self._follow, daemon=True)
+            self.thread.start()
+
+    def _follow(self) -> None:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            flushed = psql("postgres", "SELECT pg_current_wal_flush_lsn()").split("/")
+            if (int(flushed[0], 16) << 32) | int(flushed[1], 16) > self.start:
+                break
+            time.sleep(0.05)
+        self.proc = subprocess.Popen([str(PG_WALDUMP), "--follow", "-p", str(self.wal_dir), "-s", lsn_text(self.start)],
+                                     stdout=open(self.out, "w"), stderr=subprocess.STDOUT, env=ENV)
+
+    def finish(self) -> dict | None:
+        end = current_lsn()
+        if not PG_WALDUMP.exists():
+            return None
+        if self.thread:
+            self.thread.join()
+        if self.proc:
+            deadline = time.time() + 30
+            while time.time() < deadline and self._last_lsn() < end:  # others write WAL all the time here
+                time.sleep(0.5)
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+        else:
+            with open(self.out, "w") as out:
+                subprocess.run([str(PG_WALDUMP), "-p", str(self.wal_dir), "-s", lsn_text(self.start), "-e", lsn_text(end)],
+                               stdout=out, stderr=subprocess.STDOUT, env=ENV, timeout=600)
+        mine = {"bytes": 0, "records": 0, "fpi_records": 0, "commits": 0}
+        others = {"bytes": 0, "commits": 0}
+        xids: set = set()
+        last = 0
+        with open(self.out) as lines:
+            for line in lines:
+                m = WALDUMP_LINE.search(line)
+                if not m:
+                    continue
+                tot, xid, lsn, kind = int(m.group(1)), int(m.group(2)), (int(m.group(3), 16) << 32) | int(m.group(4), 16), m.group(5)
+                if lsn < self.start or lsn >= end:
+                    continue
+                last = max(last, lsn)
+                ours = self.db_oid in WALDUMP_DB.findall(line)
+                if ours and xid:
+                    xids.add(xid)
+                if ours or (xid and xid in xids):
+                    mine["bytes"] += tot
+                    mine["records"] += 1
+                    mine["fpi_records"] += line.count(" FPW")
+                    mine["commits"] += kind == "COMMIT"
+                else:
+                    others["bytes"] += tot
+                    others["commits"] += kind == "COMMIT"
+        self.out.unlink(missing_ok=True)
+        if not last or end - last > 1 << 20:  # did not get (near) the end: segments recycled, or no dump
+            log(f"pg_waldump did not cover {lsn_text(self.start)}..{lsn_text(end)} (last record {lsn_text(last)})")
+            return None
+        return {"start": lsn_text(self.start), "end": lsn_text(end), "range_bytes": end - self.start,
+                "database": mine, "others": others}
+
+    def _last_lsn(self) -> int:
+        try:
+            with open(self.out, "rb") as f:
+                f.seek(max(0, self.out.stat().st_size - 4096))
+                tail = f.read().decode(errors="replace").splitlines()
+        except OSError:
+            return 0
+        for line in reversed(tail):
+            m = WALDUMP_LINE.search(line)
+            if m:
+                return (int(m.group(3), 16) << 32) | int(m.group(4), 16)
+        return 0
+
+
+class CpuSampler:
+    """Where the machine's CPU went during a phase: /proc/stat (busy and idle, machine-wide)
+    at its start and end, and every process's CPU time (utime + stime) sampled every 200 ms
+    by a background thread, grouped by program (`postgres`, `onejob`, `onejob-loadgen`;
+    everything else is `other`: on this shared machine, mostly other sessions' compilers).
+    Sampling keeps the last value seen of each process, so one that exits during the phase
+    (a load generator) loses at most its last 200 ms."""
+
+    OURS = ("postgres", "onejob", "onejob-loadgen")
+
+    def __init__(self):
+        self.hz = os.sysconf("SC_CLK_TCK")
+        self.first: dict = {}
+        self.last: dict = {}
+        self.stop_event = threading.Event()
+        self.machine_before = self._machine()
+        self._sample(first=True)
+        self.t0 = time.monotonic()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def _machine() -> list[int]:
+        return [int(x) for x in pathlib.Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+
+    def _sample(self, first: bool = False) -> None:
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                s = pathlib.Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                continue
+            comm = s[s.index("(") + 1:s.rindex(")")].split(":")[0]
+            f = s[s.rindex(")") + 2:].split()
+            key = (int(pid), f[19], comm)  # pid, start time: a reused pid is another process
+            ticks = int(f[11]) + int(f[12])
+            if first:
+                self.first[key] = ticks
+            self.last[key] = ticks
+
+    def _loop(self) -> None:
+        while not self.stop_event.wait(0.2):
+            self._sample()
+
+    def finish(self) -> dict:
+        self._sample()
+        seconds = time.monotonic() - self.t0
+        self.stop_event.set()
+        self.thread.join()
+        d = [b - a for a, b in zip(self.machine_before, self._machine())]
+        total = sum(d) or 1
+        cores = os.cpu_count()
+        busy = total - d[3] - d[4]  # all but idle and iowait
+        by: dict = {}
+        for key, ticks in self.last.items():
+            name = key[2] if key[2] in self.OURS else "other"
+            by[name] = by.get(name, 0) + ticks - self.first.get(key, 0)
+        # percent of one core over the phase (cores x 100 % is the whole machine)
+        cores_pct = lambda ticks: round(100 * ticks / self.hz / seconds, 1)  # noqa: E731
+        return {"seconds": round(seconds, 3), "cores": cores,
+                "machine_busy_pct": round(100 * cores * busy / total, 1),
+                "machine_iowait_pct": round(100 * cores * d[4] / total, 1),
+                "by_program_pct": {k: cores_pct(v) for k, v in sorted(by.items(), key=lambda kv: -kv[1])}}
 
 
 def finish(rec: dict) -> dict:
@@ -1167,93 +1360,187 @@ def part_worked(opts) -> None:
     save("worked", finish(rec))
 
 
+def loadgen_output(proc: subprocess.Popen, cmd: list) -> dict:
+    out, _ = proc.communicate(timeout=3600)
+    if proc.returncode != 0 or "{" not in out:
+        raise RuntimeError(f"{cmdline(cmd)} failed ({proc.returncode}): {out[-2000:]}")
+    return json.loads(out[out.index("{"):])
+
+
+def split(total: int, parts: int) -> list[int]:
+    """`total` split into `parts` shares that differ by at most one."""
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
 def nodes_one(opts, rec: dict, run_index: int, nodes: int, clients: int) -> None:
     """Intake through `nodes` API nodes (`serve --no-worker`, ports PORT_ONEJOB + 10 i) on one
-    database: one load generator per node, clients / nodes clients and jobs / nodes new keys
-    each (4 x --jobs in all), all started together; req/s = all 201s / (first start -> last finish)."""
+    database: every node warmed up first (its own load generator, --warmup jobs), ANALYZE, then
+    one load generator per node, the clients and 4 x --jobs new keys split evenly between them,
+    all started together; req/s = all 201s / (first start -> last finish). The machine's CPU
+    over that window is sampled by program (CpuSampler)."""
     name = f"{DB}_nodes"
     url = fresh("postgres", name)
     key = api_key(url)
     servers: list[Server] = []
+    addrs = [f"127.0.0.1:{PORT_ONEJOB + 10 * i}" for i in range(nodes)]
+    shares = split(clients, nodes)
+    jobs = split(4 * opts.jobs, nodes)  # 4 x --jobs in all, whatever the node count
     try:
-        for i in range(nodes):
+        for i, addr in enumerate(addrs):
             servers.append(start_onejob(url, worker=False, provider_url=f"http://127.0.0.1:{PORT_SINK}/v1",
-                                        tag=f"nodes-{i}", listen=f"127.0.0.1:{PORT_ONEJOB + 10 * i}"))
-        run_json([LOADGEN, "intake", "--addr", ONEJOB_ADDR, "--key", key, "--clients", min(clients, 32),
-                  "--jobs", opts.warmup, "--warmup", 0, "--prefix", f"n{run_index}w"], timeout=600)
+                                        tag=f"nodes-{i}", listen=addr))
+        for i, addr in enumerate(addrs):  # each node's pool and prepared statements, not only the first's
+            run_json([LOADGEN, "intake", "--addr", addr, "--key", key, "--clients", shares[i],
+                      "--jobs", opts.warmup, "--warmup", 0, "--prefix", f"n{run_index}w{i}"], timeout=600)
         analyze("postgres", name)
-        per = 4 * opts.jobs // nodes  # 4 x --jobs in all, whatever the node count
-        cmds = [[LOADGEN, "intake", "--addr", f"127.0.0.1:{PORT_ONEJOB + 10 * i}", "--key", key,
-                 "--clients", max(1, clients // nodes), "--jobs", per, "--warmup", 0,
-                 "--prefix", f"n{run_index}-{i}"] for i in range(nodes)]
-        note_command(rec, "loadgen (one per node)", [*cmds[0][:5], "$KEY", *cmds[0][6:]])
-        note_command(rec, "serve", servers[0].cmd)
+        cmds = [[LOADGEN, "intake", "--addr", addr, "--key", key, "--clients", shares[i], "--jobs", jobs[i],
+                 "--warmup", 0, "--prefix", f"n{run_index}-{i}"] for i, addr in enumerate(addrs)]
+        note_command(rec, "loadgen (one per node, started together)", [*cmds[0][:5], "$KEY", *cmds[0][6:]])
+        note_command(rec, "serve (one per node, listen = 127.0.0.1:18080 + 10 i)", servers[0].cmd)
+        rec.setdefault("configs", {}).setdefault("postgres", (WORK / "nodes-0.toml").read_text())
+        load_before = loadavg()
+        wal = WalOfDatabase(name)
         before = pg_snapshot(name)
+        cpu = CpuSampler()
         t0 = time.monotonic()
         procs = [subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                   text=True, env=ENV) for cmd in cmds]
-        outs = [json.loads(p.communicate(timeout=3600)[0]) for p in procs]
+        outs = [loadgen_output(proc, cmd) for proc, cmd in zip(procs, cmds)]
         wall = time.monotonic() - t0
+        cpu_split = cpu.finish()
     finally:
         for server in servers:
             server.stop()
-    time.sleep(0.2)
+    time.sleep(0.2)  # the servers' backends have exited: their statistics are flushed
+    after = pg_snapshot(name)
+    wal_own = wal.finish()
     ok = sum(o["intake"]["ok"] for o in outs)
-    r = {"nodes": nodes, "clients": clients, "jobs": ok, "wall_s": wall, "rps": ok / wall,
+    rows = int(psql(name, "SELECT count(*) FROM jobs"))
+    r = {"nodes": nodes, "clients": clients, "clients_per_node": shares, "jobs": ok, "wall_s": wall,
+         "rps": ok / wall,
          "per_node_rps": [o["intake"]["rps"] for o in outs],
+         "per_node_elapsed_s": [o["intake"]["elapsed_s"] for o in outs],
+         "per_node_p50_ms": [o["intake"]["p50_ms"] for o in outs],
+         "per_node_p99_ms": [o["intake"]["p99_ms"] for o in outs],
+         # The load generators report percentiles, not samples: with equal shares the nodes'
+         # distributions are alike; the median of their p50s stands for the p50 of all requests,
+         # and the pooled p99 is at most the largest node's p99.
          "p50_ms": median([o["intake"]["p50_ms"] for o in outs]), "p99_ms": max(o["intake"]["p99_ms"] for o in outs),
-         "unexpected": [o["intake"]["unexpected"] for o in outs], "pg": pg_delta(before, pg_snapshot(name), ok)}
+         "unexpected": [o["intake"]["unexpected"] for o in outs],
+         "rows_jobs": rows, "loadavg_before": load_before,
+         "cpu": cpu_split, "pg": pg_delta(before, after, ok), "wal_of_database": wal_own}
+    if wal_own:
+        r["pg"]["own_wal_bytes_per_job"] = wal_own["database"]["bytes"] / ok
+        r["pg"]["jobs_per_own_commit"] = ok / wal_own["database"]["commits"] if wal_own["database"]["commits"] else None
     discard("postgres", name)
     rec["runs"].append({"contender": f"onejob-{nodes}-nodes", "run": run_index, "loadavg": loadavg(), **r})
+    busy = cpu_split["by_program_pct"]
     log(f"nodes {nodes} c={clients} run {run_index}: {r['rps']:.0f}/s (per node {', '.join(f'{x:.0f}' for x in r['per_node_rps'])}), "
-        f"jobs/WAL sync {r['pg'].get('jobs_per_wal_sync') or 0:.1f}")
+        f"p50 {r['p50_ms']:.2f} p99 {r['p99_ms']:.2f} ms, jobs/WAL sync {r['pg'].get('jobs_per_wal_sync') or 0:.1f}, "
+        f"WAL/job {r['pg'].get('wal_bytes_per_job') or 0:.0f} B (this database's {r['pg'].get('own_wal_bytes_per_job') or 0:.0f} B), unexpected {r['unexpected']}, "
+        f"CPU busy {cpu_split['machine_busy_pct']:.0f}% of {100 * cpu_split['cores']}% "
+        f"({', '.join(f'{k} {v:.0f}%' for k, v in busy.items())})")
 
 
 def part_nodes(opts) -> None:
     """`nodes`: intake new keys through 1 and 3 API nodes on one PostgreSQL (docs/SCALING.md),
     at each of --clients (total over the nodes), --runs rounds, node counts interleaved."""
     rec = part_record(opts, "nodes")
-    for run_index in range(opts.runs):
-        for clients in opts.clients:
-            for nodes in (1, 3):
-                guarded(rec, nodes_one, opts, rec, run_index, nodes, clients)
-        save("nodes", dict(rec, finished=None))
+    try:
+        for run_index in range(opts.runs):
+            for clients in opts.clients:
+                for nodes in (1, 3):
+                    guarded(rec, nodes_one, opts, rec, run_index, nodes, clients)
+            save("nodes", dict(rec, finished=None))
+    finally:
+        drop_db(f"{DB}_nodes")  # left behind by a failed run
     save("nodes", finish(rec))
+
+
+def index_sizes(db: str) -> dict:
+    return json.loads(psql(db, "SELECT json_object_agg(indexrelname, pg_relation_size(indexrelid) ORDER BY relname, indexrelname) "
+                               "FROM pg_stat_user_indexes WHERE relname IN ('jobs', 'attempts', 'job_events')"))
+
+
+def wal_counters() -> dict:
+    """Cluster-wide: WAL records, full-page images and bytes written, and checkpoints done."""
+    return json.loads(psql("postgres", "SELECT json_build_object('wal_records', w.wal_records, 'wal_fpi', w.wal_fpi, "
+                                       "'wal_bytes', w.wal_bytes, 'checkpoints', b.checkpoints_timed + b.checkpoints_req) "
+                                       "FROM pg_stat_wal w, pg_stat_bgwriter b"))
 
 
 def part_footprint(opts) -> None:
     """`footprint`: what jobs leave in PostgreSQL (docs/SCALING.md). --footprint-jobs jobs run
-    for real (API + worker on onejob-fake), then copied with their attempts and events
-    (bench/sql/replicate_worked.sql) up to --footprint-total jobs; rows, table and index
-    bytes of each table at both sizes, per index at the larger, after VACUUM (ANALYZE). The
-    WAL of the real jobs (intake and work) is measured; the copies' WAL is not a job's."""
+    for real (one `serve` node with its worker, [worker] concurrency 64, on onejob-fake; the
+    load generator submits them with 32 clients while the worker works), then copied with
+    their attempts and events (bench/sql/replicate_worked.sql: later timestamps, time-ordered
+    UUIDv7 ids, new key hashes) up to --footprint-total jobs; rows, table and index bytes of
+    each table and each index, at the real size before and after VACUUM (this server runs
+    autovacuum = off) and at the total after VACUUM (ANALYZE). The WAL of the real jobs
+    (intake and work, submission to result) is measured; the copies' WAL is not a job's."""
     rec = part_record(opts, "footprint")
-    name = f"{DB}_footprint"
+    rec["settings"].update({"footprint_jobs": opts.footprint_jobs, "footprint_total": opts.footprint_total})
+    try:
+        footprint_run(opts, rec, f"{DB}_footprint")
+    except Exception as error:  # noqa: BLE001 - recorded in the results and the report
+        log(f"FAILED footprint: {str(error)[:2000]}")
+        rec.setdefault("errors", []).append({"what": "footprint", "error": str(error)[:4000],
+                                             "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
+    finally:
+        drop_db(f"{DB}_footprint")
+    save("footprint", finish(rec))
+
+
+def footprint_run(opts, rec: dict, name: str) -> None:
     url = fresh("postgres", name)
     key = api_key(url)
     jobs = opts.footprint_jobs
     fake = Server("fake", [FAKE, "--listen", f"127.0.0.1:{PORT_FAKE}"], "footprint-fake")
-    server = None
+    server = wal = None
     try:
         time.sleep(0.3)
         server = start_onejob(url, worker=True, provider_url=f"http://127.0.0.1:{PORT_FAKE}/v1", tag="footprint",
                               concurrency=64)
-        before = pg_snapshot(name)
-        run_json([LOADGEN, "intake", "--addr", ONEJOB_ADDR, "--key", key, "--clients", 32, "--jobs", jobs,
-                  "--warmup", 0, "--prefix", "f"], timeout=3600)
+        intake = [LOADGEN, "intake", "--addr", ONEJOB_ADDR, "--key", key, "--clients", 32, "--jobs", jobs,
+                  "--warmup", 0, "--prefix", "f"]
+        note_command(rec, "serve (API and worker)", server.cmd)
+        note_command(rec, "loadgen intake (the jobs)", [*intake[:5], "$KEY", *intake[6:]])
+        rec.setdefault("configs", {}).setdefault("postgres", (WORK / "footprint.toml").read_text())
+        rec["worked_loadavg_start"] = loadavg()
+        wal = WalOfDatabase(name, follow=True)
+        before, wal_before = pg_snapshot(name), wal_counters()
+        t0 = time.monotonic()
+        out = run_json(intake, timeout=3600)
+        rec["intake"] = {k: out["intake"][k] for k in ("ok", "rps", "p50_ms", "p99_ms", "unexpected")}
         poller = Poller(name)
         try:
             wait_worked(poller, WORKED_DONE_SQL["onejob"], jobs, 1800)
         finally:
             poller.close()
+        rec["worked_seconds"] = round(time.monotonic() - t0, 2)
+        rec["worked_loadavg_end"] = loadavg()
+        # A running backend reports its WAL and commit counts only every 10 s or so; one
+        # that exits, at once: stop the node before reading the counters.
+        server.stop()
+        server = None
         settle()
+        wal_after = wal_counters()
         rec["worked_pg"] = pg_delta(before, pg_snapshot(name), jobs)
+        rec["worked_wal"] = {k: wal_after[k] - wal_before[k] for k in wal_after}
+        rec["worked_wal_of_database"] = wal.finish()
+        wal = None
     finally:
+        if wal and wal.proc and wal.proc.poll() is None:
+            wal.proc.kill()
         if server:
             server.stop()
         fake.stop()
+    rec["states"] = psql(name, "SELECT string_agg(state || '=' || n, ' ') FROM (SELECT state, count(*) n FROM jobs GROUP BY 1) s")
+    rec["events_by_kind"] = json.loads(psql(name, "SELECT json_object_agg(kind, n) FROM "
+                                                  "(SELECT kind, count(*) n FROM job_events GROUP BY 1) k"))
+    rec["at_worked_unvacuumed"] = {"job_count": jobs, "tables": footprint(name), "indexes": index_sizes(name)}
     psql(name, "VACUUM (ANALYZE)")
-    rec["at_worked"] = {"jobs": jobs, **footprint(name)}
+    rec["at_worked"] = {"job_count": jobs, "tables": footprint(name), "indexes": index_sizes(name)}
     copies = opts.footprint_total // jobs - 1
     started = time.time()
     step = max(1, 200_000 // jobs)
@@ -1261,16 +1548,14 @@ def part_footprint(opts) -> None:
         hi = min(copies, lo + step - 1)
         psql_file(name, SQL / "replicate_worked.sql", {"lo": lo, "hi": hi})
         log(f"footprint: {(hi + 1) * jobs:,} jobs")
-    psql(name, "DROP TABLE onejob_replicate_source")
+    rec["shift_ms"] = int(psql(name, "SELECT ms FROM onejob_replicate_shift"))
+    psql(name, "DROP TABLE onejob_replicate_source, onejob_replicate_shift")
     psql(name, "VACUUM (ANALYZE)")
     rec["copy_seconds"] = round(time.time() - started, 1)
-    rec["at_total"] = {"jobs": (copies + 1) * jobs, **footprint(name)}
-    rec["indexes"] = json.loads(psql(name, "SELECT json_object_agg(indexrelname, pg_relation_size(indexrelid)) "
-                                           "FROM pg_stat_user_indexes WHERE relname IN ('jobs', 'attempts', 'job_events')"))
+    rec["at_total"] = {"job_count": (copies + 1) * jobs, "tables": footprint(name), "indexes": index_sizes(name)}
     rec["database_bytes"] = int(psql(name, f"SELECT pg_database_size('{name}')"))
-    note_command(rec, "copies", f"psql -d {name} -f bench/sql/replicate_worked.sql -v lo=1 -v hi={step}  # and so on")
-    drop_db(name)
-    save("footprint", finish(rec))
+    note_command(rec, "copies", f"psql -d {name} -f bench/sql/replicate_worked.sql -v lo=1 -v hi={step}  # and so on, "
+                                f"to hi={copies}")
 
 
 PARTS = ["machine", "ceiling", "intake", "peers", "dispatch", "e2e", "gateway", "growth", "steady", "rss", "worked", "nodes", "footprint"]

@@ -77,6 +77,7 @@ class Report:
         self.rss = load("rss")
         self.worked = load("worked")
         self.nodes = load("nodes")
+        self.footprint = load("footprint")
         self.lines = []
 
     def w(self, text=""):
@@ -112,7 +113,7 @@ class Report:
     # -- sections ------------------------------------------------------------------------
 
     def header(self):
-        parts = [p for p in (self.machine, self.ceiling, self.intake, self.dispatch, self.e2e, self.gateway, self.peers, self.growth, self.steady, self.rss, self.worked, self.nodes) if p]
+        parts = [p for p in (self.machine, self.ceiling, self.intake, self.dispatch, self.e2e, self.gateway, self.peers, self.growth, self.steady, self.rss, self.worked, self.nodes, self.footprint) if p]
         modes = sorted({p.get("mode", "") for p in parts if p.get("mode")})
         self.w("# Benchmarks")
         self.w()
@@ -556,7 +557,7 @@ class Report:
             self.w()
 
     def errors_section(self):
-        errors = [(p["part"], e) for p in (self.ceiling, self.intake, self.dispatch, self.e2e, self.peers, self.worked, self.nodes) if p
+        errors = [(p["part"], e) for p in (self.ceiling, self.intake, self.dispatch, self.e2e, self.peers, self.worked, self.nodes, self.footprint) if p
                   for e in p.get("errors", [])]
         if not errors:
             return
@@ -649,19 +650,113 @@ class Report:
     def nodes_section(self):
         if not self.nodes:
             return
+        n = self.nodes
         self.w("## 4c. Intake through 1 and 3 API nodes on one PostgreSQL")
         self.w()
-        self.w("`serve --no-worker` nodes on one database; one load generator per node, the clients (total) split "
-               "evenly, new keys only, all started together; req/s = every 201 / (first start → last finish). "
-               "All on this one 2-core machine: the nodes, the load generators and PostgreSQL share its cores.")
+        self.w(f"`serve --no-worker` nodes on one database (16 database connections each, the default pool), new keys "
+               f"only. Each node is warmed up first with its own load generator ({n['settings']['warmup']} jobs), then "
+               f"`ANALYZE`; then one load generator per node, the clients (total) and {4 * n['settings']['jobs']:,} jobs "
+               f"split evenly between them, all started together; req/s = every 201 / (first start → last finish). "
+               f"p50: the median of the nodes' p50s; p99: the largest node's p99 (the load generators report "
+               f"percentiles, not samples). All on this one 2-core machine: the nodes, the load generators and "
+               f"PostgreSQL share its cores, with whatever else runs on it. *CPU*: percent of one core over the "
+               f"measured window (the machine is {100 * (self.machine or {}).get('nproc', 2)} %), from /proc: machine "
+               f"busy, then postgres (all its processes) / onejob / load generators / everything else. *Jobs per WAL sync* "
+               f"is server-wide (`pg_stat_wal.wal_sync`: other sessions' commits included); *WAL bytes per job*: this "
+               f"database's records, read from pg_wal with `pg_waldump` after the run, and in brackets the server-wide "
+               f"`pg_stat_wal.wal_bytes` over the same window (other sessions' databases included).")
         self.w()
-        self.w("| nodes | clients (total) | req/s (median) | runs | p50 ms | jobs per WAL sync | load avg (1 min) |")
-        self.w("|---|---|---|---|---|---|---|")
-        for (n, c), rs in sorted(group(self.nodes["runs"], "nodes", "clients").items()):
-            self.w(f"| {n} | {c} | {fmt(med([r['rps'] for r in rs]))} | {spread([r['rps'] for r in rs])} | "
-                   f"{fmt(med([r['p50_ms'] for r in rs]), 2)} | {fmt(med([r['pg'].get('jobs_per_wal_sync') for r in rs]), 1)} | "
+        self.w("| nodes | clients (total) | req/s (median) | runs | / 1 node | p50 ms | p99 ms | jobs per WAL sync | "
+               "WAL bytes per job: this database (server) | CPU busy % | postgres / onejob / loadgen / other % | load avg (1 min) |")
+        self.w("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        groups = group(n["runs"], "nodes", "clients")
+        for (nodes, c), rs in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+            rps = med([r["rps"] for r in rs])
+            one = med([r["rps"] for r in groups.get((1, c), [])])
+            cpu = [r.get("cpu") or {} for r in rs]
+            prog = lambda k: med([x.get("by_program_pct", {}).get(k) for x in cpu])  # noqa: E731
+            self.w(f"| {nodes} | {c} | {fmt(rps)} | {spread([r['rps'] for r in rs])} | "
+                   f"{ratio(rps, one) if nodes != 1 else '–'} | {fmt(med([r['p50_ms'] for r in rs]), 2)} | "
+                   f"{fmt(med([r['p99_ms'] for r in rs]), 2)} | {fmt(med([r['pg'].get('jobs_per_wal_sync') for r in rs]), 1)} | "
+                   f"{fmt(med([r['pg'].get('own_wal_bytes_per_job') for r in rs]))} ({fmt(med([r['pg'].get('wal_bytes_per_job') for r in rs]))}) | "
+                   f"{fmt(med([x.get('machine_busy_pct') for x in cpu]))} | "
+                   f"{' / '.join(fmt(prog(k)) for k in ('postgres', 'onejob', 'onejob-loadgen', 'other'))} | "
                    f"{spread([r['loadavg'][0] for r in rs], 2)} |")
         self.w()
+        self.w("Per node (each run: the nodes' own req/s over their own time):")
+        self.w()
+        self.w("| nodes | clients (total) | run | per-node req/s | per-node p99 ms | load avg before / after (1 min) |")
+        self.w("|---|---|---|---|---|---|")
+        for r in sorted(n["runs"], key=lambda r: (r["clients"], r["nodes"], r["run"])):
+            self.w(f"| {r['nodes']} | {r['clients']} | {r['run'] + 1} | {spread(r['per_node_rps'])} | "
+                   f"{spread(r.get('per_node_p99_ms', []), 1)} | {r.get('loadavg_before', ['–'])[0]} / {r['loadavg'][0]} |")
+        self.w()
+
+    def footprint_section(self):
+        f = self.footprint
+        if not f or "at_total" not in f:
+            return
+        total, real, raw = f["at_total"], f["at_worked"], f["at_worked_unvacuumed"]
+        n_total, n_real = total["job_count"], real["job_count"]
+        per_m = lambda b, n: b / n * 1_000_000  # noqa: E731
+        mb = lambda b: fmt(b / 1e6)  # noqa: E731
+        self.w("## 5b. What a million jobs leave in PostgreSQL")
+        self.w()
+        pg = f.get("worked_pg") or {}
+        wal = f.get("worked_wal") or {}
+        self.w(f"{n_real:,} jobs run for real: one `onejob serve` node with its worker (`[worker] concurrency = 64`) "
+               f"on `onejob-fake` (zero latency), submitted by the load generator (32 clients) while the worker works "
+               f"({f.get('states')}; {fmt(f.get('worked_seconds'), 1)} s, load {f.get('worked_loadavg_start')} → "
+               f"{f.get('worked_loadavg_end')}). Then copied with their attempts and events by "
+               f"`bench/sql/replicate_worked.sql` to {n_total:,} jobs: copy *c* is the same jobs {f.get('shift_ms', 0) / 1000:.0f} s × *c* "
+               f"later (timestamps moved, UUIDv7 ids with their milliseconds moved, so they grow with time as "
+               f"onejob's do; new key hashes), inserted in time order with every constraint and trigger in place; "
+               f"then `VACUUM (ANALYZE)`. Bytes: `pg_table_size` (heap, TOAST, free-space and visibility maps), "
+               f"`pg_relation_size` per index; MB = 10⁶ bytes.")
+        self.w()
+        self.w(f"| table | rows per job | heap bytes per job | index bytes per job | heap + indexes: MB per million jobs | "
+               f"real {n_real:,} jobs, before VACUUM: heap / index bytes per job | after VACUUM |")
+        self.w("|---|---|---|---|---|---|---|")
+        sums = [0, 0]
+        for t in ("jobs", "attempts", "job_events"):
+            a, r0, r1 = total["tables"][t], raw["tables"][t], real["tables"][t]
+            sums[0] += a["table_bytes"]
+            sums[1] += a["index_bytes"]
+            self.w(f"| `{t}` | {a['rows'] / n_total:.2f} | {fmt(a['table_bytes'] / n_total)} | {fmt(a['index_bytes'] / n_total)} | "
+                   f"{mb(per_m(a['table_bytes'] + a['index_bytes'], n_total))} | "
+                   f"{fmt(r0['table_bytes'] / n_real)} / {fmt(r0['index_bytes'] / n_real)} | "
+                   f"{fmt(r1['table_bytes'] / n_real)} / {fmt(r1['index_bytes'] / n_real)} |")
+        self.w(f"| **total** | | {fmt(sums[0] / n_total)} | {fmt(sums[1] / n_total)} | "
+               f"**{mb(per_m(sums[0] + sums[1], n_total))}** | | |")
+        self.w()
+        self.w(f"Whole database at {n_total:,} jobs (`pg_database_size`, catalogs included): "
+               f"{mb(f['database_bytes'])} MB. The copies took {fmt(f.get('copy_seconds'))} s.")
+        self.w()
+        self.w(f"| index | bytes per job at {n_total:,} jobs (= MB per million jobs) | bytes per job, real {n_real:,} jobs after VACUUM |")
+        self.w("|---|---|---|")
+        for name, size in total["indexes"].items():
+            r = real["indexes"].get(name)
+            self.w(f"| `{name}` | {fmt(size / n_total)} | "
+                   f"{fmt(r / n_real) if r is not None else '–'} |")
+        self.w()
+        own = (f.get("worked_wal_of_database") or {}).get("database")
+        if own:
+            self.w(f"WAL of the {n_real:,} real jobs, submission to result, this database's records only (read from "
+                   f"pg_wal with `pg_waldump`: records naming its relations, and the COMMITs of their transactions): "
+                   f"**{fmt(own['bytes'] / n_real)} bytes per job**, {fmt(own['records'] / n_real, 1)} records, "
+                   f"{fmt(own['commits'] / n_real, 2)} committed write transactions and "
+                   f"{fmt(own['fpi_records'] / n_real, 3)} full-page images per job "
+                   f"({wal.get('checkpoints', '?')} checkpoint(s) started during the run, server-wide; a page's "
+                   f"first change after one is written whole). The server-wide counters (`pg_stat_wal`, other "
+                   f"sessions' databases included) said {fmt(pg.get('wal_bytes_per_job'))} bytes and "
+                   f"{fmt(1 / pg['jobs_per_wal_sync'], 2) if pg.get('jobs_per_wal_sync') else '–'} WAL flushes per job. "
+                   f"The copies' WAL is not counted (a bulk copy is not a job's life).")
+            self.w()
+        elif pg:
+            self.w(f"WAL of the {n_real:,} real jobs, submission to result (server-wide `pg_stat_wal`, other sessions' "
+                   f"databases included; `pg_waldump` could not read the range): "
+                   f"{fmt(pg.get('wal_bytes_per_job'))} bytes per job, {wal.get('checkpoints', '?')} checkpoint(s).")
+            self.w()
 
     def plot_section(self):
         self.w("## Throughput against concurrency")
@@ -702,6 +797,10 @@ class Report:
             for (m, cont), rs in sorted(group(measured, "mode", "contender").items()):
                 self.w(f"| worked {m} jobs/s | {WORKED_NAMES.get(cont, cont)} | {rs[0]['jobs']:,} jobs | "
                        f"{spread([r['jobs_per_s'] for r in rs])} | {spread([r['loadavg'][0] for r in rs], 2)} |")
+        if self.nodes:
+            for (n, c), rs in sorted(group(self.nodes["runs"], "nodes", "clients").items(), key=lambda kv: (kv[0][1], kv[0][0])):
+                self.w(f"| nodes req/s | onejob, {n} API node{'s' if n > 1 else ''} | {c} | {spread([r['rps'] for r in rs])} | "
+                       f"{spread([r['loadavg'][0] for r in rs], 2)} |")
         if self.growth:
             for (s,), rs in sorted(group(self.growth["runs"], "existing_jobs").items()):
                 self.w(f"| growth | onejob-postgres | {s:,} | {spread([r['intake']['rps'] for r in rs])} | {spread([r['loadavg'][0] for r in rs], 2)} |")
@@ -719,7 +818,7 @@ class Report:
                "its template is `CONFIG` in bench/harness.py). Loopback TCP everywhere.")
         self.w()
         for part in (self.ceiling, self.intake, self.dispatch, self.e2e, self.peers, self.growth, self.steady, self.rss,
-                     self.worked, self.nodes):
+                     self.worked, self.nodes, self.footprint):
             if not part or not part.get("commands"):
                 continue
             self.w(f"**{part['part']}**")
@@ -786,6 +885,7 @@ class Report:
         self.worked_section()
         self.nodes_section()
         self.growth_section()
+        self.footprint_section()
         self.errors_section()
         self.plot_section()
         self.machine_section()

@@ -4,7 +4,8 @@
 #
 #   bench/run.sh                       everything, 3 runs per configuration
 #   bench/run.sh --quick               smoke run (1 run, small counts)
-#   bench/run.sh --parts intake,peers  some parts (machine ceiling intake peers dispatch e2e gateway growth steady rss worked)
+#   bench/run.sh --parts intake,peers  some parts (machine ceiling intake peers dispatch e2e gateway growth steady rss worked
+#                                      nodes footprint)
 #   bench/run.sh --skip-build ...      use the binaries already built
 #   bench/run.sh --report-only         rewrite BENCHMARKS.md and bench/plot.svg from bench/results/
 #   bench/run.sh --help                all options of bench/harness.py
@@ -40,7 +41,7 @@ while [ $# -gt 0 ]; do
         --report-only) report_only=1 ;;
         --parts) parts=$2; args+=("$1" "$2"); shift ;;
         --parts=*) parts=${1#--parts=}; args+=("$1") ;;
-        -h|--help) sed -n '2,17p' "$0"; echo; exec python3 "$here/harness.py" --help ;;
+        -h|--help) sed -n '2,18p' "$0"; echo; exec python3 "$here/harness.py" --help ;;
         *) args+=("$1") ;;
     esac
     shift
