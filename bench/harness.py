@@ -68,6 +68,10 @@ PGHOST = os.environ.get("BENCH_PGHOST", "127.0.0.1")
 PGPORT = os.environ.get("BENCH_PGPORT", "5432")
 PGUSER = os.environ.get("BENCH_PGUSER", "postgres")
 PG_URL = f"postgres://{PGUSER}@{PGHOST}:{PGPORT}"
+# Query parameters for onejob's database URLs, e.g. `sslmode=disable`: without one, onejob
+# (sqlx) uses libpq's default, `prefer`, which speaks TLS to a server that offers it, as
+# this one does.
+PG_URL_QUERY = os.environ.get("BENCH_PG_URL_QUERY", "")
 DB = "onejob_bench"  # every database this harness creates starts with this
 # PostgreSQL's default max_connections is 100 and other programs share the server: no
 # contender opens more than this many database connections (pgbench clients, peer pools).
@@ -147,7 +151,9 @@ def drop_sqlite(name: str) -> None:
 
 
 def db_url(backend: str, name: str) -> str:
-    return f"{PG_URL}/{name}" if backend == "postgres" else f"sqlite://{sqlite_path(name)}"
+    if backend == "postgres":
+        return f"{PG_URL}/{name}" + (f"?{PG_URL_QUERY}" if PG_URL_QUERY else "")
+    return f"sqlite://{sqlite_path(name)}"
 
 
 def fresh(backend: str, name: str) -> str:
@@ -317,7 +323,8 @@ def part_record(opts, part: str) -> dict:
         "mode": "quick" if opts.quick else "full",
         "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "loadavg_start": loadavg(),
-        "settings": {k: getattr(opts, k) for k in ("runs", "jobs", "warmup", "clients", "duration")},
+        "settings": {**{k: getattr(opts, k) for k in ("runs", "jobs", "warmup", "clients", "duration")},
+                     "pg_url_query": PG_URL_QUERY},
         "binary": binary_provenance(),
         "runs": [],
         "commands": {},
@@ -357,16 +364,21 @@ class WalOfDatabase:
     shared server (their test suites create and fill databases), which on this machine can be
     megabytes per second. A record is this database's if one of its block references names a
     relation of the database, or if its transaction wrote such a record (its COMMIT). follow:
-    `pg_waldump --follow` reads alongside the phase (for long phases, which may span a
-    checkpoint that recycles the segments; it costs some CPU during the phase); otherwise the
-    range is read after the phase (nothing runs during it; the result is None if the segments
-    are already gone). Sums `tot` (record and full-page images)."""
+    `pg_waldump --follow` reads alongside the phase, a few MB behind the server at most: other
+    sessions drop databases here all the time, each DROP DATABASE forces a checkpoint, and a
+    checkpoint recycles every segment before it within seconds (it costs some CPU during the
+    phase: CpuSampler shows it as `pg_waldump`; when other programs take the cores it can fall
+    behind and lose segments, and that run has no figure: None). Otherwise the range is read after the phase
+    (nothing runs during it; None if the segments are already gone). Sums `tot` (record and
+    full-page images)."""
 
     def __init__(self, db: str, follow: bool = False):
         self.db_oid = psql("postgres", f"SELECT oid FROM pg_database WHERE datname = '{db}'")
         self.follow = follow
         self.wal_dir = pathlib.Path(psql("postgres", "SHOW data_directory")) / "pg_wal"
-        self.out = WORK / f"waldump-{db}.txt"
+        # in memory if possible: the dump is written while the phase runs, beside its WAL flushes
+        shm = pathlib.Path("/dev/shm")
+        self.out = (shm if shm.is_dir() else WORK) / f"onejob-bench-waldump-{db}.txt"
         self.proc = None
         self.start = current_lsn()
         self.thread = None
@@ -392,6 +404,9 @@ class WalOfDatabase:
         if self.thread:
             self.thread.join()
         if self.proc:
+            # one small record after `end` (a COMMIT of an xid, in the `postgres` database), so
+            # that pg_waldump has something to read past it even if nothing else writes
+            psql("postgres", "SELECT pg_current_xact_id()")
             deadline = time.time() + 30
             while time.time() < deadline and self._last_lsn() < end:  # others write WAL all the time here
                 time.sleep(0.5)
@@ -425,12 +440,24 @@ class WalOfDatabase:
                 else:
                     others["bytes"] += tot
                     others["commits"] += kind == "COMMIT"
-        self.out.unlink(missing_ok=True)
         if not last or end - last > 1 << 20:  # did not get (near) the end: segments recycled, or no dump
-            log(f"pg_waldump did not cover {lsn_text(self.start)}..{lsn_text(end)} (last record {lsn_text(last)})")
+            tail = run(["tail", "-c", "600", self.out], check=False).stdout
+            self.out.unlink(missing_ok=True)
+            log(f"pg_waldump did not cover {lsn_text(self.start)}..{lsn_text(end)} (last record {lsn_text(last)}): {tail}")
             return None
+        self.out.unlink(missing_ok=True)
         return {"start": lsn_text(self.start), "end": lsn_text(end), "range_bytes": end - self.start,
                 "database": mine, "others": others}
+
+    def close(self) -> None:
+        """Stops a following pg_waldump (a failed phase) and removes its output."""
+        if self.thread:
+            self.thread.join()
+            self.thread = None
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.out.unlink(missing_ok=True)
 
     def _last_lsn(self) -> int:
         try:
@@ -454,7 +481,7 @@ class CpuSampler:
     Sampling keeps the last value seen of each process, so one that exits during the phase
     (a load generator) loses at most its last 200 ms."""
 
-    OURS = ("postgres", "onejob", "onejob-loadgen")
+    OURS = ("postgres", "onejob", "onejob-loadgen", "pg_waldump")
 
     def __init__(self):
         self.hz = os.sysconf("SC_CLK_TCK")
@@ -639,7 +666,7 @@ def onejob_sql_database(opts, name: str, template: str | None = None) -> list:
     8,600-9,500 (2026-11-30)."""
     if template:
         create_db(name, template=template)
-        url = f"{PG_URL}/{name}"
+        url = db_url("postgres", name)
     else:
         url = fresh("postgres", name)
     extra = ["-D", f"keyid={api_key(url).split('_')[1]}"]
@@ -982,7 +1009,7 @@ def part_growth(opts, part: str = "growth") -> None:
             name = f"{DB}_growth"
             if templates[size]:
                 create_db(name, template=templates[size])
-                url = f"{PG_URL}/{name}"
+                url = db_url("postgres", name)
             else:
                 url = fresh("postgres", name)
             if run_index == 0 and not steady:
@@ -1382,6 +1409,7 @@ def nodes_one(opts, rec: dict, run_index: int, nodes: int, clients: int) -> None
     url = fresh("postgres", name)
     key = api_key(url)
     servers: list[Server] = []
+    wal = None
     addrs = [f"127.0.0.1:{PORT_ONEJOB + 10 * i}" for i in range(nodes)]
     shares = split(clients, nodes)
     jobs = split(4 * opts.jobs, nodes)  # 4 x --jobs in all, whatever the node count
@@ -1399,7 +1427,7 @@ def nodes_one(opts, rec: dict, run_index: int, nodes: int, clients: int) -> None
         note_command(rec, "serve (one per node, listen = 127.0.0.1:18080 + 10 i)", servers[0].cmd)
         rec.setdefault("configs", {}).setdefault("postgres", (WORK / "nodes-0.toml").read_text())
         load_before = loadavg()
-        wal = WalOfDatabase(name)
+        wal = WalOfDatabase(name, follow=True)
         before = pg_snapshot(name)
         cpu = CpuSampler()
         t0 = time.monotonic()
@@ -1408,6 +1436,10 @@ def nodes_one(opts, rec: dict, run_index: int, nodes: int, clients: int) -> None
         outs = [loadgen_output(proc, cmd) for proc, cmd in zip(procs, cmds)]
         wall = time.monotonic() - t0
         cpu_split = cpu.finish()
+    except BaseException:
+        if wal:
+            wal.close()
+        raise
     finally:
         for server in servers:
             server.stop()
@@ -1530,12 +1562,16 @@ def footprint_run(opts, rec: dict, name: str) -> None:
         rec["worked_wal_of_database"] = wal.finish()
         wal = None
     finally:
-        if wal and wal.proc and wal.proc.poll() is None:
-            wal.proc.kill()
+        if wal:
+            wal.close()
         if server:
             server.stop()
         fake.stop()
     rec["states"] = psql(name, "SELECT string_agg(state || '=' || n, ' ') FROM (SELECT state, count(*) n FROM jobs GROUP BY 1) s")
+    # row versions written per table (the node has exited, so its backends' counts are in)
+    rec["row_writes"] = json.loads(psql(name, "SELECT json_object_agg(relname, json_build_object('inserted', n_tup_ins, "
+                                              "'updated', n_tup_upd, 'hot_updated', n_tup_hot_upd, 'dead', n_dead_tup)) "
+                                              "FROM pg_stat_user_tables WHERE relname IN ('jobs', 'attempts', 'job_events')"))
     rec["events_by_kind"] = json.loads(psql(name, "SELECT json_object_agg(kind, n) FROM "
                                                   "(SELECT kind, count(*) n FROM job_events GROUP BY 1) k"))
     rec["at_worked_unvacuumed"] = {"job_count": jobs, "tables": footprint(name), "indexes": index_sizes(name)}

@@ -661,13 +661,15 @@ class Report:
                f"percentiles, not samples). All on this one 2-core machine: the nodes, the load generators and "
                f"PostgreSQL share its cores, with whatever else runs on it. *CPU*: percent of one core over the "
                f"measured window (the machine is {100 * (self.machine or {}).get('nproc', 2)} %), from /proc: machine "
-               f"busy, then postgres (all its processes) / onejob / load generators / everything else. *Jobs per WAL sync* "
+               f"busy, then postgres (all its processes) / onejob / load generators / pg_waldump (below) / everything else (other sessions' work). *Jobs per WAL sync* "
                f"is server-wide (`pg_stat_wal.wal_sync`: other sessions' commits included); *WAL bytes per job*: this "
-               f"database's records, read from pg_wal with `pg_waldump` after the run, and in brackets the server-wide "
-               f"`pg_stat_wal.wal_bytes` over the same window (other sessions' databases included).")
+               f"database's records, read from pg_wal by `pg_waldump --follow` alongside the run (runs where it fell "
+               f"behind and lost segments have no figure), and in "
+               f"brackets the server-wide `pg_stat_wal.wal_bytes` over the same window (other sessions' databases "
+               f"included).")
         self.w()
         self.w("| nodes | clients (total) | req/s (median) | runs | / 1 node | p50 ms | p99 ms | jobs per WAL sync | "
-               "WAL bytes per job: this database (server) | CPU busy % | postgres / onejob / loadgen / other % | load avg (1 min) |")
+               "WAL bytes per job: this database (server) | CPU busy % | postgres / onejob / loadgen / pg_waldump / other % | load avg (1 min) |")
         self.w("|---|---|---|---|---|---|---|---|---|---|---|---|")
         groups = group(n["runs"], "nodes", "clients")
         for (nodes, c), rs in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
@@ -680,23 +682,25 @@ class Report:
                    f"{fmt(med([r['p99_ms'] for r in rs]), 2)} | {fmt(med([r['pg'].get('jobs_per_wal_sync') for r in rs]), 1)} | "
                    f"{fmt(med([r['pg'].get('own_wal_bytes_per_job') for r in rs]))} ({fmt(med([r['pg'].get('wal_bytes_per_job') for r in rs]))}) | "
                    f"{fmt(med([x.get('machine_busy_pct') for x in cpu]))} | "
-                   f"{' / '.join(fmt(prog(k)) for k in ('postgres', 'onejob', 'onejob-loadgen', 'other'))} | "
+                   f"{' / '.join(fmt(prog(k)) for k in ('postgres', 'onejob', 'onejob-loadgen', 'pg_waldump', 'other'))} | "
                    f"{spread([r['loadavg'][0] for r in rs], 2)} |")
         self.w()
         self.w("Per node (each run: the nodes' own req/s over their own time):")
         self.w()
-        self.w("| nodes | clients (total) | run | per-node req/s | per-node p99 ms | load avg before / after (1 min) |")
-        self.w("|---|---|---|---|---|---|")
+        self.w("| nodes | clients (total) | run | req/s | per-node req/s | per-node p99 ms | CPU busy % | other sessions' CPU % | load avg before / after (1 min) |")
+        self.w("|---|---|---|---|---|---|---|---|---|")
         for r in sorted(n["runs"], key=lambda r: (r["clients"], r["nodes"], r["run"])):
-            self.w(f"| {r['nodes']} | {r['clients']} | {r['run'] + 1} | {spread(r['per_node_rps'])} | "
-                   f"{spread(r.get('per_node_p99_ms', []), 1)} | {r.get('loadavg_before', ['–'])[0]} / {r['loadavg'][0]} |")
+            cpu = r.get("cpu") or {}
+            self.w(f"| {r['nodes']} | {r['clients']} | {r['run'] + 1} | {fmt(r['rps'])} | {spread(r['per_node_rps'])} | "
+                   f"{spread(r.get('per_node_p99_ms', []), 1)} | {fmt(cpu.get('machine_busy_pct'))} | "
+                   f"{fmt(cpu.get('by_program_pct', {}).get('other'))} | {r.get('loadavg_before', ['–'])[0]} / {r['loadavg'][0]} |")
         self.w()
 
     def footprint_section(self):
         f = self.footprint
         if not f or "at_total" not in f:
             return
-        total, real, raw = f["at_total"], f["at_worked"], f["at_worked_unvacuumed"]
+        total, real = f["at_total"], f["at_worked"]
         n_total, n_real = total["job_count"], real["job_count"]
         per_m = lambda b, n: b / n * 1_000_000  # noqa: E731
         mb = lambda b: fmt(b / 1e6)  # noqa: E731
@@ -704,6 +708,11 @@ class Report:
         self.w()
         pg = f.get("worked_pg") or {}
         wal = f.get("worked_wal") or {}
+        rw = f.get("row_writes") or {}
+        updates = ("rows updated after their insert: " + ", ".join(
+            f"`{t}` {rw[t]['updated'] / rw[t]['inserted']:.1f} times per row ({rw[t]['hot_updated'] / max(1, rw[t]['updated']):.0%} HOT)"
+            for t in ("jobs", "attempts") if t in rw and rw[t]["inserted"])
+            + ", `job_events` never (`pg_stat_user_tables`)") if rw else "each job and attempt row updated as the job runs"
         self.w(f"{n_real:,} jobs run for real: one `onejob serve` node with its worker (`[worker] concurrency = 64`) "
                f"on `onejob-fake` (zero latency), submitted by the load generator (32 clients) while the worker works "
                f"({f.get('states')}; {fmt(f.get('worked_seconds'), 1)} s, load {f.get('worked_loadavg_start')} → "
@@ -712,22 +721,27 @@ class Report:
                f"later (timestamps moved, UUIDv7 ids with their milliseconds moved, so they grow with time as "
                f"onejob's do; new key hashes), inserted in time order with every constraint and trigger in place; "
                f"then `VACUUM (ANALYZE)`. Bytes: `pg_table_size` (heap, TOAST, free-space and visibility maps), "
-               f"`pg_relation_size` per index; MB = 10⁶ bytes.")
+               f"`pg_relation_size` per index; MB = 10⁶ bytes. The real jobs alone were written as production "
+               f"writes them: {updates}, leaving dead row versions (this "
+               f"server runs `autovacuum = off`) whose space `VACUUM` frees for reuse but does not give back, so their "
+               f"bytes per job are the same before and after it; the copies, inserted once, fill that freed space first. "
+               f"The jobs' payloads are the benchmark's: a prompt of about 15 characters and onejob-fake's short "
+               f"answer; real prompts and results add their own size to `jobs` (TOAST past about 2 kB).")
         self.w()
         self.w(f"| table | rows per job | heap bytes per job | index bytes per job | heap + indexes: MB per million jobs | "
-               f"real {n_real:,} jobs, before VACUUM: heap / index bytes per job | after VACUUM |")
-        self.w("|---|---|---|---|---|---|---|")
+               f"the {n_real:,} real jobs alone: heap / index bytes per job |")
+        self.w("|---|---|---|---|---|---|")
         sums = [0, 0]
         for t in ("jobs", "attempts", "job_events"):
-            a, r0, r1 = total["tables"][t], raw["tables"][t], real["tables"][t]
+            a, r1 = total["tables"][t], real["tables"][t]
             sums[0] += a["table_bytes"]
             sums[1] += a["index_bytes"]
             self.w(f"| `{t}` | {a['rows'] / n_total:.2f} | {fmt(a['table_bytes'] / n_total)} | {fmt(a['index_bytes'] / n_total)} | "
                    f"{mb(per_m(a['table_bytes'] + a['index_bytes'], n_total))} | "
-                   f"{fmt(r0['table_bytes'] / n_real)} / {fmt(r0['index_bytes'] / n_real)} | "
                    f"{fmt(r1['table_bytes'] / n_real)} / {fmt(r1['index_bytes'] / n_real)} |")
+        real_sum = sum(real["tables"][t]["table_bytes"] + real["tables"][t]["index_bytes"] for t in real["tables"])
         self.w(f"| **total** | | {fmt(sums[0] / n_total)} | {fmt(sums[1] / n_total)} | "
-               f"**{mb(per_m(sums[0] + sums[1], n_total))}** | | |")
+               f"**{mb(per_m(sums[0] + sums[1], n_total))}** | {fmt(real_sum / n_real)} in all |")
         self.w()
         self.w(f"Whole database at {n_total:,} jobs (`pg_database_size`, catalogs included): "
                f"{mb(f['database_bytes'])} MB. The copies took {fmt(f.get('copy_seconds'))} s.")

@@ -12,7 +12,8 @@
 #
 # Environment (defaults): BENCH_CACHE=/var/cache/onejob, ONEJOB_TARGET_DIR=$BENCH_CACHE/target-bench,
 # LOADGEN_TARGET_DIR=$BENCH_CACHE/target-loadgen, BENCH_PEERS=$BENCH_CACHE/bench-peers,
-# BENCH_PGHOST=127.0.0.1 BENCH_PGPORT=5432 BENCH_PGUSER=postgres, BENCH_PORT=18080.
+# BENCH_PGHOST=127.0.0.1 BENCH_PGPORT=5432 BENCH_PGUSER=postgres, BENCH_PORT=18080,
+# BENCH_PG_URL_QUERY= (query of onejob's database URLs, e.g. sslmode=disable; none: TLS if offered).
 #
 # Never run it while a build of your own is running on this machine: the numbers are only as
 # quiet as the machine.
@@ -41,7 +42,7 @@ while [ $# -gt 0 ]; do
         --report-only) report_only=1 ;;
         --parts) parts=$2; args+=("$1" "$2"); shift ;;
         --parts=*) parts=${1#--parts=}; args+=("$1") ;;
-        -h|--help) sed -n '2,18p' "$0"; echo; exec python3 "$here/harness.py" --help ;;
+        -h|--help) sed -n '2,19p' "$0"; echo; exec python3 "$here/harness.py" --help ;;
         *) args+=("$1") ;;
     esac
     shift
