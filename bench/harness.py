@@ -1399,14 +1399,17 @@ def split(total: int, parts: int) -> list[int]:
     return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
 
 
-def nodes_one(opts, rec: dict, run_index: int, nodes: int, clients: int) -> None:
+def nodes_one(opts, rec: dict, run_index: int, nodes: int, clients: int, query: str) -> None:
     """Intake through `nodes` API nodes (`serve --no-worker`, ports PORT_ONEJOB + 10 i) on one
     database: every node warmed up first (its own load generator, --warmup jobs), ANALYZE, then
     one load generator per node, the clients and 4 x --jobs new keys split evenly between them,
     all started together; req/s = all 201s / (first start -> last finish). The machine's CPU
-    over that window is sampled by program (CpuSampler)."""
+    over that window is sampled by program (CpuSampler). `query`: the database URL's query
+    (`sslmode=disable`, or empty: sqlx's default `prefer`, TLS on this server)."""
     name = f"{DB}_nodes"
-    url = fresh("postgres", name)
+    create_db(name)
+    url = f"{PG_URL}/{name}" + (f"?{query}" if query else "")
+    run([ONEJOB, "migrate", "--database", url])
     key = api_key(url)
     servers: list[Server] = []
     wal = None
@@ -1436,6 +1439,9 @@ def nodes_one(opts, rec: dict, run_index: int, nodes: int, clients: int) -> None
         outs = [loadgen_output(proc, cmd) for proc, cmd in zip(procs, cmds)]
         wall = time.monotonic() - t0
         cpu_split = cpu.finish()
+        # whether the nodes' connections really are (not) encrypted
+        ssl = psql("postgres", "SELECT coalesce(json_object_agg(ssl, n), '{}') FROM (SELECT s.ssl, count(*) n FROM "
+                               f"pg_stat_ssl s JOIN pg_stat_activity a USING (pid) WHERE a.datname = '{name}' GROUP BY 1) x")
     except BaseException:
         if wal:
             wal.close()
@@ -1448,7 +1454,8 @@ def nodes_one(opts, rec: dict, run_index: int, nodes: int, clients: int) -> None
     wal_own = wal.finish()
     ok = sum(o["intake"]["ok"] for o in outs)
     rows = int(psql(name, "SELECT count(*) FROM jobs"))
-    r = {"nodes": nodes, "clients": clients, "clients_per_node": shares, "jobs": ok, "wall_s": wall,
+    r = {"nodes": nodes, "clients": clients, "url_query": query, "connections_by_ssl": json.loads(ssl),
+         "clients_per_node": shares, "jobs": ok, "wall_s": wall,
          "rps": ok / wall,
          "per_node_rps": [o["intake"]["rps"] for o in outs],
          "per_node_elapsed_s": [o["intake"]["elapsed_s"] for o in outs],
@@ -1467,7 +1474,7 @@ def nodes_one(opts, rec: dict, run_index: int, nodes: int, clients: int) -> None
     discard("postgres", name)
     rec["runs"].append({"contender": f"onejob-{nodes}-nodes", "run": run_index, "loadavg": loadavg(), **r})
     busy = cpu_split["by_program_pct"]
-    log(f"nodes {nodes} c={clients} run {run_index}: {r['rps']:.0f}/s (per node {', '.join(f'{x:.0f}' for x in r['per_node_rps'])}), "
+    log(f"nodes {nodes} c={clients} {query or 'default URL'} (ssl {r['connections_by_ssl']}) run {run_index}: {r['rps']:.0f}/s (per node {', '.join(f'{x:.0f}' for x in r['per_node_rps'])}), "
         f"p50 {r['p50_ms']:.2f} p99 {r['p99_ms']:.2f} ms, jobs/WAL sync {r['pg'].get('jobs_per_wal_sync') or 0:.1f}, "
         f"WAL/job {r['pg'].get('wal_bytes_per_job') or 0:.0f} B (this database's {r['pg'].get('own_wal_bytes_per_job') or 0:.0f} B), unexpected {r['unexpected']}, "
         f"CPU busy {cpu_split['machine_busy_pct']:.0f}% of {100 * cpu_split['cores']}% "
@@ -1478,11 +1485,13 @@ def part_nodes(opts) -> None:
     """`nodes`: intake new keys through 1 and 3 API nodes on one PostgreSQL (docs/SCALING.md),
     at each of --clients (total over the nodes), --runs rounds, node counts interleaved."""
     rec = part_record(opts, "nodes")
+    rec["settings"]["nodes_url_queries"] = opts.nodes_url_queries
     try:
         for run_index in range(opts.runs):
             for clients in opts.clients:
-                for nodes in (1, 3):
-                    guarded(rec, nodes_one, opts, rec, run_index, nodes, clients)
+                for query in opts.nodes_url_queries:
+                    for nodes in (1, 3):
+                        guarded(rec, nodes_one, opts, rec, run_index, nodes, clients, query)
             save("nodes", dict(rec, finished=None))
     finally:
         drop_db(f"{DB}_nodes")  # left behind by a failed run
@@ -1633,6 +1642,9 @@ def main() -> None:
     p.add_argument("--worked-contenders", default="onejob-1w,onejob-2w,onejob-3w,pgboss,graphile",
                    help="onejob-<N>w (N worker processes), pgboss, graphile")
     p.add_argument("--worked-best", help='skip the sweep for these contenders: JSON {"pgboss": {"batch_size": 1000, ...}, ...}')
+    p.add_argument("--nodes-url-queries", default=None,
+                   help="nodes part: comma-separated queries of the database URL, each measured in every round, "
+                        "e.g. ',sslmode=disable' (the default URL, then without TLS); default: BENCH_PG_URL_QUERY")
     p.add_argument("--footprint-jobs", type=int, default=10000, help="jobs worked for real in the footprint part")
     p.add_argument("--footprint-total", type=int, default=1000000, help="jobs after copying them (footprint part)")
     p.add_argument("--no-report", action="store_true")
@@ -1656,6 +1668,7 @@ def main() -> None:
     opts.worked_concurrent_runs = opts.worked_concurrent_runs or opts.runs
     opts.worked_contenders = [c for c in opts.worked_contenders.split(",") if c]
     opts.gateway_clients = [int(c) for c in (opts.gateway_clients or "8,32").split(",")]
+    opts.nodes_url_queries = opts.nodes_url_queries.split(",") if opts.nodes_url_queries is not None else [PG_URL_QUERY]
     parts = [x for x in opts.parts.split(",") if x]
     unknown = [x for x in parts if x not in PARTS]
     if unknown:

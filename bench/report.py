@@ -666,18 +666,21 @@ class Report:
                f"database's records, read from pg_wal by `pg_waldump --follow` alongside the run (runs where it fell "
                f"behind and lost segments have no figure), and in "
                f"brackets the server-wide `pg_stat_wal.wal_bytes` over the same window (other sessions' databases "
-               f"included).")
+               f"included). *Database URL*: onejob's `database` (sqlx, as libpq): without `sslmode` it is `prefer`, "
+               f"which speaks TLS to this server (its connections show `ssl` in `pg_stat_ssl`); `sslmode=disable`, "
+               f"plain TCP. Configurations are interleaved in every round.")
         self.w()
-        self.w("| nodes | clients (total) | req/s (median) | runs | / 1 node | p50 ms | p99 ms | jobs per WAL sync | "
+        self.w("| database URL | nodes | clients (total) | req/s (median) | runs | / 1 node | p50 ms | p99 ms | jobs per WAL sync | "
                "WAL bytes per job: this database (server) | CPU busy % | postgres / onejob / loadgen / pg_waldump / other % | load avg (1 min) |")
-        self.w("|---|---|---|---|---|---|---|---|---|---|---|---|")
-        groups = group(n["runs"], "nodes", "clients")
-        for (nodes, c), rs in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        self.w("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        runs = [dict(r, url_query=r.get("url_query", "")) for r in n["runs"]]
+        groups = group(runs, "url_query", "nodes", "clients")
+        for (q, nodes, c), rs in sorted(groups.items(), key=lambda kv: (kv[0][2], kv[0][0], kv[0][1])):
             rps = med([r["rps"] for r in rs])
-            one = med([r["rps"] for r in groups.get((1, c), [])])
+            one = med([r["rps"] for r in groups.get((q, 1, c), [])])
             cpu = [r.get("cpu") or {} for r in rs]
             prog = lambda k: med([x.get("by_program_pct", {}).get(k) for x in cpu])  # noqa: E731
-            self.w(f"| {nodes} | {c} | {fmt(rps)} | {spread([r['rps'] for r in rs])} | "
+            self.w(f"| {self.url_label(q)} | {nodes} | {c} | {fmt(rps)} | {spread([r['rps'] for r in rs])} | "
                    f"{ratio(rps, one) if nodes != 1 else '–'} | {fmt(med([r['p50_ms'] for r in rs]), 2)} | "
                    f"{fmt(med([r['p99_ms'] for r in rs]), 2)} | {fmt(med([r['pg'].get('jobs_per_wal_sync') for r in rs]), 1)} | "
                    f"{fmt(med([r['pg'].get('own_wal_bytes_per_job') for r in rs]))} ({fmt(med([r['pg'].get('wal_bytes_per_job') for r in rs]))}) | "
@@ -687,14 +690,18 @@ class Report:
         self.w()
         self.w("Per node (each run: the nodes' own req/s over their own time):")
         self.w()
-        self.w("| nodes | clients (total) | run | req/s | per-node req/s | per-node p99 ms | CPU busy % | other sessions' CPU % | load avg before / after (1 min) |")
-        self.w("|---|---|---|---|---|---|---|---|---|")
-        for r in sorted(n["runs"], key=lambda r: (r["clients"], r["nodes"], r["run"])):
+        self.w("| database URL | nodes | clients (total) | run | req/s | per-node req/s | per-node p99 ms | CPU busy % | other sessions' CPU % | load avg before / after (1 min) |")
+        self.w("|---|---|---|---|---|---|---|---|---|---|")
+        for r in sorted(runs, key=lambda r: (r["clients"], r["url_query"], r["nodes"], r["run"])):
             cpu = r.get("cpu") or {}
-            self.w(f"| {r['nodes']} | {r['clients']} | {r['run'] + 1} | {fmt(r['rps'])} | {spread(r['per_node_rps'])} | "
+            self.w(f"| {self.url_label(r['url_query'])} | {r['nodes']} | {r['clients']} | {r['run'] + 1} | {fmt(r['rps'])} | {spread(r['per_node_rps'])} | "
                    f"{spread(r.get('per_node_p99_ms', []), 1)} | {fmt(cpu.get('machine_busy_pct'))} | "
                    f"{fmt(cpu.get('by_program_pct', {}).get('other'))} | {r.get('loadavg_before', ['–'])[0]} / {r['loadavg'][0]} |")
         self.w()
+
+    @staticmethod
+    def url_label(query):
+        return f"`?{query}`" if query else "default (TLS)"
 
     def footprint_section(self):
         f = self.footprint
@@ -812,8 +819,9 @@ class Report:
                 self.w(f"| worked {m} jobs/s | {WORKED_NAMES.get(cont, cont)} | {rs[0]['jobs']:,} jobs | "
                        f"{spread([r['jobs_per_s'] for r in rs])} | {spread([r['loadavg'][0] for r in rs], 2)} |")
         if self.nodes:
-            for (n, c), rs in sorted(group(self.nodes["runs"], "nodes", "clients").items(), key=lambda kv: (kv[0][1], kv[0][0])):
-                self.w(f"| nodes req/s | onejob, {n} API node{'s' if n > 1 else ''} | {c} | {spread([r['rps'] for r in rs])} | "
+            nruns = [dict(r, url_query=r.get("url_query", "")) for r in self.nodes["runs"]]
+            for (q, n, c), rs in sorted(group(nruns, "url_query", "nodes", "clients").items(), key=lambda kv: (kv[0][2], kv[0][0], kv[0][1])):
+                self.w(f"| nodes req/s | onejob, {n} API node{'s' if n > 1 else ''}, {self.url_label(q)} | {c} | {spread([r['rps'] for r in rs])} | "
                        f"{spread([r['loadavg'][0] for r in rs], 2)} |")
         if self.growth:
             for (s,), rs in sorted(group(self.growth["runs"], "existing_jobs").items()):
