@@ -139,8 +139,8 @@ statements! {
     cancel_acknowledged,
     /// `$1` attempt id: an open attempt ends `discarded`.
     discard_attempt,
-    /// `$1` attempt id: the winner, if still open, ends `succeeded` (acknowledged by its
-    /// answer if it was not before).
+    /// `$1` attempt id: the winner, if still open, ends `succeeded`; a live one (not
+    /// `unknown`) not acknowledged before is acknowledged by its answer.
     end_winner,
     /// `$1` job id, `$2` winner → `id` of each other `unknown` attempt, now `discarded`.
     discard_unknown_siblings,

@@ -102,7 +102,8 @@ pub(super) const SQL: Sql = Sql {
     discard_attempt: "UPDATE attempts SET state = 'discarded', finished_at = now() \
                       WHERE id = $1 AND state IN ('starting', 'running', 'unknown')",
     end_winner: "UPDATE attempts SET state = 'succeeded', finished_at = now(), \
-                 acknowledged_at = COALESCE(acknowledged_at, now()) \
+                 acknowledged_at = CASE WHEN state = 'unknown' THEN acknowledged_at \
+                 ELSE COALESCE(acknowledged_at, now()) END \
                  WHERE id = $1 AND state IN ('starting', 'running', 'unknown')",
     discard_unknown_siblings: "UPDATE attempts SET state = 'discarded', finished_at = now() \
                                WHERE job_id = $1 AND id <> $2 AND state = 'unknown' RETURNING id",
@@ -134,7 +135,8 @@ pub(super) const SQL: Sql = Sql {
                    WHERE j.id = u.id AND j.version = u.version AND j.completed_by IS NULL \
                    AND j.state IN ('pending', 'running', 'unknown') RETURNING j.id",
     end_winners: "UPDATE attempts SET state = 'succeeded', finished_at = now(), \
-                  acknowledged_at = COALESCE(acknowledged_at, now()) \
+                  acknowledged_at = CASE WHEN state = 'unknown' THEN acknowledged_at \
+                  ELSE COALESCE(acknowledged_at, now()) END \
                   WHERE id = ANY($1) AND state IN ('starting', 'running', 'unknown')",
     discard_unknown_siblings_of: "UPDATE attempts a SET state = 'discarded', finished_at = now() \
                                   FROM unnest($1::uuid[], $2::uuid[]) AS u (job_id, winner) \

@@ -190,9 +190,10 @@ pub(super) const SQL: Sql = Sql {
     end_winner: concat!(
         "UPDATE attempts SET state = 'succeeded', finished_at = ",
         now!(),
-        ", acknowledged_at = COALESCE(acknowledged_at, ",
+        ", acknowledged_at = CASE WHEN state = 'unknown' THEN acknowledged_at \
+         ELSE COALESCE(acknowledged_at, ",
         now!(),
-        ")",
+        ") END",
         " WHERE id = ?1 AND state IN ('starting', 'running', 'unknown')"
     ),
     discard_unknown_siblings: concat!(
@@ -257,9 +258,10 @@ pub(super) const SQL: Sql = Sql {
     end_winners: concat!(
         "UPDATE attempts SET state = 'succeeded', finished_at = ",
         now!(),
-        ", acknowledged_at = COALESCE(acknowledged_at, ",
+        ", acknowledged_at = CASE WHEN state = 'unknown' THEN acknowledged_at \
+         ELSE COALESCE(acknowledged_at, ",
         now!(),
-        ")",
+        ") END",
         " WHERE id IN (SELECT value FROM json_each(?1)) \
          AND state IN ('starting', 'running', 'unknown')"
     ),
