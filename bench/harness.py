@@ -1311,7 +1311,7 @@ def worked_grid(opts) -> dict:
                          {"concurrency": 32, "poll_ms": 100, "local_queue": 500, "complete_batch_delay": 5}],
         }
     return {
-        "onejob": [{"concurrency": c} for c in (16, 64, 256)],  # onejob-3w takes onejob-2w's best
+        "onejob": [{"concurrency": c} for c in (64, 256, 1024)],  # onejob-3w takes onejob-2w's best
         "pgboss": [{"batch_size": b, "workers": w, "polling_s": 0.5} for b in (200, 1000, 5000) for w in (2, 4)]
         + [{"batch_size": 1000, "workers": 2, "polling_s": 2.0}],
         "graphile": [{"concurrency": 10, "poll_ms": 2000, "local_queue": 0},

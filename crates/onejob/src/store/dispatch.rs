@@ -22,6 +22,10 @@ pub trait Dispatch: Send + Sync {
     /// [`super::Transitions::start_attempt`] decides.
     async fn due_jobs(&self, limit: u32) -> Result<Vec<Uuid>, StoreError>;
 
+    /// [`Dispatch::due_jobs`] without the new jobs (`pending`, never attempted) of `kinds`:
+    /// what is left for one-by-one claims beside batches of first attempts.
+    async fn due_others(&self, limit: u32, kinds: &[String]) -> Result<Vec<Uuid>, StoreError>;
+
     /// A job by id, whoever owns it.
     async fn job_for_dispatch(&self, id: Uuid) -> Result<Option<JobRecord>, StoreError>;
 
@@ -84,6 +88,12 @@ pub trait Dispatch: Send + Sync {
 impl<B: Backend> Dispatch for B {
     async fn due_jobs(&self, limit: u32) -> Result<Vec<Uuid>, StoreError> {
         rows::ids::<B>(&read_all(self, B::SQL.due_jobs, args![limit]).await?)
+    }
+
+    async fn due_others(&self, limit: u32, kinds: &[String]) -> Result<Vec<Uuid>, StoreError> {
+        let kinds: Vec<Option<&str>> = kinds.iter().map(|k| Some(k.as_str())).collect();
+        let due = read_all(self, B::SQL.due_others, args![limit, &kinds[..]]).await?;
+        rows::ids::<B>(&due)
     }
 
     async fn job_for_dispatch(&self, id: Uuid) -> Result<Option<JobRecord>, StoreError> {

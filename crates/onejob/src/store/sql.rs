@@ -190,6 +190,9 @@ statements! {
     // Dispatch.
     /// `$1` limit → `id` of jobs due now, oldest dispatch time first.
     due_jobs,
+    /// `$1` limit, `$2` kinds → the same, leaving out new jobs of those kinds (`pending`,
+    /// never attempted), which batches of first attempts start.
+    due_others,
     /// `$1` attempt ids, `$2` worker, `$3` margin seconds → `id` of each the worker holds,
     /// `starting`, with at least the margin of lease left, its job not cancelled.
     owned_attempts,

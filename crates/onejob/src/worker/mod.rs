@@ -155,6 +155,7 @@ async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
     let claiming = Claiming::default();
     let mut running = JoinSet::new();
     let first = first_starts(&ctx.kinds);
+    let first_kinds: Vec<String> = first.iter().map(|f| f.kind.clone()).collect();
 
     let mut scanned = tokio::time::Instant::now();
 
@@ -165,7 +166,17 @@ async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
         // so that a backlog of new jobs never holds them up for longer.
         let mut saturated = start_new(&ctx, &first, &slots, &mut running, &abandon).await;
         if !saturated || scanned.elapsed() >= DUE_SCAN {
-            saturated |= claim_due(&ctx, &slots, &claiming, &mut running, &abandon, &stop).await;
+            let kinds = &first_kinds;
+            saturated |= claim_due(
+                &ctx,
+                kinds,
+                &slots,
+                &claiming,
+                &mut running,
+                &abandon,
+                &stop,
+            )
+            .await;
             scanned = tokio::time::Instant::now();
         }
         while running.try_join_next().is_some() {}
@@ -275,10 +286,11 @@ async fn start_new(
     full
 }
 
-/// Claims due jobs one by one, each in a task of its own, as many as there are free slots.
-/// Whether more were due than slots.
+/// Claims due jobs one by one, each in a task of its own, as many as there are free slots,
+/// leaving the new jobs of `new_kinds` to batches. Whether more were due than slots.
 async fn claim_due(
     ctx: &Arc<WorkerContext>,
+    new_kinds: &[String],
     slots: &Arc<Semaphore>,
     claiming: &Claiming,
     running: &mut Running,
@@ -292,7 +304,7 @@ async fn claim_due(
     // Jobs whose claim is still in flight stay due until it commits: ask for enough to fill
     // every free slot with others.
     let limit = free + claiming.len();
-    let due = match ctx.store.due_jobs(limit as u32).await {
+    let due = match ctx.store.due_others(limit as u32, new_kinds).await {
         Ok(due) => due,
         Err(error) => {
             tracing::warn!(error = %Chain(&error), "looking for due jobs failed");

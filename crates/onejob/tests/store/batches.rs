@@ -18,7 +18,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::support::{
-    Backend, TestDatabase, alice, backend_tests, created, new_job_of, start_for, started,
+    Backend, TestDatabase, alice, backend_tests, created, fail, new_job_of, start_for, started,
 };
 
 backend_tests!(
@@ -28,6 +28,7 @@ backend_tests!(
     a_job_another_starter_took_first_is_left_to_it,
     two_attempts_of_a_job_finishing_together_have_one_winner,
     acknowledgements_made_together_answer_each_as_alone,
+    one_by_one_claims_see_what_batches_leave,
 );
 
 /// A batch of up to `limit` first attempts of `chat.completion` jobs on provider `a`.
@@ -421,4 +422,34 @@ async fn job_of(store: &dyn Store, attempt: Uuid) -> Uuid {
         .find(|a| a.id == attempt)
         .unwrap()
         .job_id
+}
+
+async fn one_by_one_claims_see_what_batches_leave(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    let retried = created(&*store, "retried").await;
+    let attempt = started(&*store, &start_for(retried, 0, "a", false)).await;
+    fail(&*store, attempt).await;
+    let new = created(&*store, "new").await;
+    let other = match store
+        .create_or_replay(new_job_of(alice(), "image", "other-kind", "x"))
+        .await
+        .unwrap()
+    {
+        onejob::store::Intake::Created(job) => job.id,
+        other => panic!("{other:?}"),
+    };
+    let kinds = vec!["chat.completion".to_owned()];
+    // The retry and the new job of a kind no batch starts; not the new chat job.
+    assert_eq!(
+        store.due_others(10, &kinds).await.unwrap(),
+        vec![retried, other]
+    );
+    assert_eq!(store.due_others(1, &kinds).await.unwrap(), vec![retried]);
+    // Without kinds it is every due job.
+    assert_eq!(
+        store.due_others(10, &[]).await.unwrap(),
+        store.due_jobs(10).await.unwrap()
+    );
+    assert_eq!(store.due_jobs(10).await.unwrap(), vec![retried, new, other]);
 }

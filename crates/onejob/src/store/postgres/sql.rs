@@ -155,6 +155,9 @@ pub(super) const SQL: Sql = Sql {
     ),
 
     due_jobs: "SELECT id FROM jobs WHERE dispatch_at <= now() ORDER BY dispatch_at LIMIT $1",
+    due_others: "SELECT id FROM jobs WHERE dispatch_at <= now() \
+                 AND NOT (state = 'pending' AND attempts = 0 AND kind = ANY($2)) \
+                 ORDER BY dispatch_at LIMIT $1",
     owned_attempts: "SELECT a.id FROM attempts a JOIN jobs j ON j.id = a.job_id \
                      WHERE a.id = ANY($1) AND a.state = 'starting' AND a.worker = $2 \
                      AND a.lease_expires_at > now() + make_interval(secs => $3) \

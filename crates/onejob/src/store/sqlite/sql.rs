@@ -291,6 +291,12 @@ pub(super) const SQL: Sql = Sql {
         now!(),
         " ORDER BY dispatch_at LIMIT ?1"
     ),
+    due_others: concat!(
+        "SELECT id FROM jobs WHERE dispatch_at <= ",
+        now!(),
+        " AND NOT (state = 'pending' AND attempts = 0 \
+         AND kind IN (SELECT value FROM json_each(?2))) ORDER BY dispatch_at LIMIT ?1"
+    ),
     owned_attempts: concat!(
         "SELECT a.id FROM attempts a JOIN jobs j ON j.id = a.job_id \
          WHERE a.id IN (SELECT value FROM json_each(?1)) AND a.state = 'starting' \
