@@ -183,15 +183,21 @@ async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
         if saturated && slots.available_permits() > 0 {
             continue;
         }
-        // Sleep until a wake-up, or the next job's dispatch time (a retry's backoff may be
-        // shorter than the poll interval), or the poll interval, whichever comes first.
-        let wait = match ctx.store.next_due_in().await {
-            Ok(Some(due)) => due.clamp(MIN_WAIT, ctx.settings.poll_interval.max(MIN_WAIT)),
-            _ => ctx.settings.poll_interval,
+        // More is due than there are slots: the next attempt to end frees one. Otherwise
+        // nothing more is due now: sleep until a wake-up, or the next job's dispatch time (a
+        // retry's backoff may be shorter than the poll interval), or the poll interval,
+        // whichever comes first. (An attempt ending then frees a slot nothing waits for.)
+        let wait = if saturated {
+            ctx.settings.poll_interval
+        } else {
+            match ctx.store.next_due_in().await {
+                Ok(Some(due)) => due.clamp(MIN_WAIT, ctx.settings.poll_interval.max(MIN_WAIT)),
+                _ => ctx.settings.poll_interval,
+            }
         };
         tokio::select! {
             () = ctx.store.wait_for_work(wait) => {}
-            Some(_) = running.join_next(), if !running.is_empty() => {}
+            Some(_) = running.join_next(), if saturated && !running.is_empty() => {}
             () = stop.cancelled() => {}
         }
     }
