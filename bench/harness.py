@@ -1191,7 +1191,10 @@ def worked_onejob(opts, rec: dict, run_index: int, workers: int, concurrency: in
             procs = [Server("worker", cmd, f"{tag}-{i}") for i, cmd in enumerate(worker_cmds)]
             for i, w in enumerate(procs):
                 wait_http_ready(f"127.0.0.1:{PORT_WORKER + i}", w.proc)
-            analyze("postgres", name)
+            # No ANALYZE of the empty tables here (nor in the peers' script): statistics of an
+            # empty `jobs` would stay for the whole run on this server (autovacuum = off),
+            # where autovacuum would renew them as the table grows; onejob's intake then
+            # looked keys up through the owner's index (bench/analysis.md).
             before = pg_snapshot(name)
             t0 = time.monotonic()
             gen = subprocess.Popen([str(c) for c in intake], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -1228,11 +1231,13 @@ def worked_onejob(opts, rec: dict, run_index: int, workers: int, concurrency: in
             "settings": {"worker_processes": workers, "concurrency": concurrency}, **r}
 
 
-def worked_peer(opts, rec: dict, run_index: int, peer: str, settings: dict, jobs: int, mode: str) -> dict:
+def worked_peer(opts, rec: dict, run_index: int, contender: str, settings: dict, jobs: int, mode: str) -> dict:
     """A peer's own workers (bench/peers/node_worker.js) with a no-op handler. queued: the
     script bulk-inserts the jobs, then on "go" starts its workers; the time runs from "go"
     (its connection pool already open) to the poll that sees every job completed.
     concurrent: its workers are started first; on "go" it enqueues one call per job."""
+    peer = contender.removesuffix("-http")
+    http = contender != peer
     name = f"{DB}_worked"
     create_db(name)
     url = f"{PG_URL}/{name}"
@@ -1246,6 +1251,12 @@ def worked_peer(opts, rec: dict, run_index: int, peer: str, settings: dict, jobs
     for k, flag in flags.items():
         if k in settings:
             cmd += [flag, settings[k]]
+    fake = None
+    if http:
+        # The handler makes onejob's call for each job: a chat completion to the same fake.
+        fake = Server("fake", [FAKE, "--listen", f"127.0.0.1:{PORT_FAKE}"], f"worked-{contender}-fake")
+        time.sleep(0.3)
+        cmd += ["--provider", f"http://127.0.0.1:{PORT_FAKE}/v1/chat/completions"]
     cmd = [str(c) for c in cmd]
     note_command(rec, peer, cmd)
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(WORK / f"worked-{peer}.log", "w"),
@@ -1294,11 +1305,13 @@ def worked_peer(opts, rec: dict, run_index: int, peer: str, settings: dict, jobs
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        if fake:
+            fake.stop()
     drop_db(name)
     r = {"work_s": t1 - t0, "jobs_per_s": jobs / (t1 - t0), "pg": pg_delta(before, after, jobs), **out}
     r["pg"]["poll_queries"] = queries
     r["pg"]["commits_per_job_without_polls"] = (r["pg"]["commits"] - queries - 1) / jobs
-    return {"contender": peer, "peer": peer, **r, "settings": settings}
+    return {"contender": contender, "peer": peer, "handler": "http" if http else "noop", **r, "settings": settings}
 
 
 def worked_grid(opts) -> dict:
@@ -1356,13 +1369,18 @@ def part_worked(opts) -> None:
                             "worked_modes": opts.worked_modes, "worked_clients": opts.worked_clients})
     grid = worked_grid(opts)
     rec["grid"] = grid
-    contenders = {c: grid["onejob" if c.startswith("onejob") else c] for c in opts.worked_contenders}
+    contenders = {c: grid["onejob" if c.startswith("onejob") else c.removesuffix("-http")]
+                  for c in opts.worked_contenders}
     best = {}
     if opts.worked_best:
         best = json.loads(opts.worked_best)
     best = {c: v for c, v in best.items() if c in contenders}
     for contender, settings_list in contenders.items():
         if contender in best:
+            continue
+        base = contender.removesuffix("-http")
+        if base != contender and base in best:
+            best[contender] = best[base]  # the no-op handler's best setting, not swept again
             continue
         if contender == "onejob-3w" and "onejob-2w" in best:
             best[contender] = best["onejob-2w"]  # not swept again: the best of 2 processes
@@ -1640,7 +1658,8 @@ def main() -> None:
     p.add_argument("--worked-clients", type=int, default=32, help="submitting clients in the worked part")
     p.add_argument("--worked-timeout", type=float, default=600, help="seconds one worked run may take")
     p.add_argument("--worked-contenders", default="onejob-1w,onejob-2w,onejob-3w,pgboss,graphile",
-                   help="onejob-<N>w (N worker processes), pgboss, graphile")
+                   help="onejob-<N>w (N worker processes), pgboss, graphile; pgboss-http, graphile-http: "
+                        "the peer with a handler that makes onejob's call to the fake provider for each job")
     p.add_argument("--worked-best", help='skip the sweep for these contenders: JSON {"pgboss": {"batch_size": 1000, ...}, ...}')
     p.add_argument("--nodes-url-queries", default=None,
                    help="nodes part: comma-separated queries of the database URL, each measured in every round, "

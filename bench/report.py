@@ -18,7 +18,9 @@ BENCH = ROOT / "bench"
 RESULTS = BENCH / "results"
 PEER_NAMES = {"graphile": "graphile-worker", "pgboss": "pg-boss", "procrastinate": "Procrastinate"}
 WORKED_NAMES = {"onejob-1w": "onejob, 1 worker process", "onejob-2w": "onejob, 2 worker processes",
-                "onejob-3w": "onejob, 3 worker processes", **PEER_NAMES}
+                "onejob-3w": "onejob, 3 worker processes", **PEER_NAMES,
+                "pgboss-http": "pg-boss, handler calls the provider",
+                "graphile-http": "graphile-worker, handler calls the provider"}
 
 
 def knobs(settings):
@@ -584,7 +586,7 @@ class Report:
                f"{st['worked_jobs']:,} jobs are put in first with no worker running (onejob: through its HTTP API, "
                f"{st['worked_clients']} clients of the load generator, to a `serve --no-worker` node; the peers: their "
                f"bulk insert, 1,000 per call), then `ANALYZE`, then the workers start; jobs/s = jobs / (workers "
-               f"started → the harness's poll sees every job finished). **concurrent**: the workers are up first, then "
+               f"started → the harness's poll sees every job finished). **concurrent**: the workers are up first (the empty tables not analyzed: bench/analysis.md), then "
                f"{st['worked_clients']} clients submit one call per job while they work; jobs/s = jobs / (first "
                f"submission → last job finished). *Finished* is read from the database by one held `psql` session "
                f"every 100 ms, every 10 ms past 90 %: onejob `jobs.state = 'succeeded'` (the result committed), "
@@ -603,24 +605,36 @@ class Report:
         self.w(f"- graphile-worker {versions.get('graphile', '?')}: `run({{concurrency, pollInterval, maxPoolSize: concurrency + 2, "
                "preset: {worker: {localQueue: {size}, completeJobBatchDelay}}}})` with a no-op task; it LISTENs for "
                "new jobs (always on), `pollInterval` is its fallback.")
+        self.w("- *handler calls the provider* (pgboss-http, graphile-http): the same peer and setting, its handler "
+               "making onejob's call for each job (an OpenAI-compatible chat completion to the same `onejob-fake`, "
+               "answer read; Node's `fetch`, keep-alive): the queue plus the work, without onejob's records of it "
+               "(attempts, events, the result). */ same work*: onejob against the best of these.")
+        query = (w.get("settings") or {}).get("pg_url_query")
+        self.w(f"- onejob's database URL carries `{query}`" if query else
+               "- onejob's database URL carries no `sslmode`: sqlx's `prefer`, TLS on this server")
+        self.w("  (the peers' node-postgres connects without TLS).")
         self.w()
         best = w.get("best", {})
         if measured:
             self.w(f"Best setting of each contender (from the sweep below), measured in {st['runs']} interleaved round(s):")
             self.w()
-            self.w("| mode | contender | setting | jobs/s (median) | runs | / best peer | write xacts per job | WAL syncs per job | WAL bytes per job | load avg (1 min) |")
-            self.w("|---|---|---|---|---|---|---|---|---|---|")
+            self.w("| mode | contender | setting | jobs/s (median) | runs | / best peer | / same work | write xacts per job | WAL syncs per job | WAL bytes per job | load avg (1 min) |")
+            self.w("|---|---|---|---|---|---|---|---|---|---|---|")
             for mode in st["worked_modes"]:
                 rows = group([r for r in measured if r["mode"] == mode], "contender")
                 peer_best = max((med([r["jobs_per_s"] for r in rs]) or 0 for (c,), rs in rows.items()
-                                 if not c.startswith("onejob")), default=None)
+                                 if not c.startswith("onejob") and not c.endswith("-http")), default=None)
+                http_best = max((med([r["jobs_per_s"] for r in rs]) or 0 for (c,), rs in rows.items()
+                                 if c.endswith("-http")), default=None)
                 for (cont,), rs in sorted(rows.items()):
                     jps = med([r["jobs_per_s"] for r in rs])
                     pg = [r.get("pg") or {} for r in rs]
                     per = lambda k: med([(x.get(k) or 0) / r["jobs"] if x.get(k) is not None else None for x, r in zip(pg, rs)])  # noqa: E731
                     self.w(f"| {mode} | {WORKED_NAMES.get(cont, cont)} | {knobs(rs[0]['settings'])} | {fmt(jps)} | "
                            f"{spread([r['jobs_per_s'] for r in rs])} | "
-                           f"{ratio(jps, peer_best, 3) if cont.startswith('onejob') else '–'} | {fmt(per('write_xacts'), 2)} | "
+                           f"{ratio(jps, peer_best, 3) if cont.startswith('onejob') else '–'} | "
+                           f"{ratio(jps, http_best, 3) if cont.startswith('onejob') and http_best else '–'} | "
+                           f"{fmt(per('write_xacts'), 2)} | "
                            f"{fmt(per('wal_syncs'), 2)} | {fmt(per('wal_bytes'))} | {spread([r['loadavg'][0] for r in rs], 2)} |")
             self.w()
             onejob_q = [r for r in measured if r["contender"].startswith("onejob") and r["mode"] == "queued" and r.get("db_span_s")]

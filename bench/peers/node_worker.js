@@ -1,4 +1,6 @@
-// Jobs worked per second for the Node.js peers, with their OWN workers and a no-op handler
+// Jobs worked per second for the Node.js peers, with their OWN workers and a no-op handler,
+// or with --provider URL a handler that makes the call onejob's worker makes for each job
+// (an OpenAI-compatible chat completion to the same fake provider, answer read)
 // (bench/harness.py, part `worked`). The harness, not this script, decides when the work is
 // done: it polls the peer's tables for finished jobs and times the phase itself.
 //
@@ -10,12 +12,13 @@
 // Protocol (one line each on stdout, the harness answers on stdin):
 //   --mode queued:     enqueue --jobs jobs in bulk, ANALYZE, print "queued"; on "go" start
 //                      the workers and print "working"; on "stop" stop and print the JSON.
-//   --mode concurrent: start the workers, print "ready"; on "go" enqueue --jobs jobs one call
+//   --mode concurrent: start the workers (no ANALYZE), print "ready"; on "go" enqueue --jobs jobs one call
 //                      each from --clients concurrent callers, print "queued"; on "stop" as above.
 //
 // usage: node node_worker.js graphile|pgboss --db URL --jobs N --mode queued|concurrent
 //          [--clients C] [--pool-max P] [--batch-size B --workers W --polling-s S]
 //          [--concurrency C --poll-ms M --local-queue L --complete-batch-delay D]
+//          [--provider http://127.0.0.1:PORT/v1/chat/completions]
 "use strict";
 
 const readline = require("node:readline");
@@ -29,7 +32,7 @@ function args() {
   };
   for (let i = 1; i < a.length; i += 2) {
     const k = a[i].replace(/^--/, "").replace(/-([a-z])/g, (_, c) => c.toUpperCase());
-    out[k] = ["db", "mode", "peer"].includes(k) ? a[i + 1] : Number(a[i + 1]);
+    out[k] = ["db", "mode", "peer", "provider"].includes(k) ? a[i + 1] : Number(a[i + 1]);
   }
   return out;
 }
@@ -41,6 +44,23 @@ const next = () => new Promise((resolve) => waiters.push(resolve));
 const say = (word) => process.stdout.write(`${word}\n`);
 
 let calls = 0;
+let providerErrors = 0;
+
+// The job's work: none, or (--provider) one chat completion, its answer read.
+async function work(o, data) {
+  calls += 1;
+  if (!o.provider) return;
+  const r = await fetch(o.provider, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: "bench", messages: [{ role: "user", content: `job ${JSON.stringify(data)}` }] }),
+  });
+  const answer = await r.json();
+  if (!r.ok || !answer.choices) {
+    if (++providerErrors <= 3) console.error(`provider: ${r.status}`);
+    throw new Error(`provider answered ${r.status}`);
+  }
+}
 
 async function pgboss(o) {
   const PgBoss = require("pg-boss");
@@ -56,7 +76,7 @@ async function pgboss(o) {
     start: async () => {
       for (let w = 0; w < o.workers; w++) {
         await boss.work("bench", { batchSize: o.batchSize, pollingIntervalSeconds: o.pollingS },
-          async (jobs) => { calls += jobs.length; });
+          async (jobs) => { await Promise.all(jobs.map((job) => work(o, job.data))); });
       }
     },
     stop: () => boss.stop({ graceful: false, wait: true }),
@@ -81,7 +101,7 @@ async function graphile(o) {
     start: async () => {
       runner = await run({
         connectionString: o.db, concurrency: o.concurrency, pollInterval: o.pollMs, maxPoolSize: o.poolMax,
-        noHandleSignals: true, taskList: { bench: async () => { calls += 1; } },
+        noHandleSignals: true, taskList: { bench: async (payload) => { await work(o, payload); } },
         crontab: "", logger, preset: { worker },
       });
     },
@@ -123,7 +143,7 @@ async function main() {
     await peer.start();
     say("working");
   } else {
-    await admin.query("ANALYZE");
+    // No ANALYZE of the empty tables: see bench/harness.py, worked_onejob.
     await peer.start();
     say("ready");
     if ((await next()) !== "go") process.exit(2);
@@ -134,7 +154,8 @@ async function main() {
   await peer.stop();
   await admin.end();
   console.log(JSON.stringify({ peer: o.peer, version: peer.version, mode: o.mode, jobs: o.jobs,
-    settings: peer.settings, handler_calls: calls, ...enqueue }));
+    settings: peer.settings, handler_calls: calls, provider: o.provider || null,
+    provider_errors: providerErrors, ...enqueue }));
   process.exit(0);
 }
 
