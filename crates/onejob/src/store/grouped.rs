@@ -2,11 +2,12 @@
 //! completions of attempts: concurrent callers share one write transaction, and so one
 //! durable commit, as intake's submissions do (`batch.rs`).
 //!
-//! A group runs each change's rule exactly as a lone change runs it (`transitions.rs`):
-//! the same statements, the job's lock taken before the attempt is read, the
-//! compare-and-swap of the result. Only the transaction around them is shared. The jobs are
-//! locked in the order of their ids, in every group, so two groups never wait for each
-//! other in a cycle. Every caller is answered after the commit that carries its change, so
+//! A group decides each change by the rule a lone change is decided by (`transitions.rs`:
+//! `acking`, `completing`), after taking its job's lock and reading its attempt, and writes
+//! the decisions with one statement per step for the whole group instead of one per change
+//! (the locks, the attempts' states, the compare-and-swaps with their same conditions, the
+//! events). The jobs are locked in the order of their ids, in every group, so two groups
+//! never wait for each other in a cycle. Every caller is answered after the commit that carries its change, so
 //! nothing depends on a change before it is durable. If a group fails for a reason other
 //! than the database being unavailable, or a compare-and-swap in it loses to a change made
 //! between its read and its write, each of its changes is made again alone, in a
@@ -34,7 +35,8 @@ use super::{
 /// Most changes one group carries.
 const MAX_GROUP: usize = 128;
 
-/// Groups writing side by side: while one commits, the next runs its statements.
+/// Groups writing side by side: while one commits, the next runs its statements. (Eight
+/// were slower than two on two cores: bench/analysis.md.)
 const WRITERS: usize = 2;
 
 /// A state change that can share a transaction with others of its kind.

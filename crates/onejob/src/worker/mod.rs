@@ -1,5 +1,6 @@
-//! The worker: its own loop that claims due jobs, starts their attempts through the store's
-//! attempt guard, and runs them against providers.
+//! The worker: its own loop that starts new jobs' first attempts in batches and claims the
+//! other due jobs one by one, both through the store's attempt guard, and runs the attempts
+//! against providers.
 //!
 //! It wakes on the store's signal (LISTEN/NOTIFY on PostgreSQL, in-process on SQLite) and
 //! polls only as a fallback. It runs at most `concurrency` attempts at once, heartbeats

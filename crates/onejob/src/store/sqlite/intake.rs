@@ -124,7 +124,7 @@ async fn write_one(tx: &mut Tx<SqliteStore>, job: &NewJob) -> Result<Intake, Sto
 
 #[cfg(test)]
 mod tests {
-    use crate::store::{Store, StoreOptions, sqlite::SqliteStore};
+    use crate::store::sqlite::{SqliteStore, fresh};
 
     /// A lookup by key searches the unique index by the whole key, also for an owner with
     /// many jobs, before `ANALYZE` (rows but no statistics: the case PostgreSQL's intake has
@@ -132,12 +132,7 @@ mod tests {
     /// the lookup, the search used only the owner prefix and read every job of the owner.)
     #[tokio::test]
     async fn a_lookup_by_key_searches_the_whole_unique_key() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("onejob.db").display());
-        let store = SqliteStore::connect(&url, &StoreOptions::default())
-            .await
-            .unwrap();
-        store.migrate().await.unwrap();
+        let (_dir, store) = fresh().await;
         sqlx::query(
             "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 5000) \
              INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params) \

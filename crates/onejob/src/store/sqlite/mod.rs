@@ -330,3 +330,16 @@ fn arguments(args: &[Arg<'_>]) -> Result<SqliteArguments, StoreError> {
     }
     Ok(arguments)
 }
+
+/// A migrated store on a new file in a temporary directory, for unit tests (the directory
+/// goes when the returned guard is dropped).
+#[cfg(test)]
+pub(super) async fn fresh() -> (tempfile::TempDir, SqliteStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("onejob.db").display());
+    let store = SqliteStore::connect(&url, &StoreOptions::default())
+        .await
+        .unwrap();
+    store.migrate().await.unwrap();
+    (dir, store)
+}

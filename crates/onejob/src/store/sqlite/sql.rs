@@ -396,18 +396,13 @@ mod tests {
     use sqlx::{Executor, SqlSafeStr};
 
     use super::{DUE_FIRST, SQL};
-    use crate::store::{Store, StoreOptions, sqlite::SqliteStore};
+    use crate::store::sqlite::fresh;
 
     /// Every statement of the table parses and names real columns on the migrated schema,
     /// also those only rare paths run.
     #[tokio::test]
     async fn every_statement_prepares_on_the_schema() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("onejob.db").display());
-        let store = SqliteStore::connect(&url, &StoreOptions::default())
-            .await
-            .unwrap();
-        store.migrate().await.unwrap();
+        let (_dir, store) = fresh().await;
         let mut db = store.pool().acquire().await.unwrap();
         for (name, sql) in SQL.each().into_iter().chain([("due_first", DUE_FIRST)]) {
             if let Err(error) = (&mut *db).prepare(sql.into_sql_str()).await {
