@@ -121,13 +121,14 @@ impl PgStore {
     /// Wraps `pool`, whose side pools follow `hosts` when given.
     fn following(pool: PgPool, hosts: Option<Arc<hosts::Hosts>>) -> Self {
         let writer = Writer::<Self>::new(pool.clone(), None);
-        let relaxed = relaxed::Relaxed::spawn(&pool, hosts.as_ref());
+        let wake = wake::Wake::new(pool.clone(), hosts.as_ref().map(|h| h.moved()));
+        let relaxed = relaxed::Relaxed::spawn(&pool, hosts.as_ref(), wake.local());
         Self {
             fences: Arc::new(fences::<Self>(pool.clone())),
             acks: Arc::new(writer.batcher()),
             offers: Arc::new(writer.batcher()),
             settled: Arc::default(),
-            wake: wake::Wake::new(pool.clone(), hosts.as_ref().map(|h| h.moved())),
+            wake,
             intake: Arc::new(intake::intake_batcher(
                 &pool,
                 hosts.as_ref(),

@@ -16,13 +16,15 @@
 //!   flush of its own (bench/analysis.md). So the intake batch commits without it and
 //!   then calls [`Relaxed::wake_workers`]; one task sends `pg_notify` after it, coalescing
 //!   requests that arrive while a notification is in flight. A wake-up lost in a crash
-//!   between the commit and the notification is found by the workers' poll fallback.
+//!   between the commit and the notification is found by the workers' poll fallback. A
+//!   worker in the same process is woken at once as well, without waiting for the
+//!   notification's way through PostgreSQL and back.
 
 use std::sync::Arc;
 
 use futures::FutureExt;
 use sqlx::PgPool;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 
 use super::{
     DISPATCH_CHANNEL,
@@ -48,12 +50,14 @@ pub(super) struct Relaxed {
     events: Arc<Batcher<NewEvent, ()>>,
     /// Room for one pending wake-up: a full channel means one is already on its way.
     wake: mpsc::Sender<()>,
+    /// The workers of this process ([`super::wake::Wake::local`]).
+    local: Arc<Notify>,
 }
 
 impl Relaxed {
     /// Starts the writers on a relaxed copy of `pool`'s connection settings (connections
-    /// open on first use), following `hosts` if given.
-    pub(super) fn spawn(pool: &PgPool, hosts: Option<&Arc<Hosts>>) -> Self {
+    /// open on first use), following `hosts` if given; `local` wakes this process's workers.
+    pub(super) fn spawn(pool: &PgPool, hosts: Option<&Arc<Hosts>>, local: Arc<Notify>) -> Self {
         let relaxed = side_pool(
             nodelay::pool_options(),
             pool,
@@ -90,6 +94,7 @@ impl Relaxed {
         Self {
             events: Arc::new(Batcher::spawn(1, MAX_EVENTS, write)),
             wake,
+            local,
         }
     }
 
@@ -102,8 +107,10 @@ impl Relaxed {
         }
     }
 
-    /// Asks for one `NOTIFY onejob_dispatch` after this call.
+    /// Wakes this process's workers, and asks for one `NOTIFY onejob_dispatch` after this
+    /// call for every other process's.
     pub(super) fn wake_workers(&self) {
+        self.local.notify_one();
         let _ = self.wake.try_send(());
     }
 }
@@ -125,5 +132,33 @@ async fn notify_loop(pool: PgPool, mut requests: mpsc::Receiver<()>) {
         if let Err(error) = sent {
             tracing::warn!(%error, "dispatch notification failed; workers will poll");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{sync::Arc, time::Duration};
+
+    use futures::FutureExt;
+    use tokio::sync::Notify;
+
+    use super::Relaxed;
+
+    /// A wake-up after a batch committed reaches a worker of the same process at once, not
+    /// only through PostgreSQL's `NOTIFY` (the pool here never connects).
+    #[tokio::test]
+    async fn a_wake_up_reaches_the_workers_of_this_process_directly() {
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .acquire_timeout(Duration::from_millis(10))
+            .connect_lazy("postgres://nobody@127.0.0.1:9/none")
+            .unwrap();
+        let local = Arc::new(Notify::new());
+        let relaxed = Relaxed::spawn(&pool, None, local.clone());
+        assert!(
+            local.notified().now_or_never().is_none(),
+            "nothing woke it yet"
+        );
+        relaxed.wake_workers();
+        assert!(local.notified().now_or_never().is_some());
     }
 }

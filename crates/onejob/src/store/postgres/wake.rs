@@ -31,6 +31,12 @@ impl Wake {
         }
     }
 
+    /// The signal the waiters of this process wait on, for this store's own writers to
+    /// wake them directly (a notification from PostgreSQL tells the same signal).
+    pub(super) fn local(&self) -> Arc<Notify> {
+        self.notify.clone()
+    }
+
     /// Waits for a dispatch notification, or `max_wait`, whichever comes first.
     pub(super) async fn wait(&self, max_wait: Duration) {
         self.listener
