@@ -727,6 +727,45 @@ def loadgen_intake(rec: dict, backend: str, name: str, url: str, key: str, tag: 
     return phase
 
 
+def finish_jobs(backend: str, name: str) -> int:
+    """Cancels every pending job in SQL, leaving it as the owner's cancel of a job that never
+    had an attempt leaves it (`state = 'cancelled'`, no dispatch time; the `cancelled` event is
+    not written, which no replay reads). A finished job never changes again, so onejob may
+    answer its replays from memory. Returns how many were cancelled."""
+    sql = "UPDATE jobs SET state = 'cancelled', dispatch_at = NULL WHERE state = 'pending'"
+    if backend == "postgres":
+        return int(psql(name, f"WITH c AS ({sql} RETURNING 1) SELECT count(*) FROM c"))
+    import sqlite3
+    with sqlite3.connect(sqlite_path(name)) as db:
+        return db.execute(sql).rowcount
+
+
+def loadgen_replays_of_finished(rec: dict, backend: str, name: str, url: str, key: str, tag: str, clients: int,
+                                jobs: int, prefix: str) -> tuple[dict, dict]:
+    """Two replay passes over finished jobs against one onejob process: the first finds each job
+    in the database (and keeps it in memory, being finished), the second is answered from
+    memory (`store/settled.rs`; it holds 10,000 jobs, so `jobs` must not exceed that, or an
+    in-order pass finds each key already evicted). Each pass has its own database counters."""
+    server = start_onejob(url, worker=False, provider_url=f"http://127.0.0.1:{PORT_SINK}/v1", tag=tag)
+    phases = []
+    try:
+        for label in ("loadgen replay of finished jobs", "loadgen replay of finished jobs, again"):
+            before = pg_snapshot(name) if backend == "postgres" else {}
+            cmd = [LOADGEN, "intake", "--addr", ONEJOB_ADDR, "--key", key, "--clients", clients, "--jobs", jobs,
+                   "--warmup", 0, "--prefix", prefix, "--replay-only", "--pid", server.pid]
+            r = run_json(cmd, timeout=3600)
+            note_command(rec, label, [*cmd[:5], "$KEY", *cmd[6:-1], "$ONEJOB_PID"])
+            phase = r["replay"]
+            phase["rss_peak_kib"] = r.get("rss_peak_kib")
+            if backend == "postgres":
+                time.sleep(0.2)
+                phase["pg"] = pg_delta(before, pg_snapshot(name), phase["ok"])
+            phases.append(phase)
+    finally:
+        server.stop()
+    return phases[0], phases[1]
+
+
 def analyze(backend: str, name: str) -> None:
     """What autovacuum would have done by now: PostgreSQL's default is autovacuum on, which
     analyzes a new table after its first 50 rows; this server runs with autovacuum = off.
@@ -750,7 +789,12 @@ def intake_one(opts, rec: dict, run_index: int, clients: int) -> None:
         r = {"clients": clients, "jobs": opts.jobs,
              "intake": loadgen_intake(rec, backend, name, url, key, tag, clients, opts.jobs, prefix),
              "replay": loadgen_intake(rec, backend, name, url, key, tag, clients, opts.jobs, prefix, replay=True)}
-        r["rss_peak_kib"] = max(r["intake"]["rss_peak_kib"] or 0, r["replay"]["rss_peak_kib"] or 0) or None
+        if opts.jobs <= 10000:
+            finish_jobs(backend, name)
+            r["finished"], r["finished_again"] = loadgen_replays_of_finished(
+                rec, backend, name, url, key, tag, clients, opts.jobs, prefix)
+        r["rss_peak_kib"] = max(r[p]["rss_peak_kib"] or 0 for p in ("intake", "replay", "finished", "finished_again")
+                                if p in r) or None
         if backend == "postgres":
             r["rows_jobs"] = int(psql(name, "SELECT count(*) FROM jobs"))
             r["rows_events"] = int(psql(name, "SELECT count(*) FROM job_events"))
@@ -762,7 +806,9 @@ def intake_one(opts, rec: dict, run_index: int, clients: int) -> None:
             f"(p50 {r['intake']['p50_ms']:.1f} p99 {r['intake']['p99_ms']:.1f} ms, "
             f"{r['intake']['server_cpu_us_per_ok'] or 0:.0f} us CPU/req, jobs/write xact {pg.get('jobs_per_write_xact') or 0:.2f}, "
             f"jobs/WAL sync {pg.get('jobs_per_wal_sync') or 0:.1f}), "
-            f"replay {r['replay']['rps']:.0f}/s, unexpected {r['intake']['unexpected']} {r['replay']['unexpected']}")
+            f"replay {r['replay']['rps']:.0f}/s, unexpected {r['intake']['unexpected']} {r['replay']['unexpected']}"
+            + (f"; finished jobs replayed {r['finished']['rps']:.0f}/s, again {r['finished_again']['rps']:.0f}/s, "
+               f"unexpected {r['finished']['unexpected']} {r['finished_again']['unexpected']}" if "finished" in r else ""))
 
 
 def dispatch_one(opts, rec: dict, run_index: int) -> None:

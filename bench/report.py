@@ -95,7 +95,8 @@ class Report:
     def intake_med(self, backend, clients, phase, field="rps"):
         if not self.intake:
             return None
-        return med([r[phase][field] for r in self.intake["runs"] if r["backend"] == backend and r["clients"] == clients])
+        return med([r[phase][field] for r in self.intake["runs"]
+                    if r["backend"] == backend and r["clients"] == clients and phase in r])
 
     def peer_med(self, peer, clients, phase, field="rps"):
         if not self.peers:
@@ -219,6 +220,11 @@ class Report:
         rows.append(("replay ≥ 2× the intake rate (PostgreSQL, 8 clients)",
                      f"{fmt(rep8)} /s vs {fmt(on8)} /s = {ratio(rep8, on8)}",
                      verdict(rep8 / on8 >= 2.0 if rep8 and on8 else None)))
+        again8 = self.intake_med("postgres", 8, "finished_again")
+        if again8:
+            rows.append(("replay of finished jobs, once known, ≥ 2× the intake rate (PostgreSQL, 8 clients; issue 21)",
+                         f"{fmt(again8)} /s vs {fmt(on8)} /s = {ratio(again8, on8)}",
+                         verdict(again8 / on8 >= 2.0 if on8 else None)))
         d50 = None
         if self.dispatch:
             d50 = med([r["from_201_ms"]["p50"] for r in self.dispatch["runs"] if r["backend"] == "postgres"])
@@ -334,8 +340,15 @@ class Report:
                f"would have done by then; every contender gets the same). *new*: `POST /v1/jobs` with unique keys (expects "
                f"201); *replay*: the same keys and params again (expects 200 `Idempotent-Replayed`). Warm-up, new and "
                f"replay each run against their own onejob process, stopped after the phase, so that the database "
-               f"counters read around a phase hold that phase exactly. onejob's "
-               f"PostgreSQL pools are fixed: 16 connections, plus 1 for intake's shared commits (its one writer) and 2 for unawaited writes; SQLite runs WAL with `synchronous = FULL`.")
+               f"counters read around a phase hold that phase exactly. *finished*: then every job is cancelled in "
+               f"SQL (as the owner's cancel of a job without an attempt leaves it) and the same keys are replayed "
+               f"twice against one new onejob process: *first* finds each job in the database, and keeps it in "
+               f"memory because a finished job never changes (`store/settled.rs`, up to 10,000 jobs); *again* is "
+               f"answered from memory. onejob's "
+               f"PostgreSQL pools are fixed: 16 connections, plus 1 for intake's shared commits (its one writer) and 2 for unawaited writes; SQLite runs WAL with `synchronous = FULL`. "
+               + (f"onejob's database URL carries `{s['pg_url_query']}`" if s.get("pg_url_query") else
+                  "onejob's database URL carries no `sslmode`: sqlx's `prefer`, TLS on this server")
+               + " (the peers connect without TLS).")
         self.w()
         for backend in ("postgres", "sqlite"):
             runs = [r for r in self.intake["runs"] if r["backend"] == backend]
@@ -343,15 +356,21 @@ class Report:
                 continue
             self.w(f"**{backend}**")
             self.w()
-            self.w("| clients | new req/s | p50 ms | p99 ms | replay req/s | p50 ms | p99 ms | replay / new | new / pgbench ceiling | new / best peer | onejob CPU µs per new / replay | jobs per write transaction | jobs per WAL sync | peak RSS MiB | errors |")
-            self.w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+            self.w("| clients | new req/s | p50 ms | p99 ms | replay req/s | p50 ms | p99 ms | replay / new | finished, first / again req/s | again p50 ms | again / new | new / pgbench ceiling | new / best peer | onejob CPU µs per new / replay / again | jobs per write transaction | jobs per WAL sync | peak RSS MiB | errors |")
+            self.w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
             for c in sorted({r["clients"] for r in runs}):
                 rs = [r for r in runs if r["clients"] == c]
                 new = med([r["intake"]["rps"] for r in rs])
                 rep = med([r["replay"]["rps"] for r in rs])
                 ceil = self.ceiling_rps("pgbench-ceiling", c)
                 peer, _ = self.best_peer(c)
-                errors = sum(sum(r[p]["unexpected"].values()) for r in rs for p in ("intake", "replay"))
+                errors = sum(sum(r[p]["unexpected"].values()) for r in rs
+                             for p in ("intake", "replay", "finished", "finished_again") if p in r)
+                fin = [r for r in rs if "finished" in r]
+                first = med([r["finished"]["rps"] for r in fin]) if fin else None
+                again = med([r["finished_again"]["rps"] for r in fin]) if fin else None
+                again_p50 = med([r["finished_again"]["p50_ms"] for r in fin]) if fin else None
+                cpu_again = med([r["finished_again"].get("server_cpu_us_per_ok") for r in fin]) if fin else None
                 rss = med([r.get("rss_peak_kib") for r in rs])
                 cpu_new = med([r["intake"].get("server_cpu_us_per_ok") for r in rs])
                 cpu_rep = med([r["replay"].get("server_cpu_us_per_ok") for r in rs])
@@ -360,7 +379,8 @@ class Report:
                 self.w(f"| {c} | {fmt(new)} | {fmt(med([r['intake']['p50_ms'] for r in rs]), 2)} | "
                        f"{fmt(med([r['intake']['p99_ms'] for r in rs]), 2)} | {fmt(rep)} | "
                        f"{fmt(med([r['replay']['p50_ms'] for r in rs]), 2)} | {fmt(med([r['replay']['p99_ms'] for r in rs]), 2)} | "
-                       f"{ratio(rep, new)} | {ratio(new, ceil)} | {ratio(new, peer)} | {fmt(cpu_new)} / {fmt(cpu_rep)} | "
+                       f"{ratio(rep, new)} | {fmt(first)} / {fmt(again)} | {fmt(again_p50, 2)} | {ratio(again, new)} | "
+                       f"{ratio(new, ceil)} | {ratio(new, peer)} | {fmt(cpu_new)} / {fmt(cpu_rep)} / {fmt(cpu_again)} | "
                        f"{fmt(jpc, 2)} | {fmt(jps, 1)} | {fmt(rss / 1024 if rss else None, 1)} | {errors} |")
             self.w()
         self.w("*onejob CPU*: user + system time of the onejob process during the phase (/proc/<pid>/stat) per "
@@ -817,6 +837,10 @@ class Report:
             for (b, c), rs in sorted(group(self.intake["runs"], "backend", "clients").items()):
                 self.w(f"| intake new | onejob-{b} | {c} | {spread([r['intake']['rps'] for r in rs])} | {spread([r['loadavg'][0] for r in rs], 2)} |")
                 self.w(f"| intake replay | onejob-{b} | {c} | {spread([r['replay']['rps'] for r in rs])} | |")
+                fin = [r for r in rs if "finished" in r]
+                if fin:
+                    self.w(f"| intake replay of finished, first | onejob-{b} | {c} | {spread([r['finished']['rps'] for r in fin])} | |")
+                    self.w(f"| intake replay of finished, again | onejob-{b} | {c} | {spread([r['finished_again']['rps'] for r in fin])} | |")
         if self.peers:
             for (p, c), rs in sorted(group(self.peers["runs"], "contender", "clients").items()):
                 self.w(f"| peers new | {PEER_NAMES[p]} | {c} | {spread([r['intake']['rps'] for r in rs])} | {spread([r['loadavg'][0] for r in rs], 2)} |")
