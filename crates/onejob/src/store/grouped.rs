@@ -7,12 +7,12 @@
 //! the decisions with one statement per step for the whole group instead of one per change
 //! (the locks, the attempts' states, the compare-and-swaps with their same conditions, the
 //! events). The jobs are locked in the order of their ids, in every group, so two groups
-//! never wait for each other in a cycle. Every caller is answered after the commit that carries its change, so
-//! nothing depends on a change before it is durable. If a group fails for a reason other
-//! than the database being unavailable, or a compare-and-swap in it loses to a change made
-//! between its read and its write, each of its changes is made again alone, in a
-//! transaction of its own, with the lone change's retries: a bad change fails alone, and a
-//! group behaves, change by change, exactly as lone changes do.
+//! never wait for each other in a cycle. Every caller is answered after the commit that
+//! carries its change, so nothing depends on a change before it is durable. If a group
+//! fails for a reason other than the database being unavailable, or a compare-and-swap in
+//! it loses to a change made between its read and its write, each of its changes is made
+//! again alone, in a transaction of its own, with the lone change's retries: a bad change
+//! fails alone, and a group behaves, change by change, exactly as lone changes do.
 
 use std::{
     collections::{HashMap, HashSet},
