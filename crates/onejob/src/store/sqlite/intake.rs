@@ -84,10 +84,40 @@ async fn write_batch(writer: &SqlitePool, jobs: Vec<NewJob>) -> Vec<Result<Intak
     };
     let mut results = Vec::with_capacity(jobs.len());
     for job in &jobs {
-        results.push(write_one(&mut tx, job).await);
+        match write_one(&mut tx, job).await {
+            Ok(written) => results.push(Ok(written)),
+            // Its statements may have failed halfway (its job inserted, its `created` event
+            // not): drop the whole transaction rather than commit that, and write each
+            // submission alone, so that only the failing one fails.
+            Err(_) => {
+                let _ = tx.rollback().await;
+                return write_each_alone(writer, &jobs).await;
+            }
+        }
     }
     if let Err(error) = tx.commit().await {
         return vec![Err(error); jobs.len()];
+    }
+    results
+}
+
+/// Writes each submission in a transaction of its own: one whose statements fail is rolled
+/// back whole and answered with its error; the others commit.
+async fn write_each_alone(writer: &SqlitePool, jobs: &[NewJob]) -> Vec<Result<Intake, StoreError>> {
+    let mut results = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        let written = async {
+            let mut tx = begin(writer).await?;
+            match write_one(&mut tx, job).await {
+                Ok(written) => tx.commit().await.map(|()| written),
+                Err(error) => {
+                    let _ = tx.rollback().await;
+                    Err(error)
+                }
+            }
+        }
+        .await;
+        results.push(written);
     }
     results
 }
@@ -124,7 +154,64 @@ async fn write_one(tx: &mut Tx<SqliteStore>, job: &NewJob) -> Result<Intake, Sto
 
 #[cfg(test)]
 mod tests {
-    use crate::store::sqlite::{SqliteStore, fresh};
+    use onejob_domain::{Fingerprint, IdempotencyKey, Principal};
+
+    use crate::store::{
+        Intake, NewJob, Store,
+        sqlite::{SqliteStore, fresh},
+    };
+
+    /// A new job of `acme`/`alice` of `kind` under `key`.
+    fn new_job(kind: &str, key: &str) -> NewJob {
+        let params = serde_json::json!({ "prompt": key });
+        NewJob {
+            id: uuid::Uuid::now_v7(),
+            owner: Principal::new("acme", "alice"),
+            key_hash: IdempotencyKey::parse(key).unwrap().hash(),
+            kind: kind.into(),
+            fingerprint: Fingerprint::of(kind, &params, None),
+            params,
+            actor: "test".into(),
+        }
+    }
+
+    /// A submission whose statements fail after its job row was inserted (here its `created`
+    /// event is refused by a trigger) leaves no job behind, and the submissions batched with
+    /// it are written whole. (The batch used to commit the failed one's job row without its
+    /// event.)
+    #[tokio::test]
+    async fn a_submission_that_fails_halfway_leaves_nothing_and_spares_its_batch() {
+        let (_dir, store) = fresh().await;
+        sqlx::query(
+            "CREATE TRIGGER refuse_doomed BEFORE INSERT ON job_events \
+             WHEN NEW.kind = 'created' \
+              AND (SELECT kind FROM jobs WHERE id = NEW.job_id) = 'doomed' \
+             BEGIN SELECT RAISE(ABORT, 'refused for the test'); END",
+        )
+        .execute(store.pool())
+        .await
+        .unwrap();
+        let (doomed, before, after) = tokio::join!(
+            store.create_or_replay(new_job("doomed", "doomed")),
+            store.create_or_replay(new_job("chat", "before")),
+            store.create_or_replay(new_job("chat", "after")),
+        );
+        assert!(doomed.is_err(), "{doomed:?}");
+        for written in [before, after] {
+            assert!(matches!(written, Ok(Intake::Created(_))), "{written:?}");
+        }
+        let kinds: Vec<String> = sqlx::query_scalar("SELECT kind FROM jobs ORDER BY kind")
+            .fetch_all(store.pool())
+            .await
+            .unwrap();
+        assert_eq!(kinds, ["chat", "chat"]);
+        let created: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM job_events WHERE kind = 'created'")
+                .fetch_one(store.pool())
+                .await
+                .unwrap();
+        assert_eq!(created, 2);
+    }
 
     /// A lookup by key searches the unique index by the whole key, also for an owner with
     /// many jobs, before `ANALYZE` (rows but no statistics: the case PostgreSQL's intake has
