@@ -44,6 +44,7 @@ import re
 import shlex
 import shutil
 import signal
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -702,68 +703,66 @@ def ceiling_one(opts, rec: dict, run_index: int, clients: int) -> None:
             f"jobs per WAL sync {r['pg'].get('jobs_per_wal_sync') or 0:.1f}")
 
 
+def loadgen_pass(rec: dict, server, key: str, clients: int, jobs: int, prefix: str, replay: bool, label: str) -> dict:
+    """One `onejob-loadgen intake` call (no internal warm-up) against a running onejob; the
+    phase, with the server's peak RSS."""
+    cmd = [LOADGEN, "intake", "--addr", ONEJOB_ADDR, "--key", key, "--clients", clients, "--jobs", jobs,
+           "--warmup", 0, "--prefix", prefix, *(["--replay-only"] if replay else []), "--pid", server.pid]
+    r = run_json(cmd, timeout=3600)
+    note_command(rec, label, [*cmd[:5], "$KEY", *cmd[6:-1], "$ONEJOB_PID"])
+    phase = r["replay" if replay else "intake"]
+    phase["rss_peak_kib"] = r.get("rss_peak_kib")
+    return phase
+
+
 def loadgen_intake(rec: dict, backend: str, name: str, url: str, key: str, tag: str, clients: int, jobs: int,
                    prefix: str, replay: bool = False, label: str | None = None) -> dict:
-    """One `onejob-loadgen intake` call (no internal warm-up) against a server started for it
-    and stopped after it, so that the database's counters read before and after hold exactly
-    this phase (PostgreSQL flushes an idle backend's statistics only every 10 s, but always
-    when it exits). Returns the phase, with its database cost under "pg"."""
+    """One load generator pass against a server started for it and stopped after it, so that
+    the database's counters read before and after hold exactly this phase (PostgreSQL
+    flushes an idle backend's statistics only every 10 s, but always when it exits). Returns
+    the phase, with its database cost under "pg"."""
     before = pg_snapshot(name) if backend == "postgres" else {}
     server = start_onejob(url, worker=False, provider_url=f"http://127.0.0.1:{PORT_SINK}/v1", tag=tag)
     try:
-        cmd = [LOADGEN, "intake", "--addr", ONEJOB_ADDR, "--key", key, "--clients", clients, "--jobs", jobs,
-               "--warmup", 0, "--prefix", prefix, *(["--replay-only"] if replay else []), "--pid", server.pid]
-        r = run_json(cmd, timeout=3600)
         note_command(rec, "serve", server.cmd)
-        note_command(rec, label or ("loadgen replay" if replay else "loadgen new"), [*cmd[:5], "$KEY", *cmd[6:-1], "$ONEJOB_PID"])
+        phase = loadgen_pass(rec, server, key, clients, jobs, prefix, replay,
+                             label or ("loadgen replay" if replay else "loadgen new"))
         rec.setdefault("configs", {}).setdefault(f"{backend}", (WORK / f"{tag}.toml").read_text())
     finally:
         server.stop()
-    phase = r["replay" if replay else "intake"]
-    phase["rss_peak_kib"] = r.get("rss_peak_kib")
     if backend == "postgres":
         time.sleep(0.2)
         phase["pg"] = pg_delta(before, pg_snapshot(name), phase["ok"])
     return phase
 
 
-def finish_jobs(backend: str, name: str) -> int:
+def finish_jobs(backend: str, name: str) -> None:
     """Cancels every pending job in SQL, leaving it as the owner's cancel of a job that never
     had an attempt leaves it (`state = 'cancelled'`, no dispatch time; the `cancelled` event is
     not written, which no replay reads). A finished job never changes again, so onejob may
-    answer its replays from memory. Returns how many were cancelled."""
+    answer its replays from memory."""
     sql = "UPDATE jobs SET state = 'cancelled', dispatch_at = NULL WHERE state = 'pending'"
     if backend == "postgres":
-        return int(psql(name, f"WITH c AS ({sql} RETURNING 1) SELECT count(*) FROM c"))
-    import sqlite3
-    with sqlite3.connect(sqlite_path(name)) as db:
-        return db.execute(sql).rowcount
+        psql(name, sql)
+    else:
+        with sqlite3.connect(sqlite_path(name)) as db:
+            db.execute(sql)
 
 
-def loadgen_replays_of_finished(rec: dict, backend: str, name: str, url: str, key: str, tag: str, clients: int,
-                                jobs: int, prefix: str) -> tuple[dict, dict]:
+def loadgen_replays_of_finished(rec: dict, url: str, key: str, tag: str, clients: int, jobs: int,
+                                prefix: str) -> tuple[dict, dict]:
     """Two replay passes over finished jobs against one onejob process: the first finds each job
     in the database (and keeps it in memory, being finished), the second is answered from
     memory (`store/settled.rs`; it holds 10,000 jobs, so `jobs` must not exceed that, or an
-    in-order pass finds each key already evicted). Each pass has its own database counters."""
+    in-order pass finds each key already evicted). No database counters: the process runs
+    on between the passes, so its backends' statistics would land in the wrong pass."""
     server = start_onejob(url, worker=False, provider_url=f"http://127.0.0.1:{PORT_SINK}/v1", tag=tag)
-    phases = []
     try:
-        for label in ("loadgen replay of finished jobs", "loadgen replay of finished jobs, again"):
-            before = pg_snapshot(name) if backend == "postgres" else {}
-            cmd = [LOADGEN, "intake", "--addr", ONEJOB_ADDR, "--key", key, "--clients", clients, "--jobs", jobs,
-                   "--warmup", 0, "--prefix", prefix, "--replay-only", "--pid", server.pid]
-            r = run_json(cmd, timeout=3600)
-            note_command(rec, label, [*cmd[:5], "$KEY", *cmd[6:-1], "$ONEJOB_PID"])
-            phase = r["replay"]
-            phase["rss_peak_kib"] = r.get("rss_peak_kib")
-            if backend == "postgres":
-                time.sleep(0.2)
-                phase["pg"] = pg_delta(before, pg_snapshot(name), phase["ok"])
-            phases.append(phase)
+        first = loadgen_pass(rec, server, key, clients, jobs, prefix, True, "loadgen replay of finished jobs")
+        again = loadgen_pass(rec, server, key, clients, jobs, prefix, True, "loadgen replay of finished jobs, again")
     finally:
         server.stop()
-    return phases[0], phases[1]
+    return first, again
 
 
 def analyze(backend: str, name: str) -> None:
@@ -792,7 +791,7 @@ def intake_one(opts, rec: dict, run_index: int, clients: int) -> None:
         if opts.jobs <= 10000:
             finish_jobs(backend, name)
             r["finished"], r["finished_again"] = loadgen_replays_of_finished(
-                rec, backend, name, url, key, tag, clients, opts.jobs, prefix)
+                rec, url, key, tag, clients, opts.jobs, prefix)
         r["rss_peak_kib"] = max(r[p]["rss_peak_kib"] or 0 for p in ("intake", "replay", "finished", "finished_again")
                                 if p in r) or None
         if backend == "postgres":
