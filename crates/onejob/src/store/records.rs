@@ -48,6 +48,22 @@ impl NewJob {
         }
     }
 
+    /// A submission of `acme`/`alice` of `kind` under `key`, with `{"prompt": key}`, for
+    /// unit tests.
+    #[cfg(test)]
+    pub(crate) fn for_test(kind: &str, key: &str) -> Self {
+        let params = json!({ "prompt": key });
+        Self {
+            id: Uuid::now_v7(),
+            owner: Principal::new("acme", "alice"),
+            key_hash: onejob_domain::IdempotencyKey::parse(key).unwrap().hash(),
+            kind: kind.into(),
+            fingerprint: Fingerprint::of(kind, &params, None),
+            params,
+            actor: "test".into(),
+        }
+    }
+
     /// The `replayed` event for the existing job this submission matched.
     pub fn replayed_event(&self, record: &JobRecord) -> NewEvent {
         NewEvent {

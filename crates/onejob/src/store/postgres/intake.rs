@@ -609,20 +609,6 @@ mod tests {
         db.close().await.unwrap();
     }
 
-    /// A new job of `acme`/`alice` under `key`.
-    fn new_job(key: &str) -> NewJob {
-        let params = serde_json::json!({ "prompt": key });
-        NewJob {
-            id: uuid::Uuid::now_v7(),
-            owner: onejob_domain::Principal::new("acme", "alice"),
-            key_hash: onejob_domain::IdempotencyKey::parse(key).unwrap().hash(),
-            kind: "chat.completion".into(),
-            fingerprint: onejob_domain::Fingerprint::of("chat.completion", &params, None),
-            params,
-            actor: "test".into(),
-        }
-    }
-
     /// Intake holds its connection between batches. One that broke while idle (here its
     /// backend is terminated, as a database restart would) is noticed by the check before
     /// the next batch, which then runs on a new connection instead of failing.
@@ -630,7 +616,10 @@ mod tests {
     async fn intake_replaces_a_held_connection_that_broke_while_idle() {
         let (mut db, options) = fresh!("onejob_unit_held_connection").await;
         let store = PgStore::from_pool(PgPool::connect_with(options).await.unwrap());
-        let first = store.create_or_replay(new_job("first")).await.unwrap();
+        let first = store
+            .create_or_replay(NewJob::for_test("chat.completion", "first"))
+            .await
+            .unwrap();
         assert!(matches!(first, Intake::Created(_)), "{first:?}");
         let intake: Vec<i32> = sqlx::query_scalar(
             "SELECT pid FROM pg_stat_activity \
@@ -650,7 +639,9 @@ mod tests {
             .await
             .unwrap();
         tokio::time::sleep(IDLE_CHECK + std::time::Duration::from_millis(200)).await;
-        let second = store.create_or_replay(new_job("second")).await;
+        let second = store
+            .create_or_replay(NewJob::for_test("chat.completion", "second"))
+            .await;
         assert!(matches!(second, Ok(Intake::Created(_))), "{second:?}");
         db.close().await.unwrap();
     }

@@ -154,26 +154,10 @@ async fn write_one(tx: &mut Tx<SqliteStore>, job: &NewJob) -> Result<Intake, Sto
 
 #[cfg(test)]
 mod tests {
-    use onejob_domain::{Fingerprint, IdempotencyKey, Principal};
-
     use crate::store::{
         Intake, NewJob, Store,
         sqlite::{SqliteStore, fresh},
     };
-
-    /// A new job of `acme`/`alice` of `kind` under `key`.
-    fn new_job(kind: &str, key: &str) -> NewJob {
-        let params = serde_json::json!({ "prompt": key });
-        NewJob {
-            id: uuid::Uuid::now_v7(),
-            owner: Principal::new("acme", "alice"),
-            key_hash: IdempotencyKey::parse(key).unwrap().hash(),
-            kind: kind.into(),
-            fingerprint: Fingerprint::of(kind, &params, None),
-            params,
-            actor: "test".into(),
-        }
-    }
 
     /// A submission whose statements fail after its job row was inserted (here its `created`
     /// event is refused by a trigger) leaves no job behind, and the submissions batched with
@@ -192,9 +176,9 @@ mod tests {
         .await
         .unwrap();
         let (doomed, before, after) = tokio::join!(
-            store.create_or_replay(new_job("doomed", "doomed")),
-            store.create_or_replay(new_job("chat", "before")),
-            store.create_or_replay(new_job("chat", "after")),
+            store.create_or_replay(NewJob::for_test("doomed", "doomed")),
+            store.create_or_replay(NewJob::for_test("chat", "before")),
+            store.create_or_replay(NewJob::for_test("chat", "after")),
         );
         assert!(doomed.is_err(), "{doomed:?}");
         for written in [before, after] {
