@@ -74,20 +74,23 @@ pub(super) const WRITERS: usize = 1;
 
 /// The intake batcher, writing through [`intake_pool`], each writer on a connection it holds
 /// across batches ([`HeldConnection`]: going through the pool for every batch cost two more
-/// round trips per batch).
+/// round trips per batch), and poking a [`statistics::Watch`] after each batch.
 pub(super) fn intake_batcher(
     pool: &PgPool,
     hosts: Option<&Arc<Hosts>>,
     relaxed: Relaxed,
 ) -> Batcher<NewJob, Intake> {
     let spare = Spare::new(intake_pool(pool, hosts));
+    let watch = statistics::Watch::new(pool.clone());
     let write: WriteBatch<NewJob, Intake> = Arc::new(move |jobs| {
         let mut held = spare.take();
         let spare = spare.clone();
         let relaxed = relaxed.clone();
+        let watch = watch.clone();
         async move {
             let results = write_intake(&mut held, &relaxed, jobs).await;
             spare.put(held);
+            watch.poke();
             results
         }
         .boxed()
@@ -469,6 +472,26 @@ mod tests {
         .unwrap();
     }
 
+    /// Adds 20,000 jobs of one owner without analyzing, prepares intake's statement, and
+    /// checks that its generic plan now reads the owner's index: the hazard
+    /// [`statistics`] guards against, still there to guard against.
+    async fn add_jobs_of_one_owner_planned_through_their_index(db: &mut PgConnection) {
+        add_jobs_of_one_owner(db).await;
+        prepare_intake(db).await;
+        db.execute("SET plan_cache_mode = force_generic_plan")
+            .await
+            .unwrap();
+        let plan: Vec<String> = sqlx::query_scalar(EXPLAIN_INTAKE)
+            .fetch_all(&mut *db)
+            .await
+            .unwrap();
+        let plan = plan.join("\n");
+        assert!(
+            plan.contains("jobs_owner_recent"),
+            "without statistics of rows the plan was expected to use the owner's index:\n{plan}"
+        );
+    }
+
     /// `explain` looks each key up in the unique index on an empty, never analyzed `jobs`
     /// (the plans a new database gets, which a generic plan keeps until the table is
     /// analyzed), and again on 20,000 analyzed jobs of one owner.
@@ -577,20 +600,7 @@ mod tests {
         db.execute("ALTER TABLE jobs SET (autovacuum_enabled = false)")
             .await
             .unwrap();
-        add_jobs_of_one_owner(&mut db).await;
-        prepare_intake(&mut db).await;
-        db.execute("SET plan_cache_mode = force_generic_plan")
-            .await
-            .unwrap();
-        let plan: Vec<String> = sqlx::query_scalar(EXPLAIN_INTAKE)
-            .fetch_all(&mut db)
-            .await
-            .unwrap();
-        let plan = plan.join("\n");
-        assert!(
-            plan.contains("jobs_owner_recent"),
-            "without statistics the plan was expected to use the owner's index:\n{plan}"
-        );
+        add_jobs_of_one_owner_planned_through_their_index(&mut db).await;
 
         let pool = PgPool::connect_with(options).await.unwrap();
         let intake = intake_pool(&pool, None);
@@ -606,6 +616,51 @@ mod tests {
         assert_looks_keys_up_in_the_unique_index(&mut db, EXPLAIN_INTAKE).await;
         intake.close().await;
         pool.close().await;
+        db.close().await.unwrap();
+    }
+
+    /// On a `jobs` table analyzed while it was empty, with autovacuum off, nothing would ever
+    /// analyze it again: once rows arrive, intake's generic plan reads the owner's index
+    /// (checked first, as above). Intake's writer watches the statistics, has `jobs`
+    /// analyzed while submissions go on, and the cached statement is replanned through the
+    /// unique index.
+    #[tokio::test]
+    async fn intake_has_jobs_analyzed_again_when_it_was_analyzed_while_empty() {
+        let (mut db, options) = fresh!("onejob_unit_analyzed_empty").await;
+        db.execute("ALTER TABLE jobs SET (autovacuum_enabled = false)")
+            .await
+            .unwrap();
+        db.execute("ANALYZE jobs").await.unwrap();
+        let store = PgStore::from_pool(PgPool::connect_with(options).await.unwrap());
+        // Intake's connection opens on the empty table: nothing to analyze yet.
+        store
+            .create_or_replay(NewJob::for_test("chat.completion", "first"))
+            .await
+            .unwrap();
+        add_jobs_of_one_owner_planned_through_their_index(&mut db).await;
+
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        for n in 0.. {
+            let believed: f32 =
+                sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE oid = 'jobs'::regclass")
+                    .fetch_one(&mut db)
+                    .await
+                    .unwrap();
+            if believed >= 20_000.0 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "jobs was not analyzed again within a minute of submissions (it is believed \
+                 to hold {believed} rows)"
+            );
+            store
+                .create_or_replay(NewJob::for_test("chat.completion", &format!("next-{n}")))
+                .await
+                .unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert_looks_keys_up_in_the_unique_index(&mut db, EXPLAIN_INTAKE).await;
         db.close().await.unwrap();
     }
 
