@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use super::{
     Acknowledged, AttemptRecord, Completion, FirstAttempts, Intake, JobRecord, NewEvent, NewJob,
-    StoreError,
+    StoreError, Woken,
     batch::Batcher,
     grouped::Fence,
     settled::Settled,
@@ -160,8 +160,8 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
     /// notifies every node on its own; SQLite has only this.
     fn dispatch_changed(&self);
 
-    /// Waits until work may have become due, or `max_wait`.
-    fn until_work(&self, max_wait: Duration) -> impl Future<Output = ()> + Send;
+    /// Waits until work may have become due, or `max_wait`; says what woke it.
+    fn until_work(&self, max_wait: Duration) -> impl Future<Output = Woken> + Send;
 
     /// Applies the pending schema migrations.
     fn migrate_schema(&self) -> impl Future<Output = Result<(), StoreError>> + Send;

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use super::{
-    AttemptRecord, JobRecord, StoreError,
+    AttemptRecord, JobRecord, StoreError, Woken,
     backend::{Backend, read_all, read_one, read_optional, write, write_all},
     grouped::Fence,
     records::storable_text,
@@ -80,8 +80,8 @@ pub trait Dispatch: Send + Sync {
     async fn next_due_in(&self) -> Result<Option<Duration>, StoreError>;
 
     /// Waits until work may have become due (a wake-up from this or another node), or
-    /// `max_wait`.
-    async fn wait_for_work(&self, max_wait: Duration);
+    /// `max_wait`; says whether only new jobs were created ([`Woken`]).
+    async fn wait_for_work(&self, max_wait: Duration) -> Woken;
 }
 
 #[async_trait]
@@ -170,7 +170,7 @@ impl<B: Backend> Dispatch for B {
         Ok(seconds.map(|s| Duration::from_secs_f64(s.max(0.0))))
     }
 
-    async fn wait_for_work(&self, max_wait: Duration) {
-        self.until_work(max_wait).await;
+    async fn wait_for_work(&self, max_wait: Duration) -> Woken {
+        self.until_work(max_wait).await
     }
 }

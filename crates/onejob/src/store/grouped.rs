@@ -23,11 +23,10 @@ use std::{
 
 use futures::FutureExt;
 use sqlx::Pool;
-use tokio::sync::Notify;
 use uuid::Uuid;
 
 use super::{
-    StoreError,
+    StoreError, WorkSignal,
     backend::{Arg, Backend, Tx, read_all_on},
     batch::{Batcher, WriteBatch},
 };
@@ -71,7 +70,7 @@ pub(crate) trait Change<B: Backend>: Send + Sync + 'static {
 /// every node).
 pub(crate) struct Writer<B: Backend> {
     pool: Pool<B::Db>,
-    wake: Option<Arc<Notify>>,
+    wake: Option<WorkSignal>,
 }
 
 impl<B: Backend> Clone for Writer<B> {
@@ -85,7 +84,7 @@ impl<B: Backend> Clone for Writer<B> {
 
 impl<B: Backend> Writer<B> {
     /// Writes through `pool`, waking `wake` when a job became due.
-    pub(crate) fn new(pool: Pool<B::Db>, wake: Option<Arc<Notify>>) -> Self {
+    pub(crate) fn new(pool: Pool<B::Db>, wake: Option<WorkSignal>) -> Self {
         Self { pool, wake }
     }
 
@@ -144,7 +143,7 @@ fn finish<B: Backend, C: Change<B>>(
         .zip(&outs)
         .any(|(change, out)| out.as_ref().is_ok_and(|out| change.makes_due(out)));
     if due && let Some(wake) = &store.wake {
-        wake.notify_one();
+        wake.anything();
     }
     outs
 }

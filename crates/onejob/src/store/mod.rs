@@ -32,6 +32,7 @@ mod settled;
 pub mod sqlite;
 mod statements;
 mod transitions;
+mod wake;
 
 use std::{sync::Arc, time::Duration};
 
@@ -53,6 +54,7 @@ pub use records::{
 };
 pub use retention::Retention;
 pub use transitions::Transitions;
+pub use wake::{Woken, WorkSignal};
 
 use backend::{Backend, read_all, read_one, read_optional};
 

@@ -36,7 +36,9 @@ use crate::{
     certification::Certified,
     kind::Kinds,
     provider::Providers,
-    store::{AttemptStart, FirstAttempts, FirstStart, NewEvent, StartOutcome, StartRefusal, Store},
+    store::{
+        AttemptStart, FirstAttempts, FirstStart, NewEvent, StartOutcome, StartRefusal, Store, Woken,
+    },
     telemetry,
 };
 
@@ -157,8 +159,14 @@ async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
     let mut running = JoinSet::new();
     let first = first_starts(&ctx.kinds);
     let first_kinds: Vec<String> = first.iter().map(|f| f.kind.clone()).collect();
+    // Whether every kind's new jobs start in batches: if not, new jobs of the others are
+    // claimed one by one, and a wake-up for new jobs is one for the one-by-one claims too.
+    let all_batched = first.len() == ctx.kinds.names().len();
 
     let mut scanned = tokio::time::Instant::now();
+    let mut woken = Woken::Anything;
+    // When the next job is due, as the last look found it (`None`: none was waiting).
+    let mut next_due: Option<tokio::time::Instant> = None;
 
     while !stop.is_cancelled() {
         // New jobs start many at a time. Whatever else is due (retries, failovers, hedges,
@@ -166,7 +174,12 @@ async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
         // more new jobs wait, and at least every DUE_SCAN while they do, oldest due first,
         // so that a backlog of new jobs never holds them up for longer.
         let mut saturated = start_new(&ctx, &first, &slots, &mut running, &abandon).await;
-        if !saturated || scanned.elapsed() >= DUE_SCAN {
+        // A wake-up for new jobs alone, their first attempts just started, leaves what the
+        // last look found as it was: look again only when something else may have changed,
+        // or the next due job's time has come.
+        let now = tokio::time::Instant::now();
+        let look = woken == Woken::Anything || !all_batched || next_due.is_some_and(|at| at <= now);
+        if (!saturated && look) || scanned.elapsed() >= DUE_SCAN {
             let kinds = &first_kinds;
             saturated |= claim_due(
                 &ctx,
@@ -191,16 +204,26 @@ async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
         let wait = if saturated {
             ctx.settings.poll_interval
         } else {
-            match ctx.store.next_due_in().await {
-                Ok(Some(due)) => due.clamp(MIN_WAIT, ctx.settings.poll_interval.max(MIN_WAIT)),
-                _ => ctx.settings.poll_interval,
+            if look {
+                let now = tokio::time::Instant::now();
+                next_due = match ctx.store.next_due_in().await {
+                    Ok(due) => due.map(|due| now + due),
+                    Err(_) => None,
+                };
+            }
+            let now = tokio::time::Instant::now();
+            match next_due {
+                Some(at) => at
+                    .saturating_duration_since(now)
+                    .clamp(MIN_WAIT, ctx.settings.poll_interval.max(MIN_WAIT)),
+                None => ctx.settings.poll_interval,
             }
         };
-        tokio::select! {
-            () = ctx.store.wait_for_work(wait) => {}
-            Some(_) = running.join_next(), if saturated && !running.is_empty() => {}
-            () = stop.cancelled() => {}
-        }
+        woken = tokio::select! {
+            woken = ctx.store.wait_for_work(wait) => woken,
+            Some(_) = running.join_next(), if saturated && !running.is_empty() => Woken::Anything,
+            () = stop.cancelled() => Woken::Anything,
+        };
     }
 
     tracing::info!(

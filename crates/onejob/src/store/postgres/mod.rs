@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use super::{
     Acknowledged, AttemptRecord, Completion, FirstAttempts, Intake, JobRecord, NewEvent, NewJob,
-    StoreError, StoreOptions,
+    StoreError, StoreOptions, Woken,
     backend::{Arg, Backend, Tx},
     batch::Batcher,
     grouped::{Fence, Writer, fences},
@@ -40,8 +40,9 @@ mod statistics;
 mod tls;
 mod wake;
 
-/// The channel workers LISTEN on: intake notifies it after each batch that created jobs,
-/// and a trigger when a job's dispatch time is set again (failover, retry, recovery).
+/// The channel workers LISTEN on: intake notifies it after each batch that created jobs (the
+/// payload: the sending store's id), and a trigger when a job's dispatch time is set again
+/// (failover, retry, recovery; an empty payload).
 pub const DISPATCH_CHANNEL: &str = "onejob_dispatch";
 
 /// A [`Store`] on PostgreSQL.
@@ -122,7 +123,7 @@ impl PgStore {
     fn following(pool: PgPool, hosts: Option<Arc<hosts::Hosts>>) -> Self {
         let writer = Writer::<Self>::new(pool.clone(), None);
         let wake = wake::Wake::new(pool.clone(), hosts.as_ref().map(|h| h.moved()));
-        let relaxed = relaxed::Relaxed::spawn(&pool, hosts.as_ref(), wake.local());
+        let relaxed = relaxed::Relaxed::spawn(&pool, hosts.as_ref(), wake.signal(), wake.sender());
         Self {
             fences: Arc::new(fences::<Self>(pool.clone())),
             acks: Arc::new(writer.batcher()),
@@ -238,8 +239,8 @@ impl Backend for PgStore {
         // The jobs table's trigger notifies every node's LISTEN when dispatch_at is set.
     }
 
-    async fn until_work(&self, max_wait: Duration) {
-        self.wake.wait(max_wait).await;
+    async fn until_work(&self, max_wait: Duration) -> Woken {
+        self.wake.wait(max_wait).await
     }
 
     async fn migrate_schema(&self) -> Result<(), StoreError> {

@@ -18,13 +18,14 @@
 //!   requests that arrive while a notification is in flight. A wake-up lost in a crash
 //!   between the commit and the notification is found by the workers' poll fallback. A
 //!   worker in the same process is woken at once as well, without waiting for the
-//!   notification's way through PostgreSQL and back.
+//!   notification's way through PostgreSQL and back; the notification carries the store's
+//!   id, by which its own listener knows to drop it ([`super::wake`]).
 
 use std::sync::Arc;
 
 use futures::FutureExt;
 use sqlx::PgPool;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::mpsc;
 
 use super::{
     DISPATCH_CHANNEL,
@@ -34,7 +35,7 @@ use super::{
     nodelay, side_pool,
 };
 use crate::store::{
-    NewEvent, StoreError,
+    NewEvent, StoreError, WorkSignal,
     batch::{Batcher, WriteBatch},
 };
 
@@ -50,14 +51,20 @@ pub(super) struct Relaxed {
     events: Arc<Batcher<NewEvent, ()>>,
     /// Room for one pending wake-up: a full channel means one is already on its way.
     wake: mpsc::Sender<()>,
-    /// The workers of this process ([`super::wake::Wake::local`]).
-    local: Arc<Notify>,
+    /// The workers of this process ([`super::wake::Wake::signal`]).
+    local: WorkSignal,
 }
 
 impl Relaxed {
     /// Starts the writers on a relaxed copy of `pool`'s connection settings (connections
-    /// open on first use), following `hosts` if given; `local` wakes this process's workers.
-    pub(super) fn spawn(pool: &PgPool, hosts: Option<&Arc<Hosts>>, local: Arc<Notify>) -> Self {
+    /// open on first use), following `hosts` if given; `local` wakes this process's workers,
+    /// and the notifications for the others carry `sender`.
+    pub(super) fn spawn(
+        pool: &PgPool,
+        hosts: Option<&Arc<Hosts>>,
+        local: WorkSignal,
+        sender: Arc<str>,
+    ) -> Self {
         let relaxed = side_pool(
             nodelay::pool_options(),
             pool,
@@ -90,7 +97,7 @@ impl Relaxed {
             .boxed()
         });
         let (wake, requests) = mpsc::channel(1);
-        tokio::spawn(notify_loop(relaxed, requests));
+        tokio::spawn(notify_loop(relaxed, requests, sender));
         Self {
             events: Arc::new(Batcher::spawn(1, MAX_EVENTS, write)),
             wake,
@@ -107,23 +114,24 @@ impl Relaxed {
         }
     }
 
-    /// Wakes this process's workers, and asks for one `NOTIFY onejob_dispatch` after this
-    /// call for every other process's.
+    /// Wakes this process's workers for new jobs, and asks for one `NOTIFY onejob_dispatch`
+    /// after this call for every other process's.
     pub(super) fn wake_workers(&self) {
-        self.local.notify_one();
+        self.local.new_jobs();
         let _ = self.wake.try_send(());
     }
 }
 
 /// Sends one notification per wake-up request, folding the requests made while one is
-/// sent; ends when the store is dropped.
-async fn notify_loop(pool: PgPool, mut requests: mpsc::Receiver<()>) {
+/// sent, with `sender` as its payload; ends when the store is dropped.
+async fn notify_loop(pool: PgPool, mut requests: mpsc::Receiver<()>, sender: Arc<str>) {
     let mut held = HeldConnection::new(pool);
     while requests.recv().await.is_some() {
         let sent = held
             .run(async |connection| {
-                sqlx::query("SELECT pg_notify($1, '')")
+                sqlx::query("SELECT pg_notify($1, $2)")
                     .bind(DISPATCH_CHANNEL)
+                    .bind(&*sender)
                     .execute(connection)
                     .await
                     .map_err(StoreError::from)
@@ -139,10 +147,8 @@ async fn notify_loop(pool: PgPool, mut requests: mpsc::Receiver<()>) {
 mod tests {
     use std::{sync::Arc, time::Duration};
 
-    use futures::FutureExt;
-    use tokio::sync::Notify;
-
     use super::Relaxed;
+    use crate::store::{Woken, WorkSignal};
 
     /// A wake-up after a batch committed reaches a worker of the same process at once, not
     /// only through PostgreSQL's `NOTIFY` (the pool here never connects).
@@ -152,13 +158,9 @@ mod tests {
             .acquire_timeout(Duration::from_millis(10))
             .connect_lazy("postgres://nobody@127.0.0.1:9/none")
             .unwrap();
-        let local = Arc::new(Notify::new());
-        let relaxed = Relaxed::spawn(&pool, None, local.clone());
-        assert!(
-            local.notified().now_or_never().is_none(),
-            "nothing woke it yet"
-        );
+        let local = WorkSignal::default();
+        let relaxed = Relaxed::spawn(&pool, None, local.clone(), Arc::from("this store"));
         relaxed.wake_workers();
-        assert!(local.notified().now_or_never().is_some());
+        assert_eq!(local.wait(Duration::from_secs(30)).await, Woken::NewJobs);
     }
 }

@@ -11,7 +11,7 @@ use sqlx::SqlitePool;
 
 use super::SqliteStore;
 use crate::store::{
-    Intake, NewEvent, NewJob, StoreError,
+    Intake, NewEvent, NewJob, StoreError, WorkSignal,
     backend::{Backend, Tx},
     batch::{Batcher, WriteBatch},
     rows,
@@ -29,17 +29,14 @@ const INSERT_JOB: &str = concat!(
 );
 
 /// The intake batcher, writing through `writer` and waking local workers on creations.
-pub(super) fn intake_batcher(
-    writer: SqlitePool,
-    wake: Arc<tokio::sync::Notify>,
-) -> Batcher<NewJob, Intake> {
+pub(super) fn intake_batcher(writer: SqlitePool, wake: WorkSignal) -> Batcher<NewJob, Intake> {
     let write: WriteBatch<NewJob, Intake> = Arc::new(move |jobs| {
         let writer = writer.clone();
         let wake = wake.clone();
         async move {
             let results = write_batch(&writer, jobs).await;
             if results.iter().any(|r| matches!(r, Ok(Intake::Created(_)))) {
-                wake.notify_one();
+                wake.new_jobs();
             }
             results
         }

@@ -21,12 +21,11 @@ use sqlx::{
     },
 };
 use time::{OffsetDateTime, UtcOffset, format_description::well_known::Rfc3339};
-use tokio::sync::Notify;
 use uuid::Uuid;
 
 use super::{
     Acknowledged, AttemptRecord, Completion, FirstAttempts, Intake, JobRecord, NewEvent, NewJob,
-    Store, StoreError, StoreOptions,
+    Store, StoreError, StoreOptions, Woken, WorkSignal,
     backend::{Arg, Backend, Tx},
     batch::Batcher,
     grouped::{Fence, Writer, fences},
@@ -56,7 +55,7 @@ pub struct SqliteStore {
     writer: SqlitePool,
     /// Wakes this process's workers; SQLite has no cross-process notifications, so other
     /// processes on the same file find work by polling.
-    wake: Arc<Notify>,
+    wake: WorkSignal,
     /// Group commit of submissions, on the writer.
     intake: Arc<Batcher<NewJob, Intake>>,
     /// Group commit of `replayed` events, on the writer.
@@ -91,7 +90,7 @@ impl SqliteStore {
             .acquire_timeout(options.acquire_timeout)
             .connect_with(connect)
             .await?;
-        let wake = Arc::new(Notify::new());
+        let wake = WorkSignal::default();
         let grouped = Writer::<Self>::new(writer.clone(), Some(wake.clone()));
         Ok(Self {
             fences: Arc::new(fences::<Self>(pool.clone())),
@@ -154,11 +153,11 @@ impl Backend for SqliteStore {
     }
 
     fn dispatch_changed(&self) {
-        self.wake.notify_one();
+        self.wake.anything();
     }
 
-    async fn until_work(&self, max_wait: Duration) {
-        let _ = tokio::time::timeout(max_wait, self.wake.notified()).await;
+    async fn until_work(&self, max_wait: Duration) -> Woken {
+        self.wake.wait(max_wait).await
     }
 
     async fn migrate_schema(&self) -> Result<(), StoreError> {
