@@ -270,7 +270,8 @@ async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
 type Running = JoinSet<Option<Ending>>;
 
 /// Starts the first attempts of new jobs, as many as there are free slots, in one batch.
-/// Whether the batch was full (more may be waiting).
+/// Whether the batch was full, or no slot was free (more may be waiting: the loop then
+/// waits for an attempt to end, whatever the last look at due work found).
 async fn start_new(
     ctx: &Arc<WorkerContext>,
     first: &[FirstStart],
@@ -279,8 +280,11 @@ async fn start_new(
     abandon: &CancellationToken,
 ) -> bool {
     let free = slots.available_permits();
-    if free == 0 || first.is_empty() {
+    if first.is_empty() {
         return false;
+    }
+    if free == 0 {
+        return true;
     }
     let batch = FirstAttempts {
         limit: free.min(MAX_FIRST) as u32,

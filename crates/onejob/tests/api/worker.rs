@@ -18,6 +18,7 @@ backend_tests!(
     a_stable_idempotency_key_is_forwarded_upstream,
     a_retry_is_dispatched_after_its_backoff_not_the_poll_interval,
     a_burst_beyond_the_concurrency_runs_each_job_once,
+    new_jobs_that_find_every_slot_busy_start_when_one_frees,
 );
 
 const WITHIN: Duration = Duration::from_secs(15);
@@ -308,4 +309,42 @@ async fn a_burst_beyond_the_concurrency_runs_each_job_once(backend: Backend) {
         assert_eq!(done["attempts"], 1, "{done}");
     }
     assert_eq!(fakes.total(), 40);
+}
+
+/// New jobs created while every slot of the worker is busy wake it for nothing it can
+/// start; they start as the running attempt ends, not at the poll interval (an hour here).
+async fn new_jobs_that_find_every_slot_busy_start_when_one_frees(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(Rule {
+        matches: Some("slow".into()),
+        times: None,
+        behaviour: Behaviour {
+            ack_delay_ms: 300,
+            ..Default::default()
+        },
+    });
+    let app = TestApp::running(&db, &fakes, |config| {
+        config.worker.concurrency = 1;
+        config.worker.poll_interval = Duration::from_secs(3600);
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let first = app.create("busy-0", &chat("slow 0")).await;
+    app.wait_job(first["id"].as_str().unwrap(), WITHIN, |j| {
+        j["state"] == "running"
+    })
+    .await;
+    let next = [
+        app.create("busy-1", &chat("slow 1")).await,
+        app.create("busy-2", &chat("slow 2")).await,
+    ];
+    for job in next.iter().chain([&first]) {
+        let done = app
+            .wait_job(job["id"].as_str().unwrap(), WITHIN, |j| {
+                j["state"] == "succeeded"
+            })
+            .await;
+        assert_eq!(done["attempts"], 1, "{done}");
+    }
 }
