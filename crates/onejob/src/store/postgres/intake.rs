@@ -80,8 +80,8 @@ pub(super) fn intake_batcher(
     hosts: Option<&Arc<Hosts>>,
     relaxed: Relaxed,
 ) -> Batcher<NewJob, Intake> {
-    let spare = Spare::new(intake_pool(pool, hosts));
     let watch = statistics::Watch::new(pool.clone());
+    let spare = Spare::new(intake_pool(pool, hosts, watch.clone()));
     let write: WriteBatch<NewJob, Intake> = Arc::new(move |jobs| {
         let mut held = spare.take();
         let spare = spare.clone();
@@ -108,16 +108,16 @@ pub(super) fn intake_batcher(
 /// per connection; the tests in this module check that they still look every key up in the unique index, on an empty
 /// table and on an analyzed one. Between the two, a `jobs` table with rows but no statistics
 /// would be planned through the owner's index (see [`statistics`]), so each new connection
-/// checks for that and, if so, has `jobs` analyzed on a connection of `pool`: in the
-/// background, since analyzing a large table may take longer than a submission should wait,
-/// and the `ANALYZE` replans every cached plan on `jobs` when it ends.
-fn intake_pool(pool: &PgPool, hosts: Option<&Arc<Hosts>>) -> PgPool {
-    let analyzer = pool.clone();
+/// pokes `watch`, which checks for that and, if so, has `jobs` analyzed on a connection of
+/// the main pool: in the background, since analyzing a large table may take longer than a
+/// submission should wait, and the `ANALYZE` replans every cached plan on `jobs` when it
+/// ends.
+fn intake_pool(pool: &PgPool, hosts: Option<&Arc<Hosts>>, watch: statistics::Watch) -> PgPool {
     let base = PgPoolOptions::new().after_connect(move |connection, _| {
-        let analyzer = analyzer.clone();
+        let watch = watch.clone();
         Box::pin(async move {
             nodelay::set(connection).await?;
-            statistics::analyze_if_never_analyzed(connection, analyzer).await;
+            watch.poke();
             Ok(())
         })
     });
@@ -492,6 +492,14 @@ mod tests {
         );
     }
 
+    /// How many rows the planner believes `jobs` holds (-1: never analyzed).
+    async fn believed_rows(db: &mut PgConnection) -> f32 {
+        sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE oid = 'jobs'::regclass")
+            .fetch_one(db)
+            .await
+            .unwrap()
+    }
+
     /// `explain` looks each key up in the unique index on an empty, never analyzed `jobs`
     /// (the plans a new database gets, which a generic plan keeps until the table is
     /// analyzed), and again on 20,000 analyzed jobs of one owner.
@@ -603,10 +611,10 @@ mod tests {
         add_jobs_of_one_owner_planned_through_their_index(&mut db).await;
 
         let pool = PgPool::connect_with(options).await.unwrap();
-        let intake = intake_pool(&pool, None);
+        let intake = intake_pool(&pool, None, statistics::Watch::new(pool.clone()));
         drop(intake.acquire().await.unwrap());
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while statistics::never_analyzed(&mut db).await.unwrap() {
+        while believed_rows(&mut db).await < 0.0 {
             assert!(
                 std::time::Instant::now() < deadline,
                 "jobs was not analyzed within a minute of an intake connection opening"
@@ -641,11 +649,7 @@ mod tests {
 
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         for n in 0.. {
-            let believed: f32 =
-                sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE oid = 'jobs'::regclass")
-                    .fetch_one(&mut db)
-                    .await
-                    .unwrap();
+            let believed = believed_rows(&mut db).await;
             if believed >= 20_000.0 {
                 break;
             }

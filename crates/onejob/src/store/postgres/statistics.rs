@@ -9,53 +9,29 @@
 //! hair less. It then reads every job of the owner for each submission (bench/analysis.md
 //! has how much slower that is: 2,257 against 544 submissions/s). Once `jobs` has statistics
 //! of enough rows, the planner picks the key's unique index. So each new intake connection
-//! checks whether `jobs` holds rows that were never analyzed, and intake's writers keep a
-//! [`Watch`] until the statistics were taken from enough rows (a table analyzed while empty
-//! gets its rows only later, and with autovacuum off nothing else would analyze it again).
-//! An `ANALYZE` also replans every session's cached plans on `jobs`.
+//! and each intake batch pokes a [`Watch`], which has `jobs` analyzed when it holds rows
+//! its statistics do not account for, until they were taken from enough rows (a table
+//! analyzed while empty gets its rows only later, and with autovacuum off nothing else
+//! would analyze it again). An `ANALYZE` also replans every session's cached plans on
+//! `jobs`.
 
 use std::{
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
-use sqlx::{PgConnection, PgPool};
-
-/// Whether `jobs` holds rows but the planner has no statistics on it: no row of `pg_stats`
-/// for it in the current schema (empty tables, analyzed or not, are planned safely at first,
-/// and are what [`Watch`] keeps checking).
-const NEVER_ANALYZED: &str = "SELECT NOT EXISTS (SELECT 1 FROM pg_stats \
-                                  WHERE schemaname = current_schema() AND tablename = 'jobs') \
-                              AND EXISTS (SELECT 1 FROM jobs)";
+use sqlx::PgPool;
 
 /// What the planner believes `jobs` holds (`pg_class.reltuples`: -1 before any `ANALYZE` or
-/// `VACUUM`), and how many rows it holds, counted up to [`Watch::ENOUGH`] (the `LIMIT`; a
-/// bounded read, so a check costs the same on a large table).
+/// `VACUUM`), and how many rows it holds, counted up to `$1` ([`Watch::ENOUGH`]: a bounded
+/// read, so a check costs the same on a large table).
 const SIZES: &str = "SELECT c.reltuples::float8, \
-                            (SELECT count(*) FROM (SELECT 1 FROM jobs LIMIT 1000) AS s) \
+                            (SELECT count(*) FROM (SELECT 1 FROM jobs LIMIT $1) AS s) \
                      FROM pg_class c WHERE c.oid = 'jobs'::regclass";
 
-/// If `jobs` holds rows that were never analyzed (checked on `connection`), analyzes it in
-/// the background on a connection of `analyzer`: analyzing a large table may take longer
-/// than the connection's caller should wait, and its end replans the cached plans anyway.
-/// Failures are logged, never returned: without statistics intake still works, slower.
-pub(super) async fn analyze_if_never_analyzed(connection: &mut PgConnection, analyzer: PgPool) {
-    match never_analyzed(connection).await {
-        Ok(false) => {}
-        Ok(true) => analyze_in_background(analyzer),
-        Err(error) => tracing::warn!(%error, "could not check jobs' statistics"),
-    }
-}
-
-/// Whether `jobs` holds rows that were never analyzed.
-pub(super) async fn never_analyzed(connection: &mut PgConnection) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar(NEVER_ANALYZED)
-        .fetch_one(connection)
-        .await
-}
-
 /// Intake's watch over `jobs`' statistics until they describe a table of some size: shared
-/// by intake's writers, checked after their batches at most once a [`Watch::EVERY`].
+/// by intake's writers and its new connections, which poke it, checking at most once a
+/// [`Watch::EVERY`].
 ///
 /// A check has `jobs` analyzed when it holds more than twice the rows its statistics were
 /// taken from (any rows at all for a table never analyzed, or analyzed while empty), one
@@ -86,7 +62,7 @@ impl Watch {
     pub(super) const EVERY: Duration = Duration::from_secs(1);
 
     /// Rows the statistics must have been taken from for the watch to stop.
-    pub(super) const ENOUGH: f64 = 1000.0;
+    pub(super) const ENOUGH: i64 = 1000;
 
     /// A watch that has `jobs` analyzed on a connection of `analyzer`.
     pub(super) fn new(analyzer: PgPool) -> Self {
@@ -122,7 +98,7 @@ impl Watch {
                 return;
             }
         };
-        if believed >= Self::ENOUGH {
+        if believed >= Self::ENOUGH as f64 {
             self.lock().done = true;
             return;
         }
@@ -149,7 +125,10 @@ impl Watch {
 
     /// What the planner believes `jobs` holds, and the rows it holds up to [`Self::ENOUGH`].
     async fn sizes(&self) -> Result<(f64, i64), sqlx::Error> {
-        sqlx::query_as(SIZES).fetch_one(&self.analyzer).await
+        sqlx::query_as(SIZES)
+            .bind(Self::ENOUGH)
+            .fetch_one(&self.analyzer)
+            .await
     }
 
     /// Whether a check is due, and if so, records it as made now.
@@ -172,15 +151,6 @@ impl Watch {
     fn lock(&self) -> std::sync::MutexGuard<'_, WatchState> {
         self.state.lock().expect("statistics watch lock poisoned")
     }
-}
-
-/// Analyzes `jobs` on a connection of `analyzer`, in a task of its own; a failure is logged.
-fn analyze_in_background(analyzer: PgPool) {
-    tokio::spawn(async move {
-        if let Err(error) = analyze(&analyzer).await {
-            tracing::warn!(%error, "could not analyze jobs");
-        }
-    });
 }
 
 /// Analyzes `jobs`.
