@@ -3,7 +3,8 @@
 //! `--config`, a key from `onejob keys create --config`, a job over HTTP that must succeed.
 //!
 //! Only what must differ on a test machine changes: the listen ports (`ONEJOB_LISTEN`,
-//! `ONEJOB_WORKER__LISTEN`, free ones), the PostgreSQL database (`ONEJOB_DATABASE`, a fresh
+//! `ONEJOB_WORKER__LISTEN`: port 0, the bound address read back from the node's log, so no
+//! other test can take the port in between), the PostgreSQL database (`ONEJOB_DATABASE`, a fresh
 //! test database) and an upstream's address (replaced in the file by a [`FakeServer`]'s,
 //! and the replacement must find its text). SQLite files are the examples' own relative
 //! paths, created in the temporary directory the commands run in.
@@ -137,11 +138,13 @@ impl Example {
         command
     }
 
-    /// Starts a long-running `onejob ARGS --config …`, its stderr kept in a file.
+    /// Starts a long-running `onejob ARGS --config …`, its stderr kept in a file (with the
+    /// info line that says which address it bound).
     fn start(&self, args: &[&str], env: &[(&str, String)]) -> Node {
         let log = self.dir.path().join(format!("{}.stderr", args.join("-")));
         let child = self
             .command(args, env)
+            .env("RUST_LOG", "warn,onejob::cli=info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("create log file"))
@@ -184,26 +187,41 @@ struct Node {
 }
 
 impl Node {
-    /// Waits until `http://ADDR/readyz` answers 200 (panics with the node's log if it
-    /// exits or does not within [`WITHIN`]).
-    async fn ready(&mut self, addr: &str) {
+    /// Waits until the node has logged the address it bound (`… serving addr=…`) and
+    /// `http://ADDR/readyz` answers 200 there; returns the address. Panics with the node's
+    /// log if it exits, or is not ready within [`WITHIN`].
+    async fn ready(&mut self) -> String {
         let client = client();
         let deadline = tokio::time::Instant::now() + WITHIN;
         loop {
             if let Some(status) = self.child.try_wait().expect("poll onejob") {
                 panic!("onejob exited ({status}): {}", self.log());
             }
-            let answer = client.get(format!("http://{addr}/readyz")).send().await;
-            if answer.is_ok_and(|a| a.status() == 200) {
-                return;
+            if let Some(addr) = self.bound() {
+                let answer = client.get(format!("http://{addr}/readyz")).send().await;
+                if answer.is_ok_and(|a| a.status() == 200) {
+                    return addr;
+                }
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "{addr}/readyz never answered: {}",
+                "the node was not ready within {WITHIN:?}: {}",
                 self.log()
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// The address the node said it serves on, once it has said so.
+    fn bound(&self) -> Option<String> {
+        self.log()
+            .lines()
+            .filter(|line| line.contains(" serving"))
+            .find_map(|line| {
+                line.split_whitespace()
+                    .find_map(|word| word.strip_prefix("addr="))
+                    .map(str::to_owned)
+            })
     }
 
     fn log(&self) -> String {
@@ -217,14 +235,8 @@ fn client() -> Client {
     Client::new()
 }
 
-fn free_addr() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    format!("127.0.0.1:{port}")
-}
+/// The listen address of every node: any free port, which the node logs once bound.
+const ANY_PORT: &str = "127.0.0.1:0";
 
 /// Submits `body` over HTTP, waits for the job to finish and returns it, asserting it
 /// succeeded.
@@ -241,7 +253,7 @@ async fn run_job(addr: &str, key: &str, idempotency_key: &str, body: &Value, nod
             .unwrap(),
     )
     .await;
-    assert_eq!(status, 201, "{job}");
+    assert_eq!(status, 201, "{job}\n{}", node.log());
     let id = job["id"].as_str().expect("job id").to_owned();
     let deadline = tokio::time::Instant::now() + WITHIN;
     loop {
@@ -254,7 +266,7 @@ async fn run_job(addr: &str, key: &str, idempotency_key: &str, body: &Value, nod
                 .unwrap(),
         )
         .await;
-        assert_eq!(status, 200, "{job}");
+        assert_eq!(status, 200, "{job}\n{}", node.log());
         match job["state"].as_str() {
             Some("succeeded") => return job,
             Some("pending" | "running") => {}
@@ -290,10 +302,9 @@ async fn caption_a_fox(addr: &str, key: &str, node: &Node) {
 async fn sqlite_fake_runs_a_job_on_the_bundled_fake() {
     let example = Example::copy("sqlite-fake");
     assert!(example.text().contains("listen   = \"127.0.0.1:8080\""));
-    let addr = free_addr();
-    let env = [("ONEJOB_LISTEN", addr.clone())];
+    let env = [("ONEJOB_LISTEN", ANY_PORT.to_owned())];
     let mut serve = example.start(&["serve"], &env);
-    serve.ready(&addr).await;
+    let addr = serve.ready().await;
     let key = example.key(&env).await;
     caption_a_fox(&addr, &key, &serve).await;
     // The example's own database file, where the commands ran.
@@ -310,18 +321,17 @@ async fn postgres_runs_an_api_node_and_a_worker_node() {
     );
     assert!(text.contains("listen = \"127.0.0.1:9100\""), "{text}");
     let db = TestDatabase::create(Backend::Postgres).await;
-    let (addr, probes) = (free_addr(), free_addr());
     let env = [
         ("ONEJOB_DATABASE", format!("{}?sslmode=prefer", db.url)),
-        ("ONEJOB_LISTEN", addr.clone()),
-        ("ONEJOB_WORKER__LISTEN", probes.clone()),
+        ("ONEJOB_LISTEN", ANY_PORT.to_owned()),
+        ("ONEJOB_WORKER__LISTEN", ANY_PORT.to_owned()),
     ];
     let (code, _, stderr) = output(&mut example.command(&["migrate"], &env)).await;
     assert_eq!(code, 0, "migrate: {stderr}");
     let mut api = example.start(&["serve", "--no-worker"], &env);
     let mut worker = example.start(&["worker"], &env);
-    api.ready(&addr).await;
-    worker.ready(&probes).await;
+    let addr = api.ready().await;
+    worker.ready().await;
     let key = example.key(&env).await;
     caption_a_fox(&addr, &key, &worker).await;
     // The job is in the test database: the override, not the example's own, was used.
@@ -333,10 +343,9 @@ async fn openai_chat_serves_the_gateway_model_and_the_templated_kind() {
     let upstream = FakeServer::spawn(([127, 0, 0, 1], 0).into()).await.unwrap();
     let example = Example::copy("openai-chat");
     example.substitute("http://127.0.0.1:9001", &upstream.base_url());
-    let addr = free_addr();
-    let env = [("ONEJOB_LISTEN", addr.clone())];
+    let env = [("ONEJOB_LISTEN", ANY_PORT.to_owned())];
     let mut serve = example.start(&["serve"], &env);
-    serve.ready(&addr).await;
+    let addr = serve.ready().await;
     let key = example.key(&env).await;
 
     let (status, answer) = json(
@@ -380,10 +389,9 @@ async fn async_task_runs_a_job_through_the_task_api() {
     let upstream = FakeServer::spawn(([127, 0, 0, 1], 0).into()).await.unwrap();
     let example = Example::copy("async-task");
     example.substitute("http://127.0.0.1:9001", &upstream.base_url());
-    let addr = free_addr();
-    let env = [("ONEJOB_LISTEN", addr.clone())];
+    let env = [("ONEJOB_LISTEN", ANY_PORT.to_owned())];
     let mut serve = example.start(&["serve"], &env);
-    serve.ready(&addr).await;
+    let addr = serve.ready().await;
     let key = example.key(&env).await;
     let job = run_job(
         &addr,
@@ -428,10 +436,9 @@ async fn reference_runs_a_chat_call_and_an_image_job() {
     let example = Example::copy("reference");
     example.substitute("http://127.0.0.1:9001", &chat.base_url());
     example.substitute("http://127.0.0.1:9002", &images.base_url());
-    let addr = free_addr();
-    let env = [("ONEJOB_LISTEN", addr.clone())];
+    let env = [("ONEJOB_LISTEN", ANY_PORT.to_owned())];
     let mut serve = example.start(&["serve"], &env);
-    serve.ready(&addr).await;
+    let addr = serve.ready().await;
     let key = example.key(&env).await;
     let (status, answer) = json(
         client()
