@@ -30,6 +30,18 @@ pub(crate) async fn output(command: &mut tokio::process::Command) -> (i32, Strin
     )
 }
 
+/// The address in a text log line that says a node is serving (`onejob serving addr=…`,
+/// `worker serving … addr=…`).
+pub(crate) fn serving_addr(line: &str) -> Option<String> {
+    line.contains(" serving")
+        .then(|| {
+            line.split_whitespace()
+                .find_map(|word| word.strip_prefix("addr="))
+        })
+        .flatten()
+        .map(str::to_owned)
+}
+
 /// Starts `command` with its stderr piped and reads its log lines until `until` holds for
 /// one (each within 60 s) or the stream ends; returns the process and the lines read, the
 /// last one first to satisfy `until`. Stderr is drained afterwards, so that the process
@@ -338,13 +350,7 @@ async fn serve_with_a_config_and_no_key_says_how_to_make_one_that_works() {
         |line| line.contains("no API key"),
     )
     .await;
-    let addr = lines.iter().find_map(|line| {
-        line.contains("onejob serving")
-            .then(|| line.split("addr=").nth(1))
-            .flatten()
-            .and_then(|rest| rest.split_whitespace().next())
-            .map(str::to_owned)
-    });
+    let addr = lines.iter().find_map(|line| serving_addr(line));
     let hint = lines
         .last()
         .filter(|line| line.contains("no API key"))

@@ -21,7 +21,7 @@ use reqwest::Client;
 use serde_json::{Value, json};
 
 use crate::{
-    cli::{onejob, output},
+    cli::{onejob, output, serving_addr},
     helpers::{Backend, TestDatabase, json},
 };
 
@@ -214,14 +214,7 @@ impl Node {
 
     /// The address the node said it serves on, once it has said so.
     fn bound(&self) -> Option<String> {
-        self.log()
-            .lines()
-            .filter(|line| line.contains(" serving"))
-            .find_map(|line| {
-                line.split_whitespace()
-                    .find_map(|word| word.strip_prefix("addr="))
-                    .map(str::to_owned)
-            })
+        self.log().lines().find_map(serving_addr)
     }
 
     fn log(&self) -> String {
