@@ -492,12 +492,22 @@ mod tests {
         );
     }
 
-    /// How many rows the planner believes `jobs` holds (-1: never analyzed).
+    /// How many rows the planner believes `jobs` holds (-1: never analyzed), as of the last
+    /// `ANALYZE` that committed. `ANALYZE` writes `pg_class.reltuples` in place, at once, and
+    /// its column statistics at its commit: between the two, a plan made in another session
+    /// has no statistics to go by yet. So this waits for any `ANALYZE` of `jobs` running now
+    /// to end first, by taking (and at once releasing) the lock it holds until it commits.
     async fn believed_rows(db: &mut PgConnection) -> f32 {
-        sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE oid = 'jobs'::regclass")
-            .fetch_one(db)
+        let reltuples = sqlx::query_scalar(
+            "SELECT reltuples FROM pg_class WHERE oid = 'jobs'::regclass",
+        )
+        .fetch_one(&mut *db)
+        .await
+        .unwrap();
+        db.execute("BEGIN; LOCK TABLE jobs IN SHARE UPDATE EXCLUSIVE MODE; COMMIT")
             .await
-            .unwrap()
+            .unwrap();
+        reltuples
     }
 
     /// `explain` looks each key up in the unique index on an empty, never analyzed `jobs`
