@@ -131,6 +131,10 @@ pub struct NodeConfig {
     pub poll_interval: Duration,
     /// The kind's attempt timeout.
     pub attempt_timeout: Duration,
+    /// The kind's wait before the attempt after a definite failure.
+    pub retry_backoff: Duration,
+    /// More top-level tables, as TOML (such as `[retention]`), written before the providers.
+    pub extra: String,
 }
 
 impl NodeConfig {
@@ -148,6 +152,8 @@ impl NodeConfig {
             lease: Duration::from_secs(2),
             poll_interval: Duration::from_millis(200),
             attempt_timeout: Duration::from_secs(30),
+            retry_backoff: Duration::from_millis(100),
+            extra: String::new(),
         }
     }
 
@@ -163,6 +169,8 @@ impl NodeConfig {
             lease = ms(self.lease),
             poll = ms(self.poll_interval),
         );
+        text.push_str(&self.extra);
+        text.push('\n');
         for provider in &self.providers {
             text.push_str(&provider.to_toml());
         }
@@ -173,7 +181,7 @@ impl NodeConfig {
             .collect();
         text.push_str(&format!(
             "[[kind]]\nname = \"chat.completion\"\nproviders = [{providers}]\n\
-             attempt_timeout = \"{timeout}\"\nmax_attempts = 3\nretry_backoff = \"100ms\"\n\n\
+             attempt_timeout = \"{timeout}\"\nmax_attempts = 3\nretry_backoff = \"{backoff}\"\n\n\
              [kind.params_schema]\ntype = \"object\"\nrequired = [\"prompt\"]\n\
              additionalProperties = false\n[kind.params_schema.properties.prompt]\n\
              type = \"string\"\nminLength = 1\n\n\
@@ -184,6 +192,7 @@ impl NodeConfig {
              params = {{ prompt = \"Describe a red fox.\" }}\nmust_contain = [\"fox\"]\n",
             providers = names.join(", "),
             timeout = ms(self.attempt_timeout),
+            backoff = ms(self.retry_backoff),
         ));
         text
     }

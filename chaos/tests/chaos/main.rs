@@ -7,6 +7,7 @@
 
 mod crash;
 mod failover;
+mod fairness;
 mod harness;
 mod killstorm;
 mod restart;

@@ -164,34 +164,53 @@ async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
     let all_batched = first.len() == ctx.kinds.names().len();
 
     let mut scanned = tokio::time::Instant::now();
+    let mut started_new = tokio::time::Instant::now();
     let mut woken = Woken::Anything;
     // When the next job is due, as the last look found it (`None`: none was waiting).
     let mut next_due: Option<tokio::time::Instant> = None;
+    // Whether due work other than new jobs waits for a slot: the last claim of it found more
+    // than it had slots for, or a look at it was due while every slot was busy. New jobs then
+    // wait: each slot that frees goes to it first.
+    let mut due_waiting = false;
+    // Whether new jobs wait for a slot (the last batch was full, or found no slot free).
+    let mut backlog = false;
 
     while !stop.is_cancelled() {
-        // New jobs start many at a time. Whatever else is due (retries, failovers, hedges,
-        // recoveries, new jobs of kinds without a provider) is claimed one by one once no
-        // more new jobs wait, and at least every DUE_SCAN while they do, oldest due first,
-        // so that a backlog of new jobs never holds them up for longer.
-        let mut saturated = start_new(&ctx, &first, &slots, &mut running, &abandon).await;
-        // A wake-up for new jobs alone, their first attempts just started, leaves what the
-        // last look found as it was: look again only when something else may have changed,
-        // or the next due job's time has come.
+        // Retries, failovers, hedges and recoveries (and new jobs of kinds without a
+        // provider) come first: they are claimed one by one, oldest due first, and a backlog
+        // of new jobs never holds them up for longer than DUE_SCAN plus the time until a slot
+        // frees. New jobs start many at a time in whatever slots are left. A wake-up for new
+        // jobs alone, their first attempts just started, leaves what the last look found as
+        // it was: look again only when something else may have changed, or the next due
+        // job's time has come.
         let now = tokio::time::Instant::now();
         let look = woken == Woken::Anything || !all_batched || next_due.is_some_and(|at| at <= now);
-        if (!saturated && look) || scanned.elapsed() >= DUE_SCAN {
-            let kinds = &first_kinds;
-            saturated |= claim_due(
-                &ctx,
-                kinds,
-                &slots,
-                &claiming,
-                &mut running,
-                &abandon,
-                &stop,
-            )
-            .await;
-            scanned = tokio::time::Instant::now();
+        let mut saturated = false;
+        if due_waiting || (look && !backlog) || scanned.elapsed() >= DUE_SCAN {
+            if slots.available_permits() == 0 {
+                due_waiting = true;
+                saturated = true;
+            } else {
+                due_waiting = claim_due(
+                    &ctx,
+                    &first_kinds,
+                    &slots,
+                    &claiming,
+                    &mut running,
+                    &abandon,
+                    &stop,
+                )
+                .await;
+                saturated |= due_waiting;
+                scanned = tokio::time::Instant::now();
+            }
+        }
+        // New jobs still start at least every DUE_SCAN while due work keeps every slot: the
+        // two never starve each other.
+        if !due_waiting || started_new.elapsed() >= DUE_SCAN {
+            backlog = start_new(&ctx, &first, &slots, &mut running, &abandon).await;
+            saturated |= backlog;
+            started_new = tokio::time::Instant::now();
         }
         while running.try_join_next().is_some() {}
         if saturated && slots.available_permits() > 0 {

@@ -19,6 +19,7 @@ backend_tests!(
     a_retry_is_dispatched_after_its_backoff_not_the_poll_interval,
     a_burst_beyond_the_concurrency_runs_each_job_once,
     new_jobs_that_find_every_slot_busy_start_when_one_frees,
+    a_due_retry_starts_ahead_of_a_backlog_of_new_jobs,
 );
 
 const WITHIN: Duration = Duration::from_secs(15);
@@ -347,4 +348,59 @@ async fn new_jobs_that_find_every_slot_busy_start_when_one_frees(backend: Backen
             .await;
         assert_eq!(done["attempts"], 1, "{done}");
     }
+}
+
+/// A retry due while new jobs keep every slot busy starts ahead of them, not when their
+/// backlog drains: two slots, 40 new jobs of 0.5 s each (10 s of work), one job whose first
+/// attempt fails definitely with a 200 ms backoff. Its second attempt must start (and win)
+/// while most of the backlog has not started; before, new jobs took every slot that freed
+/// and the retry started after the last of them.
+async fn a_due_retry_starts_ahead_of_a_backlog_of_new_jobs(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(Rule {
+        matches: Some("fails once".into()),
+        times: Some(1),
+        behaviour: Behaviour {
+            outcome: onejob_fake::Outcome::Fail,
+            ..Default::default()
+        },
+    });
+    fakes.primary.add_rule(Rule {
+        matches: Some("backlog".into()),
+        times: None,
+        behaviour: Behaviour {
+            ack_delay_ms: 500,
+            ..Default::default()
+        },
+    });
+    let app = TestApp::running_uncertified(&db, &fakes, |config| {
+        config.worker.concurrency = 2;
+        config.worker.poll_interval = Duration::from_secs(3600);
+        for kind in &mut config.kinds {
+            kind.retry_backoff = Duration::from_millis(200);
+        }
+    })
+    .await;
+    let retried = app.create("retried", &chat("fails once")).await;
+    for n in 0..40 {
+        app.create(&format!("backlog-{n}"), &chat(&format!("backlog {n}")))
+            .await;
+    }
+    let done = app
+        .wait_job(
+            retried["id"].as_str().unwrap(),
+            Duration::from_secs(60),
+            |j| j["state"] == "succeeded",
+        )
+        .await;
+    assert_eq!(done["attempts"], 2, "{done}");
+    let waiting = db
+        .scalar("SELECT COUNT(*) FROM jobs WHERE attempts = 0")
+        .await;
+    assert!(
+        waiting >= 20,
+        "the retry won only when {waiting} of the 40 new jobs still waited to start: it waited \
+         for the backlog"
+    );
 }
