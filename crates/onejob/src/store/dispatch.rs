@@ -48,15 +48,28 @@ pub trait Dispatch: Send + Sync {
     /// job was cancelled meanwhile (the worker stops them).
     async fn heartbeat(&self, worker: &str, lease: Duration) -> Result<Vec<Uuid>, StoreError>;
 
-    /// Claims up to `limit` `unknown` attempts due for reconciliation and pushes each one's
-    /// next check back (doubling from `backoff`, at most `max_backoff`), so nodes reconciling
-    /// side by side do not ask twice.
+    /// Claims up to `limit` `unknown` attempts due for reconciliation, each for `lease`: its
+    /// check is counted ([`AttemptRecord::reconcile_checks`]) and it is not due again before
+    /// the lease ends, so no other node (or this one) checks or re-sends it meanwhile. The
+    /// claimer bounds its check by less than the lease, then sets the next check with
+    /// [`Dispatch::recheck_unknown_later`] unless the check resolved it.
     async fn claim_unknown(
         &self,
         limit: u32,
+        lease: Duration,
+    ) -> Result<Vec<AttemptRecord>, StoreError>;
+
+    /// Sets the next check of an attempt whose check (the `check`-th, as claimed) left it
+    /// `unknown`: after `backoff`, doubling with each check, at most `max_backoff`. Does
+    /// nothing if the attempt is no longer `unknown` or was claimed again since (its lease
+    /// ran out): that claimer's lease stands. Whether it applied.
+    async fn recheck_unknown_later(
+        &self,
+        attempt_id: Uuid,
+        check: i32,
         backoff: Duration,
         max_backoff: Duration,
-    ) -> Result<Vec<AttemptRecord>, StoreError>;
+    ) -> Result<bool, StoreError>;
 
     /// Stores a task id learned late (from a lookup by idempotency key, or a re-send), in
     /// whatever state the attempt is; a task id already stored is kept.
@@ -132,12 +145,21 @@ impl<B: Backend> Dispatch for B {
     async fn claim_unknown(
         &self,
         limit: u32,
+        lease: Duration,
+    ) -> Result<Vec<AttemptRecord>, StoreError> {
+        let claimed = write_all(self, B::SQL.claim_unknown, args![limit, lease]).await?;
+        rows::all::<B, _>(&claimed, rows::attempt::<B>)
+    }
+
+    async fn recheck_unknown_later(
+        &self,
+        attempt_id: Uuid,
+        check: i32,
         backoff: Duration,
         max_backoff: Duration,
-    ) -> Result<Vec<AttemptRecord>, StoreError> {
-        let values = args![limit, backoff, max_backoff];
-        let claimed = write_all(self, B::SQL.claim_unknown, values).await?;
-        rows::all::<B, _>(&claimed, rows::attempt::<B>)
+    ) -> Result<bool, StoreError> {
+        let values = args![attempt_id, check, backoff, max_backoff];
+        Ok(write(self, B::SQL.recheck_unknown_later, values).await? == 1)
     }
 
     async fn set_task_id(&self, attempt_id: Uuid, task_id: &str) -> Result<(), StoreError> {

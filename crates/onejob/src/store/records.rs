@@ -250,6 +250,8 @@ pub struct AttemptRecord {
     pub key_spent: bool,
     /// Why it failed, or why its outcome is unknown.
     pub error: Option<Value>,
+    /// How many times the reconciler claimed it for a check (while `unknown`).
+    pub reconcile_checks: i32,
 }
 
 /// A request to start an attempt, checked by the store against the attempt guard.

@@ -67,6 +67,7 @@ pub(crate) fn attempt<B: Backend>(row: &Row<B>) -> Result<AttemptRecord, StoreEr
         upstream_key: B::opt_text(row, "upstream_key")?,
         key_spent: B::flag(row, "key_spent")?,
         error: B::opt_json(row, "error")?,
+        reconcile_checks: B::int32(row, "reconcile_checks")?,
     })
 }
 

@@ -21,7 +21,7 @@ macro_rules! attempt_columns {
     () => {
         "id, job_id, number, provider, state, hedge, task_id, worker, lease_expires_at, \
          deadline_at, started_at, acknowledged_at, finished_at, unknown_since, upstream_key, \
-         key_spent, error"
+         key_spent, error, reconcile_checks"
     };
 }
 
@@ -204,10 +204,13 @@ statements! {
     /// `$1` grace seconds → `id, provider` of live attempts whose lease expired or whose
     /// deadline passed more than the grace ago.
     expired_attempts,
-    /// `$1` limit, `$2` backoff seconds, `$3` most seconds → attempt columns of `unknown`
-    /// attempts due for reconciliation, each one's next check pushed back (doubling from the
-    /// backoff).
+    /// `$1` limit, `$2` lease seconds → attempt columns of `unknown` attempts due for
+    /// reconciliation, each one's check counted and its next check pushed back by the lease.
     claim_unknown,
+    /// `$1` attempt id, `$2` its check count as claimed, `$3` backoff seconds, `$4` most
+    /// seconds: its next check after a backoff doubling with each check, if it is still
+    /// `unknown` and nobody claimed it since.
+    recheck_unknown_later,
     /// `$1` attempt id, `$2` task id: stored unless one is.
     set_task_id,
     /// `$1` job id, `$2` version, `$3` seconds: a due job's dispatch time moves on, if the job

@@ -259,6 +259,7 @@ mod tests {
             upstream_key: None,
             key_spent: matches!(state, AttemptState::Failed | AttemptState::Cancelled),
             error: None,
+            reconcile_checks: 0,
         }
     }
 

@@ -1,8 +1,10 @@
 //! The reconciler: resolves `unknown` attempts by proof, never by guessing.
 //!
-//! It claims unknown attempts due for a check (with per-attempt exponential backoff) and
-//! asks their provider, each item time-boxed and several at once, so one hung upstream holds
-//! up nothing else:
+//! It claims unknown attempts due for a check and asks their provider, each item time-boxed
+//! and several at once, so one hung upstream holds up nothing else. A claim is a lease in the
+//! database, longer than any item's time box ([`claim_lease`]): while one node checks (or
+//! re-sends) an attempt, no other node, nor this one, claims it again. A check that proves
+//! nothing sets the attempt's next check after a per-attempt exponential backoff.
 //!
 //! * **A task id is known**: its `status`. `succeeded` goes through the same validation and
 //!   compare-and-swap as a live result (it may lose and be discarded); `failed` frees the
@@ -57,6 +59,26 @@ pub const IN_FLIGHT_MARGIN: Duration = Duration::from_secs(5);
 
 /// The least time one item gets (a re-send gets its kind's `attempt_timeout` on top).
 const ITEM_BUDGET: Duration = Duration::from_secs(15);
+
+/// How long after a copy of a request can no longer be in flight its attempt is checked.
+const MIN_RECHECK: Duration = Duration::from_millis(50);
+
+/// How much longer a claim's lease lasts than the longest item's time box.
+const LEASE_MARGIN: Duration = Duration::from_secs(10);
+
+/// How long a claim holds an attempt: longer than any item may take ([`ITEM_BUDGET`] plus the
+/// longest `attempt_timeout` of the kinds), so a check or re-send in flight is never joined by
+/// another one.
+fn claim_lease(kinds: &crate::kind::Kinds) -> Duration {
+    let longest = kinds
+        .names()
+        .into_iter()
+        .filter_map(|name| kinds.get(name))
+        .map(|kind| kind.attempt_timeout)
+        .max()
+        .unwrap_or_default();
+    ITEM_BUDGET + longest + LEASE_MARGIN
+}
 
 /// Reconciles until `stop`. Each claimed attempt is reconciled in a task of its own, up to
 /// [`CONCURRENT`] at once across passes: a slow provider holds one slot for at most its
@@ -118,7 +140,7 @@ async fn claim(
 ) -> Result<(Vec<AttemptRecord>, Arc<Certified>), StoreError> {
     let claimed = ctx
         .store
-        .claim_unknown(limit as u32, FIRST_BACKOFF, MAX_BACKOFF)
+        .claim_unknown(limit as u32, claim_lease(&ctx.kinds))
         .await?;
     let certified = if claimed.iter().any(|a| a.task_id.is_none()) {
         Certified::load(&*ctx.store, &ctx.kinds, ctx.providers.hashes()).await?
@@ -150,8 +172,44 @@ pub async fn reconcile_once(ctx: &WorkerContext) -> Result<usize, StoreError> {
     Ok(resolved)
 }
 
-/// One attempt, within its time budget (it is checked again after its backoff otherwise).
+/// One attempt, within its time budget; unless that resolved it, its next check is set after
+/// its backoff (it was claimed for the lease, a check that proved nothing must not wait that
+/// long).
 async fn reconcile_within_budget(
+    ctx: &WorkerContext,
+    attempt: &AttemptRecord,
+    certified: &Certified,
+) -> Result<bool, StoreError> {
+    // Without a task id, nothing can be proved while a copy of the request may still be on
+    // its way: check again the moment none can be, not after a backoff grown meanwhile.
+    let in_flight = attempt
+        .task_id
+        .is_none()
+        .then(|| copy_in_flight_for(attempt, OffsetDateTime::now_utc()))
+        .flatten();
+    let (checked, backoff, max_backoff) = match in_flight {
+        Some(wait) => (Ok(false), wait, wait),
+        None => (
+            check_within_budget(ctx, attempt, certified).await,
+            FIRST_BACKOFF,
+            MAX_BACKOFF,
+        ),
+    };
+    if !matches!(checked, Ok(true)) {
+        let later = ctx
+            .store
+            .recheck_unknown_later(attempt.id, attempt.reconcile_checks, backoff, max_backoff)
+            .await;
+        if let Err(error) = later {
+            // The claim's lease ends on its own: the attempt is checked again then.
+            tracing::warn!(error = %Chain(&error), attempt = %attempt.id, "could not set an attempt's next check");
+        }
+    }
+    checked
+}
+
+/// One attempt, within its time budget (shorter than the claim's lease).
+async fn check_within_budget(
     ctx: &WorkerContext,
     attempt: &AttemptRecord,
     certified: &Certified,
@@ -279,11 +337,22 @@ async fn reconcile(
 /// deadline passed more than [`IN_FLIGHT_MARGIN`] ago and its lease expired (its worker no
 /// longer holds it). Until then, "never received" could be contradicted by a late arrival.
 pub fn no_copy_in_flight(attempt: &AttemptRecord, now: OffsetDateTime) -> bool {
-    let deadline_passed = attempt
-        .deadline_at
-        .is_none_or(|deadline| now > deadline + IN_FLIGHT_MARGIN);
-    let lease_expired = attempt.lease_expires_at.is_none_or(|lease| now > lease);
-    deadline_passed && lease_expired
+    copy_in_flight_for(attempt, now).is_none()
+}
+
+/// How much longer a copy of the attempt's request may still be on its way to the provider
+/// (see [`no_copy_in_flight`]); `None` once none can be.
+fn copy_in_flight_for(attempt: &AttemptRecord, now: OffsetDateTime) -> Option<Duration> {
+    let until = [
+        attempt
+            .deadline_at
+            .map(|deadline| deadline + IN_FLIGHT_MARGIN),
+        attempt.lease_expires_at,
+    ]
+    .into_iter()
+    .flatten()
+    .max()?;
+    (now <= until).then(|| Duration::try_from(until - now).unwrap_or_default() + MIN_RECHECK)
 }
 
 async fn status(provider: &dyn Provider, task_id: &str) -> Proof {
@@ -427,6 +496,7 @@ mod tests {
             upstream_key: None,
             key_spent: false,
             error: None,
+            reconcile_checks: 0,
         }
     }
 

@@ -27,6 +27,7 @@ backend_tests!(
     a_certified_deduplicating_task_api_gets_the_attempt_resent,
     without_lookup_or_certified_dedupe_the_attempt_stays_unknown,
     a_certified_caching_chat_server_gets_the_attempt_resent,
+    two_nodes_never_resend_one_attempt_at_once,
     verify_records_the_lookup_and_whether_the_provider_deduplicates,
     an_acknowledgement_after_a_rescue_keeps_the_task_id_for_the_reconciler,
     cancel_while_starting_cancels_the_task_upstream,
@@ -350,6 +351,58 @@ async fn a_certified_caching_chat_server_gets_the_attempt_resent(backend: Backen
     assert!(kinds_of(&events).contains(&"resent"), "{events:?}");
     let seen = fakes.primary.submissions();
     assert_eq!(seen.total - before.total, 1, "one generation");
+}
+
+/// Re-sends are exclusive across nodes: with two onejob nodes reconciling one database, an
+/// attempt whose re-send is in flight (the upstream still generating, the replay following
+/// the work live) is claimed by neither node again until it ends, so it is re-sent once.
+/// Before, a claim only pushed the next check back by its backoff (400 ms at the re-send
+/// here), and the other node re-sent the same attempt beside the first re-send.
+///
+/// Timeline: the generation takes 11 s; the attempt (4 s timeout) becomes unknown at 4 s; no
+/// copy of it can be in flight from 9 s (the deadline plus 5 s), when it is re-sent under
+/// its key; the re-send follows the generation live and gets its answer at 11 s, well within
+/// its own 4 s.
+async fn two_nodes_never_resend_one_attempt_at_once(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(rule(
+        "long generation",
+        Behaviour {
+            run_ms: 11_000,
+            ..Default::default()
+        },
+    ));
+    let node = || {
+        let provider = chat_provider("chat", &fakes.primary.base_url());
+        let only = only(provider, Duration::from_secs(4));
+        move |config: &mut Config| {
+            only(config);
+            config.worker.lease = Duration::from_secs(2);
+        }
+    };
+    let app = TestApp::running(&db, &fakes, node()).await;
+    let report = app.verify("chat", "chat.completion").await;
+    assert!(report.passed, "{report:?}");
+    let other = TestApp::running(&db, &fakes, node()).await;
+    let before = fakes.primary.submissions();
+    let id = id_of(&app.create("long", &chat("long generation")).await);
+    let job = app
+        .wait_job(&id, Duration::from_secs(60), |j| j["state"] == "succeeded")
+        .await;
+    assert_eq!(
+        job["result"],
+        json!({"text": "fake answer: long generation"})
+    );
+    let resent = kinds_of(&app.events(&id).await)
+        .into_iter()
+        .filter(|kind| *kind == "resent")
+        .count();
+    assert_eq!(resent, 1, "re-sent beside a re-send in flight");
+    let seen = fakes.primary.submissions();
+    assert_eq!(seen.total - before.total, 1, "one generation");
+    assert_eq!(seen.idempotent_replays - before.idempotent_replays, 1);
+    drop(other);
 }
 
 /// `onejob verify` checks the lookup on the case it just sent (and that a key never sent is

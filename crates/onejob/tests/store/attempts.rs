@@ -42,6 +42,7 @@ backend_tests!(
     an_attempt_of_a_cancelled_job_is_discarded_not_unknown,
     claims_take_at_most_the_limit_of_due_unknown_attempts,
     the_reconcile_backoff_doubles_up_to_its_maximum,
+    a_claim_holds_the_attempt_for_its_lease,
     racing_claimers_never_claim_one_attempt_twice,
     a_stored_task_id_is_kept,
 );
@@ -809,7 +810,7 @@ async fn an_attempt_of_a_cancelled_job_is_discarded_not_unknown(backend: Backend
 }
 
 /// `claim_unknown` answers at most `limit` unknown attempts, and only those due: a claimed
-/// attempt waits out its backoff, live attempts are never claimed.
+/// attempt waits out its lease, live attempts are never claimed.
 async fn claims_take_at_most_the_limit_of_due_unknown_attempts(backend: Backend) {
     let db = TestDatabase::create(backend).await;
     let store = db.open_store().await;
@@ -820,55 +821,93 @@ async fn claims_take_at_most_the_limit_of_due_unknown_attempts(backend: Backend)
     let live_job = created(&*store, "live").await;
     started(&*store, &start_for(live_job, 0, "a", false)).await;
     let hour = Duration::from_secs(3_600);
-    let first = store.claim_unknown(3, hour, hour).await.unwrap();
+    let first = store.claim_unknown(3, hour).await.unwrap();
     assert_eq!(first.len(), 3, "{first:?}");
-    let second = store.claim_unknown(3, hour, hour).await.unwrap();
+    let second = store.claim_unknown(3, hour).await.unwrap();
     assert_eq!(second.len(), 2, "{second:?}");
-    assert!(store.claim_unknown(3, hour, hour).await.unwrap().is_empty());
+    assert!(store.claim_unknown(3, hour).await.unwrap().is_empty());
     let claimed: HashSet<Uuid> = first.iter().chain(&second).map(|a| a.id).collect();
     assert_eq!(claimed, unknown);
     assert!(
         first
             .iter()
             .chain(&second)
-            .all(|a| a.state == AttemptState::Unknown)
+            .all(|a| a.state == AttemptState::Unknown && a.reconcile_checks == 1)
     );
-    // Without backoff a claimed attempt is due again at once.
+    // Without a lease a claimed attempt is due again at once.
     db.reconcile_now().await;
-    let again = store
-        .claim_unknown(10, Duration::ZERO, Duration::ZERO)
-        .await
-        .unwrap();
+    let again = store.claim_unknown(10, Duration::ZERO).await.unwrap();
     assert_eq!(again.len(), 5);
-    assert_eq!(store.claim_unknown(0, hour, hour).await.unwrap(), vec![]);
+    assert!(again.iter().all(|a| a.reconcile_checks == 2));
+    assert_eq!(store.claim_unknown(0, hour).await.unwrap(), vec![]);
 }
 
-/// Each claim pushes the attempt's next check back by `backoff`, doubling with every check,
-/// never further than `max_backoff` (read on the database's clock).
+/// A check that proved nothing sets the attempt's next check after a backoff doubling with
+/// every check, never further than `max_backoff` (read on the database's clock).
 async fn the_reconcile_backoff_doubles_up_to_its_maximum(backend: Backend) {
     let db = TestDatabase::create(backend).await;
     let store = db.open_store().await;
     unknown_attempt(&*store, "backoff").await;
+    let hour = Duration::from_secs(3_600);
     let backoff = Duration::from_secs(100);
     let max_backoff = Duration::from_secs(300);
     for expected in [100, 200, 300, 300] {
-        let claimed = store.claim_unknown(10, backoff, max_backoff).await.unwrap();
+        let claimed = store.claim_unknown(10, hour).await.unwrap();
         assert_eq!(claimed.len(), 1);
+        let attempt = &claimed[0];
+        assert!(
+            store
+                .recheck_unknown_later(attempt.id, attempt.reconcile_checks, backoff, max_backoff)
+                .await
+                .unwrap()
+        );
         let wait = db.reconcile_in().await;
         assert!(
             (expected - 2..=expected).contains(&wait),
             "expected about {expected} s, got {wait}"
         );
         assert!(
-            store
-                .claim_unknown(10, backoff, max_backoff)
-                .await
-                .unwrap()
-                .is_empty(),
+            store.claim_unknown(10, hour).await.unwrap().is_empty(),
             "not due before its backoff"
         );
         db.reconcile_now().await;
     }
+}
+
+/// A claim is a lease: while it holds, no claimer gets the attempt again (a re-send in flight
+/// is never joined by another). Once it ran out and another claimer took the attempt, the
+/// first claimer's "check again later" no longer applies: the new lease stands.
+async fn a_claim_holds_the_attempt_for_its_lease(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let stores: [Arc<dyn Store>; 2] = [db.open_store().await, db.open_store().await];
+    let (_, attempt) = unknown_attempt(&*stores[0], "leased").await;
+    let lease = Duration::from_secs(600);
+    let first = stores[0].claim_unknown(10, lease).await.unwrap();
+    assert_eq!(first.len(), 1);
+    for store in &stores {
+        assert!(
+            store.claim_unknown(10, lease).await.unwrap().is_empty(),
+            "claimed again within its lease"
+        );
+    }
+    // The lease runs out (as if the first claimer hung or died); the other claims it.
+    db.reconcile_now().await;
+    let second = stores[1].claim_unknown(10, lease).await.unwrap();
+    assert_eq!(second.len(), 1);
+    assert_eq!(second[0].reconcile_checks, first[0].reconcile_checks + 1);
+    let short = Duration::from_millis(1);
+    assert!(
+        !stores[0]
+            .recheck_unknown_later(attempt, first[0].reconcile_checks, short, short)
+            .await
+            .unwrap(),
+        "a stale claim shortened another's lease"
+    );
+    let wait = db.reconcile_in().await;
+    assert!(
+        wait > 500,
+        "the second claim's lease was cut short: {wait} s left"
+    );
 }
 
 /// Reconcilers on many connections side by side never claim one attempt twice, and
@@ -887,7 +926,7 @@ async fn racing_claimers_never_claim_one_attempt_twice(backend: Backend) {
     let hour = Duration::from_secs(3_600);
     let claims = (0..16).map(|i| {
         let store = stores[i % 2].clone();
-        tokio::spawn(async move { store.claim_unknown(5, hour, hour).await })
+        tokio::spawn(async move { store.claim_unknown(5, hour).await })
     });
     let mut claimed = Vec::new();
     for claim in join_all(claims).await {

@@ -199,6 +199,7 @@ mod tests {
             upstream_key: None,
             key_spent: false,
             error: None,
+            reconcile_checks: 0,
         }
     }
 

@@ -174,12 +174,14 @@ pub(super) const SQL: Sql = Sql {
                        ORDER BY started_at LIMIT 100",
     claim_unknown: concat!(
         "UPDATE attempts SET reconcile_checks = reconcile_checks + 1, \
-         reconcile_at = now() + make_interval(secs => \
-         LEAST($2 * power(2, LEAST(reconcile_checks, 20)), $3)) \
+         reconcile_at = now() + make_interval(secs => $2) \
          WHERE id IN (SELECT id FROM attempts WHERE state = 'unknown' AND reconcile_at <= now() \
          ORDER BY reconcile_at LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING ",
         attempt_columns!()
     ),
+    recheck_unknown_later: "UPDATE attempts SET reconcile_at = now() + make_interval(secs => \
+         LEAST($3 * power(2, LEAST(GREATEST(reconcile_checks - 1, 0), 20)), $4)) \
+         WHERE id = $1 AND state = 'unknown' AND reconcile_checks = $2",
     set_task_id: "UPDATE attempts SET task_id = $2 WHERE id = $1 AND task_id IS NULL",
     defer_dispatch: "UPDATE jobs SET dispatch_at = now() + make_interval(secs => $3) \
                      WHERE id = $1 AND version = $2 AND dispatch_at IS NOT NULL",

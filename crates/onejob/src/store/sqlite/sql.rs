@@ -322,11 +322,16 @@ pub(super) const SQL: Sql = Sql {
     ),
     claim_unknown: concat!(
         "UPDATE attempts SET reconcile_checks = reconcile_checks + 1, reconcile_at = ",
-        later!("MIN(?2 * (1 << MIN(MAX(reconcile_checks, 0), 20)), ?3)"),
+        later!("?2"),
         " WHERE id IN (SELECT id FROM attempts WHERE state = 'unknown' AND reconcile_at <= ",
         now!(),
         " ORDER BY reconcile_at LIMIT ?1) RETURNING ",
         attempt_columns!()
+    ),
+    recheck_unknown_later: concat!(
+        "UPDATE attempts SET reconcile_at = ",
+        later!("MIN(?3 * (1 << MIN(MAX(reconcile_checks - 1, 0), 20)), ?4)"),
+        " WHERE id = ?1 AND state = 'unknown' AND reconcile_checks = ?2"
     ),
     set_task_id: "UPDATE attempts SET task_id = ?2 WHERE id = ?1 AND task_id IS NULL",
     defer_dispatch: concat!(
