@@ -33,10 +33,12 @@ pub trait Dispatch: Send + Sync {
     async fn job_attempts(&self, job_id: Uuid) -> Result<Vec<AttemptRecord>, StoreError>;
 
     /// The fence before an attempt's irreversible send: whether `worker` still holds its
-    /// `starting` attempt with at least `margin` of lease left, and its job is not cancelled.
-    /// A rescuer makes an attempt unknown only once its lease expired (a conditional update
-    /// on the database's clock), so an owner that finds `margin` left cannot lose the attempt
-    /// for that long.
+    /// `starting` attempt with at least `margin` of lease left and at least `margin` before
+    /// its deadline, and its job is not cancelled. A rescuer makes an attempt unknown only
+    /// once its lease expired (a conditional update on the database's clock), so an owner
+    /// that finds `margin` left cannot lose the attempt for that long; and no attempt is sent
+    /// after (or just before) its deadline, when "never received" would soon be believed of
+    /// a request still on its way.
     async fn owns_attempt(
         &self,
         attempt_id: Uuid,

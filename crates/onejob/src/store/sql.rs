@@ -194,7 +194,8 @@ statements! {
     /// never attempted), which batches of first attempts start.
     due_others,
     /// `$1` attempt ids, `$2` worker, `$3` margin seconds → `id` of each the worker holds,
-    /// `starting`, with at least the margin of lease left, its job not cancelled.
+    /// `starting`, with at least the margin of lease left and of its deadline, its job not
+    /// cancelled.
     owned_attempts,
     /// `$1` worker, `$2` lease seconds: renews the lease of its live attempts (on PostgreSQL
     /// those no other transaction holds right now).

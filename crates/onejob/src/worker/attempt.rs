@@ -64,10 +64,11 @@ const ACK_AFTER: Duration = Duration::from_millis(25);
 const FIRST_POLL: Duration = Duration::from_millis(50);
 const MAX_POLL: Duration = Duration::from_secs(2);
 
-/// How much of its lease a worker must still hold when it sends an attempt: a quarter of the
-/// lease, at most a second (the send follows within microseconds).
-fn fence_margin(lease: Duration) -> Duration {
-    (lease / 4).min(Duration::from_secs(1))
+/// How much of its lease, and of its time before its deadline, a worker must still have when
+/// it sends an attempt: a quarter of the lease and of the attempt timeout, at most a second
+/// (the send follows within microseconds).
+fn fence_margin(lease: Duration, timeout: Duration) -> Duration {
+    (lease / 4).min(timeout / 4).min(Duration::from_secs(1))
 }
 
 /// Runs `attempt` of `job` to its end. `abandon` fires when the worker stops waiting for
@@ -172,7 +173,7 @@ async fn run_attempt(
     };
 
     // The fence: nothing irreversible happens unless the attempt is still this worker's.
-    let margin = fence_margin(ctx.settings.lease);
+    let margin = fence_margin(ctx.settings.lease, kind.attempt_timeout);
     let owned = with_retries("the ownership check before sending", deadline, || {
         ctx.store.owns_attempt(attempt.id, &ctx.settings.id, margin)
     })

@@ -34,6 +34,7 @@ backend_tests!(
     expired_attempts_are_those_past_their_lease_or_their_deadlines_grace,
     the_heartbeat_renews_only_the_workers_live_attempts,
     the_send_fence_holds_only_a_starting_attempt,
+    the_send_fence_refuses_an_attempt_at_its_deadline,
 );
 
 async fn thirty_two_racing_starts_make_exactly_one_attempt(backend: Backend) {
@@ -200,6 +201,45 @@ async fn the_send_fence_and_the_rescuer_respect_the_lease(backend: Backend) {
             .owns_attempt(attempt, "test-worker", margin)
             .await
             .unwrap()
+    );
+}
+
+/// The fence refuses an attempt whose deadline is closer than the margin, even with its lease
+/// renewed: a late worker never sends after (or just before) the deadline, when the
+/// reconciler would soon believe "never received" of a request still on its way.
+async fn the_send_fence_refuses_an_attempt_at_its_deadline(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    let job_id = created(&*store, "late").await;
+    let mut start = start_for(job_id, 0, "a", false);
+    start.timeout = Duration::from_secs(3);
+    let attempt = started(&*store, &start).await;
+    // Plenty of lease (30 s), the deadline 3 s away: a 1 s margin fits, a 5 s one does not.
+    assert!(
+        store
+            .owns_attempt(attempt, "test-worker", Duration::from_secs(1))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .owns_attempt(attempt, "test-worker", Duration::from_secs(5))
+            .await
+            .unwrap(),
+        "sent with its deadline 3 s away and a 5 s margin"
+    );
+    // Past the deadline, with the lease renewed: never.
+    tokio::time::sleep(Duration::from_millis(3_100)).await;
+    store
+        .heartbeat("test-worker", Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(
+        !store
+            .owns_attempt(attempt, "test-worker", Duration::from_millis(10))
+            .await
+            .unwrap(),
+        "sent after its deadline"
     );
 }
 

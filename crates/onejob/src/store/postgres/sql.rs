@@ -161,6 +161,8 @@ pub(super) const SQL: Sql = Sql {
     owned_attempts: "SELECT a.id FROM attempts a JOIN jobs j ON j.id = a.job_id \
                      WHERE a.id = ANY($1) AND a.state = 'starting' AND a.worker = $2 \
                      AND a.lease_expires_at > now() + make_interval(secs => $3) \
+                     AND (a.deadline_at IS NULL \
+                          OR a.deadline_at > now() + make_interval(secs => $3)) \
                      AND j.state <> 'cancelled'",
     renew_leases: "UPDATE attempts SET lease_expires_at = now() + make_interval(secs => $2) \
                    WHERE id IN (SELECT id FROM attempts WHERE worker = $1 \

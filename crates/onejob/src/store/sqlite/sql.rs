@@ -302,7 +302,9 @@ pub(super) const SQL: Sql = Sql {
          WHERE a.id IN (SELECT value FROM json_each(?1)) AND a.state = 'starting' \
          AND a.worker = ?2 AND a.lease_expires_at > ",
         later!("?3"),
-        " AND j.state <> 'cancelled'"
+        " AND (a.deadline_at IS NULL OR a.deadline_at > ",
+        later!("?3"),
+        ") AND j.state <> 'cancelled'"
     ),
     renew_leases: concat!(
         "UPDATE attempts SET lease_expires_at = ",
