@@ -12,11 +12,18 @@
 //! step of an online migration ([`crate::store::postgres::online`]), so a test can kill the
 //! migrator at each step.
 //!
+//! `ONEJOB_FAULT=ack-reply-lost` makes an unclear commit: the first acknowledgement a worker
+//! records commits, and its reply is then lost (the worker sees the connection drop), so the
+//! worker must retry it not knowing whether it committed.
+//!
 //! Unset (the default, and everywhere outside the suite) nothing is armed and every check
 //! is one load of an already-initialised cell. An unknown value is refused at start, so a
 //! typo cannot silently disarm a fault test.
 
-use std::sync::OnceLock;
+use std::sync::{
+    OnceLock,
+    atomic::{AtomicBool, Ordering},
+};
 
 /// The environment variable that arms a fault.
 pub const FAULT_ENV: &str = "ONEJOB_FAULT";
@@ -30,12 +37,16 @@ pub enum Fault {
     /// `abort-after-migration-step:STEP`: `onejob migrate` aborts right after the online
     /// migration step named `STEP` has completed.
     AbortAfterMigrationStep(String),
+    /// `ack-reply-lost`: the first acknowledgement a worker records commits, and the worker
+    /// is then told the connection dropped (an unclear commit).
+    AckReplyLost,
 }
 
 /// An `ONEJOB_FAULT` value that names no fault.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "{FAULT_ENV}={0:?} names no fault (known: abort-after-answer, abort-after-migration-step:STEP)"
+    "{FAULT_ENV}={0:?} names no fault (known: abort-after-answer, ack-reply-lost, \
+     abort-after-migration-step:STEP)"
 )]
 pub struct UnknownFault(pub String);
 
@@ -44,6 +55,7 @@ impl Fault {
     pub fn parse(value: &str) -> Result<Fault, UnknownFault> {
         match value.split_once(':') {
             None if value == "abort-after-answer" => Ok(Fault::AbortAfterAnswer),
+            None if value == "ack-reply-lost" => Ok(Fault::AckReplyLost),
             Some(("abort-after-migration-step", step)) if !step.is_empty() => {
                 Ok(Fault::AbortAfterMigrationStep(step.to_owned()))
             }
@@ -80,6 +92,27 @@ pub fn after_answer() {
     }
 }
 
+/// With `ack-reply-lost` armed, turns the first acknowledgement `recorded` (committed) into
+/// the error a dropped connection gives, once per process; otherwise `recorded` unchanged.
+pub fn lose_ack_reply<T>(
+    recorded: Result<T, crate::store::StoreError>,
+) -> Result<T, crate::store::StoreError> {
+    static LOST: AtomicBool = AtomicBool::new(false);
+    if recorded.is_ok()
+        && armed() == Some(&Fault::AckReplyLost)
+        && !LOST.swap(true, Ordering::SeqCst)
+    {
+        eprintln!(
+            "onejob: {FAULT_ENV}=ack-reply-lost: the acknowledgement committed; its reply is lost"
+        );
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        return Err(crate::store::StoreError::unavailable(sqlx::Error::Io(
+            reset,
+        )));
+    }
+    recorded
+}
+
 /// Aborts the process if `abort-after-migration-step:STEP` is armed for this `step`.
 pub fn after_migration_step(step: &str) {
     if let Some(Fault::AbortAfterMigrationStep(armed)) = armed()
@@ -100,6 +133,7 @@ mod tests {
             Fault::parse("abort-after-answer").unwrap(),
             Fault::AbortAfterAnswer
         );
+        assert_eq!(Fault::parse("ack-reply-lost").unwrap(), Fault::AckReplyLost);
         assert_eq!(
             Fault::parse("abort-after-migration-step:build-index").unwrap(),
             Fault::AbortAfterMigrationStep("build-index".into())

@@ -12,6 +12,7 @@
 use crate::store::Chain;
 use std::{sync::Arc, time::Duration};
 
+use onejob_domain::AttemptState;
 use serde_json::{Value, json};
 use tokio::{sync::oneshot, time::Instant};
 use tokio_util::sync::CancellationToken;
@@ -314,6 +315,10 @@ async fn run_attempt(
 }
 
 /// Records the acknowledgement (and task id), retrying while the store is unreachable.
+///
+/// A try whose reply was lost may have committed. Only this acknowledgement makes a
+/// `starting` attempt `running` (or, its job cancelled, `cancelled`), so a retry that finds
+/// the attempt so found its own earlier try's commit, and answers what that try did.
 async fn acknowledge(
     ctx: &WorkerContext,
     attempt: &AttemptRecord,
@@ -321,9 +326,24 @@ async fn acknowledge(
     hedge_after: Option<Duration>,
     deadline: Instant,
 ) -> Result<Acknowledged, StoreError> {
+    let mut tried = false;
     with_retries("the acknowledgement", deadline, || {
-        ctx.store
-            .acknowledge_attempt(attempt.id, task_id, hedge_after)
+        let again = std::mem::replace(&mut tried, true);
+        async move {
+            let recorded = ctx
+                .store
+                .acknowledge_attempt(attempt.id, task_id, hedge_after)
+                .await;
+            match crate::fault::lose_ack_reply(recorded) {
+                Ok(Acknowledged::NotStarting(AttemptState::Running)) if again => {
+                    Ok(Acknowledged::Running)
+                }
+                Ok(Acknowledged::NotStarting(AttemptState::Cancelled)) if again => {
+                    Ok(Acknowledged::JobCancelled)
+                }
+                recorded => recorded,
+            }
+        }
     })
     .await
 }

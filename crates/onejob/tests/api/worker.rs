@@ -20,6 +20,7 @@ backend_tests!(
     a_burst_beyond_the_concurrency_runs_each_job_once,
     new_jobs_that_find_every_slot_busy_start_when_one_frees,
     a_due_retry_starts_ahead_of_a_backlog_of_new_jobs,
+    an_acknowledgement_retried_after_an_unclear_commit_keeps_its_attempt,
 );
 
 const WITHIN: Duration = Duration::from_secs(15);
@@ -403,4 +404,32 @@ async fn a_due_retry_starts_ahead_of_a_backlog_of_new_jobs(backend: Backend) {
         "the retry won only when {waiting} of the 40 new jobs still waited to start: it waited \
          for the backlog"
     );
+}
+
+/// An acknowledgement that committed but whose reply was lost (`ONEJOB_FAULT=ack-reply-lost`)
+/// is retried, finds the attempt already `running` by its own first try, and goes on: the
+/// provider's answer, 300 ms later, wins. Before, the retry read `running` as "no longer
+/// this worker's", dropped the request in flight and left the attempt to end `unknown`.
+async fn an_acknowledgement_retried_after_an_unclear_commit_keeps_its_attempt(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(Rule {
+        matches: Some("unclear".into()),
+        times: None,
+        behaviour: Behaviour {
+            ack_delay_ms: 300,
+            ..Default::default()
+        },
+    });
+    let api = TestApp::spawn(&db).await;
+    let dir = tempfile::tempdir().unwrap();
+    let _worker = worker_process(&db, &fakes, dir.path(), Some("ack-reply-lost"));
+    let job = api.create("unclear", &chat("unclear commit")).await;
+    let done = api
+        .wait_job(job["id"].as_str().unwrap(), WITHIN, |j| {
+            j["state"] == "succeeded"
+        })
+        .await;
+    assert_eq!(done["attempts"], 1, "{done}");
+    assert_eq!(fakes.total(), 1, "sent once");
 }
