@@ -32,8 +32,25 @@ pub enum StartError {
         /// Why.
         source: StoreError,
     },
+    /// An administrative command was pointed at a database that is not onejob's: a SQLite
+    /// file that does not exist, or a database without onejob's schema.
+    #[error("database {url}: {reason}")]
+    NotOnejob {
+        /// The database URL, password redacted.
+        url: String,
+        /// What is missing, and what to do.
+        reason: String,
+    },
     /// The listen address could not be bound.
-    #[error("cannot listen on {addr}")]
+    #[error(
+        "cannot listen on {addr}{hint}",
+        hint = if source.kind() == std::io::ErrorKind::AddrInUse {
+            " (another process listens there: stop it, or choose another address with \
+             --listen or `listen` in the config)"
+        } else {
+            ""
+        }
+    )]
     Bind {
         /// The address.
         addr: SocketAddr,
@@ -162,13 +179,69 @@ impl App {
 
 /// Opens and migrates the database at `url`.
 pub async fn open_store(url: &str) -> Result<Arc<dyn Store>, StartError> {
+    open_store_with(url, &StoreOptions::default()).await
+}
+
+/// Opens the database at `url` with these settings, and migrates it.
+pub async fn open_store_with(
+    url: &str,
+    options: &StoreOptions,
+) -> Result<Arc<dyn Store>, StartError> {
     let wrap = |source| StartError::Store {
         url: store::redact(url),
         source,
     };
+    let store = store::open(url, options).await.map_err(wrap)?;
+    store.migrate().await.map_err(wrap)?;
+    Ok(store)
+}
+
+/// Opens the database at `url` for a command that manages what is in it (`onejob keys …`):
+/// it must exist and hold onejob's schema. Nothing is created or migrated, so a typo in the
+/// URL is an error, not a new empty database whose keys no server reads.
+pub async fn open_existing_store(url: &str) -> Result<Arc<dyn Store>, StartError> {
+    let not_onejob = |reason: String| StartError::NotOnejob {
+        url: store::redact(url),
+        reason,
+    };
+    if url.starts_with("sqlite:") {
+        let options: sqlx::sqlite::SqliteConnectOptions =
+            url.parse().map_err(|e| StartError::Store {
+                url: store::redact(url),
+                source: StoreError::from(e),
+            })?;
+        let file = options.get_filename();
+        if !file.exists() {
+            return Err(not_onejob(format!(
+                "no database file at {}: check the path, or create it by starting onejob on \
+                 it (`onejob serve --database {url}` or `onejob migrate --database {url}`)",
+                file.display(),
+                url = store::redact(url),
+            )));
+        }
+    }
     let store = store::open(url, &StoreOptions::default())
         .await
-        .map_err(wrap)?;
-    store.migrate().await.map_err(wrap)?;
+        .map_err(|source| StartError::Store {
+            url: store::redact(url),
+            source,
+        })?;
+    match store.api_keys().await {
+        Ok(_) => {}
+        Err(source) if source.is_retryable() => {
+            return Err(StartError::Store {
+                url: store::redact(url),
+                source,
+            });
+        }
+        Err(error) => {
+            return Err(not_onejob(format!(
+                "it holds no onejob schema ({}): check the URL, or create the schema with \
+             `onejob migrate --database {}`",
+                store::Chain(&error),
+                store::redact(url),
+            )));
+        }
+    }
     Ok(store)
 }

@@ -16,7 +16,7 @@ use super::{
 };
 use crate::{
     api_key,
-    app::open_store,
+    app::open_existing_store,
     store::{ApiKeySummary, Revocation, Store, StoreError},
 };
 
@@ -83,7 +83,7 @@ pub async fn run(command: KeysCommand, target: Target) -> anyhow::Result<()> {
                 !args.tenant.is_empty() && !args.user.is_empty(),
                 "--tenant and --user must not be empty"
             );
-            let store = open_store(&target.database).await?;
+            let store = open_existing_store(&target.database).await?;
             let token = create(
                 &*store,
                 Principal::new(args.tenant, args.user),
@@ -94,13 +94,13 @@ pub async fn run(command: KeysCommand, target: Target) -> anyhow::Result<()> {
             Ok(())
         }
         KeysCommand::List(_) => {
-            let store = open_store(&target.database).await?;
+            let store = open_existing_store(&target.database).await?;
             print!("{}", table(&store.api_keys().await?));
             Ok(())
         }
         KeysCommand::Revoke(args) => {
             let id = api_key::parse(&args.key_id).map_or(args.key_id.as_str(), |(id, _)| id);
-            let store = open_store(&target.database).await?;
+            let store = open_existing_store(&target.database).await?;
             match store.revoke_api_key(id).await? {
                 Revocation::Revoked(key) => {
                     println!(

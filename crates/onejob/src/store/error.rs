@@ -51,6 +51,16 @@ pub enum StoreError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The PostgreSQL server has no database of the URL's name (`name`); onejob does not
+    /// create databases, only its schema in one.
+    #[error(
+        "the PostgreSQL server has no database {name:?}: create it first (`createdb {name}` \
+         as a role allowed to, or `CREATE DATABASE {name};` in psql), then run onejob again"
+    )]
+    NoDatabase {
+        /// The database's name.
+        name: String,
+    },
     /// The database URL names no database onejob supports.
     #[error("unsupported database URL {0:?}: use postgres://user@host:5432/db or sqlite://file.db")]
     UnsupportedUrl(String),
@@ -78,8 +88,21 @@ impl From<sqlx::Error> for StoreError {
         {
             super::postgres::hosts::saw_read_only();
         }
+        if let sqlx::Error::Database(db) = &error
+            && db.code().as_deref() == Some("3D000")
+        {
+            // invalid_catalog_name: `database "NAME" does not exist`.
+            let name = db.message().split('"').nth(1).unwrap_or(db.message());
+            return StoreError::NoDatabase {
+                name: name.to_owned(),
+            };
+        }
         if is_unavailable(&error) {
             StoreError::Unavailable(Arc::new(error))
+        } else if let sqlx::Error::Database(db) = &error
+            && db.kind() == sqlx::error::ErrorKind::ForeignKeyViolation
+        {
+            StoreError::Vanished(db.message().to_owned())
         } else {
             StoreError::Database(Arc::new(error))
         }

@@ -298,6 +298,11 @@ async fn run_attempt(
             }
         }
         Err(error) if error.is_definite() => {
+            if matches!(error, ProviderError::Unreachable(_)) {
+                // The provider's own problem, for an operator: at WARN, with what was tried
+                // (the error names the URL).
+                tracing::warn!(provider = %attempt.provider, %error, "the provider could not be reached");
+            }
             let end = if error.spends_key() {
                 Unsuccessful::Failed
             } else {
@@ -510,7 +515,10 @@ async fn end_with(
     by: &Resolution,
 ) -> Ending {
     let message = error["message"].as_str().unwrap_or("failed").to_owned();
-    tracing::info!(%message, ?end, "attempt ended without a result");
+    // `reason`, not `message`: a field named `message` is a second `message` key in a JSON
+    // log line, beside the event's own. Operators read the whole error (`internal`).
+    let internal = error["internal"].as_str().unwrap_or_default();
+    tracing::info!(reason = %message, internal, ?end, "attempt ended without a result");
     let until = Instant::now() + recording::MIN_WINDOW;
     let recorded = with_retries("the failure", until, || {
         outcome::fail(&*ctx.store, kind, attempt, end, error.clone(), by)

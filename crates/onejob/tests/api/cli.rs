@@ -422,6 +422,26 @@ async fn an_unreachable_database_is_reported_clearly() {
     );
 }
 
+/// An address another process already listens on is refused with the way out: the
+/// `--listen` flag (or `listen` in the config).
+#[tokio::test]
+async fn a_listen_address_in_use_names_the_way_out() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, stderr) = output(
+        onejob()
+            .current_dir(dir.path())
+            .env_remove("ONEJOB_CONFIG")
+            .args(["serve", "--listen", &addr]),
+    )
+    .await;
+    assert_ne!(code, 0);
+    assert!(stderr.contains(&format!("cannot listen on {addr}")), "{stderr}");
+    assert!(stderr.contains("--listen"), "{stderr}");
+    drop(taken);
+}
+
 #[tokio::test]
 async fn log_format_json_writes_one_json_object_per_line() {
     let dir = tempfile::tempdir().unwrap();

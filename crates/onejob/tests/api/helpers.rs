@@ -64,7 +64,7 @@ fn postgres_admin_url() -> String {
 pub struct TestDatabase {
     pub backend: Backend,
     pub url: String,
-    name: String,
+    pub name: String,
     _dir: Option<tempfile::TempDir>,
 }
 

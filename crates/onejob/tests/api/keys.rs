@@ -1,5 +1,6 @@
 //! `onejob keys list` and `onejob keys revoke` through the binary, a revoked key refused
-//! within the key cache time, and unknown key ids remembered so they cost no database read.
+//! within the key cache time, unknown key ids remembered so they cost no database read, and
+//! `keys` refusing a database that is not onejob's instead of making one.
 
 use std::time::Duration;
 
@@ -114,4 +115,45 @@ async fn an_unknown_key_id_is_remembered_for_the_cache_time(backend: Backend) {
     assert!(started.elapsed() < Duration::from_secs(3), "within the TTL");
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(status("third").await, 201, "asked the database again");
+}
+
+/// `onejob keys create` on a SQLite file that does not exist (a typo) refuses and creates
+/// nothing, instead of writing the key into a new database no server reads (whose key then
+/// got 401 everywhere); on a PostgreSQL database without onejob's schema it says so, and on
+/// a PostgreSQL database that does not exist it says how to create it.
+#[tokio::test]
+async fn keys_refuse_a_database_that_is_not_onejobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let typo = dir.path().join("typo.db");
+    let create = |database: String| {
+        let mut command = onejob();
+        command
+            .args(["keys", "create", "--database", &database])
+            .args(["--tenant", "acme", "--user", "alice"])
+            .env_remove("ONEJOB_CONFIG");
+        async move { output(&mut command).await }
+    };
+    let (code, stdout, stderr) = create(format!("sqlite://{}", typo.display())).await;
+    assert_ne!(code, 0, "{stdout}");
+    assert!(stdout.is_empty(), "no key printed: {stdout}");
+    assert!(stderr.contains("no database file"), "{stderr}");
+    assert!(
+        !typo.exists(),
+        "a database was created at {}",
+        typo.display()
+    );
+
+    let empty = TestDatabase::create(Backend::Postgres).await;
+    let (code, _, stderr) = create(empty.url.clone()).await;
+    assert_ne!(code, 0);
+    assert!(stderr.contains("no onejob schema"), "{stderr}");
+    assert!(stderr.contains("onejob migrate"), "{stderr}");
+
+    let missing = empty.url.replace(&empty.name, "onejob_no_such_database");
+    let (code, _, stderr) = create(missing).await;
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("createdb onejob_no_such_database"),
+        "{stderr}"
+    );
 }

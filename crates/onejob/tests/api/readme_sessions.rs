@@ -230,6 +230,9 @@ async fn the_readme_keys_session_prints_as_shown() {
     )
     .unwrap();
     let in_dir = |command: &str| format!("cd {} && {command}", dir.path().display());
+    // The keys commands refuse a database that does not exist yet: it is made first.
+    let (ok, _, errors) = bash(&in_dir("onejob migrate --config onejob.toml"), "", "").await;
+    assert!(ok, "{errors}");
     let (ok, token, errors) = bash(
         &in_dir("onejob keys create --config onejob.toml --tenant acme --user alice"),
         "",
