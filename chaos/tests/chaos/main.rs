@@ -10,5 +10,6 @@ mod failover;
 mod fairness;
 mod harness;
 mod killstorm;
+mod prune;
 mod restart;
 mod storm;

@@ -80,7 +80,11 @@ impl App {
         let kinds = Kinds::compile(&config)?;
         crate::telemetry::install();
         let providers = Providers::from_config(&config).await?;
-        let store = open_store(&config.database).await?;
+        let options = StoreOptions {
+            finished_after: config.retention.finished_after,
+            ..StoreOptions::default()
+        };
+        let store = open_store_with(&config.database, &options).await?;
         let limits = ParamsLimits {
             max_depth: config.max_params_depth,
         };

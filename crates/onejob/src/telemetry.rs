@@ -9,6 +9,7 @@
 //! | `onejob_races_lost_total` | counter | |
 //! | `onejob_attempts_resent_total` | counter | `provider` |
 //! | `onejob_retention_deleted_total` | counter | `what`: jobs, attempts, events |
+//! | `onejob_writes_dropped_total` | counter | `what`: the write nobody waited for (`replayed event`) |
 //! | `onejob_attempts_unknown` | gauge | (cluster-wide, read from the database at scrape time) |
 //! | `onejob_dispatch_latency_seconds` | histogram | (accepted → provider called, first attempts) |
 //! | `onejob_provider_latency_seconds` | histogram | `provider` (sent → answered or task finished) |
@@ -81,6 +82,11 @@ fn describe() {
         "onejob_retention_deleted_total",
         "Rows deleted by retention on this node, by table: jobs, attempts, events"
     );
+    describe_counter!(
+        "onejob_writes_dropped_total",
+        "Writes nobody waited for (replayed events) that failed and were dropped, by what \
+         they were; each failure is also logged"
+    );
     describe_gauge!(
         "onejob_attempts_unknown",
         "Attempts whose outcome is unknown, in the whole cluster (read from the shared \
@@ -130,6 +136,11 @@ pub fn retention_deleted(jobs: u64, attempts: u64, events: u64) {
             counter!("onejob_retention_deleted_total", "what" => what).increment(n);
         }
     }
+}
+
+/// Writes nobody waited for failed and were dropped.
+pub fn writes_dropped(what: &'static str, count: u64) {
+    counter!("onejob_writes_dropped_total", "what" => what).increment(count);
 }
 
 /// The reconciler re-sent an unknown attempt under its same upstream key.

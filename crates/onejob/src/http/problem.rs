@@ -152,7 +152,7 @@ impl IntoResponse for Problem {
 
 impl From<StoreError> for Problem {
     fn from(error: StoreError) -> Self {
-        if error.is_retryable() {
+        if error.is_retryable() || matches!(error, StoreError::Vanished(_)) {
             tracing::warn!(error = %Chain(&error), "database unavailable");
             let mut problem = Problem::new(
                 ProblemType::Unavailable,

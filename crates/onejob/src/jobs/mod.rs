@@ -86,6 +86,9 @@ pub enum SubmitError {
     Store(#[from] StoreError),
 }
 
+/// How many times intake tries a submission whose key's job retention deleted meanwhile.
+const INTAKE_TRIES: u32 = 3;
+
 /// The job use cases, bound to one store, one set of kinds and the providers behind them.
 ///
 /// The store stays private: an adapter asks for a use case, never for the store.
@@ -150,43 +153,58 @@ impl Jobs {
             params: submission.params,
             actor: actor.to_owned(),
         };
-        match self.store.create_or_replay(job.clone()).await? {
-            Intake::Created(record) => {
-                telemetry::submitted("created");
-                Ok(Submitted::Created(record))
-            }
-            Intake::Replayed(record) => {
-                telemetry::submitted("replayed");
-                Ok(Submitted::Replayed(record))
-            }
-            Intake::Conflict(existing) => {
-                telemetry::submitted("key_conflict");
-                let kind_changed = existing.kind != job.kind;
-                let fields = if kind_changed {
-                    None
-                } else {
-                    kind.intent_fields.as_deref()
-                };
-                let changed = changed_paths(&existing.params, &job.params, fields);
-                self.store
-                    .append_event(NewEvent {
-                        job_id: existing.id,
-                        attempt_id: None,
-                        kind: EventKind::KeyConflict,
-                        actor: Some(actor.to_owned()),
-                        detail: json!({
-                            "kind_changed": kind_changed,
-                            "changed": changed,
-                            "submitted_fingerprint": job.fingerprint.to_string(),
-                        }),
-                    })
-                    .await?;
-                Err(SubmitError::KeyReused {
+        // A job retention deletes between intake's steps leaves its key naming nothing:
+        // intake then tries again, and creates the job anew.
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let again = tries < INTAKE_TRIES;
+            let intake = match self.store.create_or_replay(job.clone()).await {
+                Err(StoreError::Vanished(_)) if again => continue,
+                intake => intake?,
+            };
+            let existing = match intake {
+                Intake::Created(record) => {
+                    telemetry::submitted("created");
+                    return Ok(Submitted::Created(record));
+                }
+                Intake::Replayed(record) => {
+                    telemetry::submitted("replayed");
+                    return Ok(Submitted::Replayed(record));
+                }
+                Intake::Conflict(existing) => existing,
+            };
+            let kind_changed = existing.kind != job.kind;
+            let fields = if kind_changed {
+                None
+            } else {
+                kind.intent_fields.as_deref()
+            };
+            let changed = changed_paths(&existing.params, &job.params, fields);
+            let logged = self
+                .store
+                .append_event(NewEvent {
                     job_id: existing.id,
-                    kind_changed,
-                    changed,
+                    attempt_id: None,
+                    kind: EventKind::KeyConflict,
+                    actor: Some(actor.to_owned()),
+                    detail: json!({
+                        "kind_changed": kind_changed,
+                        "changed": changed,
+                        "submitted_fingerprint": job.fingerprint.to_string(),
+                    }),
                 })
+                .await;
+            match logged {
+                Err(StoreError::Vanished(_)) if again => continue,
+                logged => logged?,
             }
+            telemetry::submitted("key_conflict");
+            return Err(SubmitError::KeyReused {
+                job_id: existing.id,
+                kind_changed,
+                changed,
+            });
         }
     }
 

@@ -143,9 +143,10 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
     /// The settled jobs this process keeps for replays (`settled.rs`).
     fn settled(&self) -> &Settled;
 
-    /// Writes a replay's `replayed` event without waiting for it, as intake writes those of
-    /// the replays it reads.
-    fn log_replayed(&self, event: NewEvent);
+    /// Queues a replay's `replayed` event to be written without waiting for it, as intake
+    /// writes those of the replays it reads; `false` if the queue is full (the database is
+    /// slow to take writes), when nothing was queued.
+    fn log_replayed(&self, event: NewEvent) -> bool;
 
     /// The queue of send fences, checked many at once (`grouped.rs`).
     fn fences(&self) -> &Batcher<Fence, bool>;

@@ -19,6 +19,12 @@ pub enum StoreError {
     /// written. Retrying can succeed; HTTP answers 503.
     #[error("the job kept changing during {0}; try again")]
     Contended(&'static str),
+    /// A write named a job (or attempt) that is gone: retention deleted it meanwhile (a
+    /// foreign key found no row). Not [`StoreError::is_retryable`]: the connection is fine and
+    /// the same write fails again; intake tries the submission anew (its key now names
+    /// nothing), and where it still surfaces HTTP answers 503, so the client's retry does.
+    #[error("the job this write refers to was deleted meanwhile (retention): {0}")]
+    Vanished(String),
     /// The database refused the statement for a reason retrying will not fix.
     #[error("the database returned an error")]
     Database(#[source] Arc<sqlx::Error>),

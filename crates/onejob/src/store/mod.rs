@@ -82,7 +82,8 @@ pub trait Store:
     /// a `replayed` event; a mismatch is a [`Intake::Conflict`] and changes nothing.
     /// A created job gets its `created` event in the same transaction. A succeeded or
     /// cancelled job a replay found before is kept in memory for a short time, and a replay
-    /// of it answered from there (`settled.rs`).
+    /// of it answered from there (`settled.rs`). A job retention deletes meanwhile is
+    /// [`StoreError::Vanished`]: its key names nothing, and the caller submits again.
     async fn create_or_replay(&self, job: NewJob) -> Result<Intake, StoreError>;
 
     /// Appends an event to a job's log.
@@ -144,13 +145,16 @@ impl<B: Backend + Retention> Store for B {
     }
 
     async fn create_or_replay(&self, job: NewJob) -> Result<Intake, StoreError> {
-        // A replay of a job that can no longer change is answered from memory (settled.rs).
+        // A replay of a job that can no longer change is answered from memory (settled.rs),
+        // while its event finds room in the queue of events to write; when that is full (the
+        // database is slow to take writes), it is answered as any replay is, through intake.
         if let Some(kept) = self.settled().get(&job.owner, &job.key_hash) {
             if !job.matches(&kept) {
                 return Ok(Intake::Conflict(kept));
             }
-            self.log_replayed(job.replayed_event(&kept));
-            return Ok(Intake::Replayed(kept));
+            if self.log_replayed(job.replayed_event(&kept)) {
+                return Ok(Intake::Replayed(kept));
+            }
         }
         let intake = self.intake(job).await?;
         if let Intake::Replayed(found) = &intake {
@@ -222,6 +226,10 @@ pub struct StoreOptions {
     /// How long a caller waits for a pooled connection before the store reports itself
     /// unavailable.
     pub acquire_timeout: Duration,
+    /// Retention's `finished_after` where it is on (`[retention]`, on any node of this
+    /// database): replays are never answered from memory for a job retention may delete
+    /// meanwhile (`settled.rs`).
+    pub finished_after: Option<Duration>,
 }
 
 impl Default for StoreOptions {
@@ -229,6 +237,7 @@ impl Default for StoreOptions {
         Self {
             max_connections: 16,
             acquire_timeout: Duration::from_secs(5),
+            finished_after: None,
         }
     }
 }

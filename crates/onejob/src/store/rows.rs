@@ -21,16 +21,28 @@ where
         .map_err(|e| StoreError::Corrupt(e.to_string()))
 }
 
+/// A key hash column.
+fn key_hash<B: Backend>(row: &Row<B>) -> Result<KeyHash, StoreError> {
+    Ok(KeyHash(B::bytes(row, "key_hash")?.try_into().map_err(
+        |_| StoreError::Corrupt("key_hash is not 32 bytes".into()),
+    )?))
+}
+
+/// The key a job is found by (`tenant`, `user_id`, `key_hash`), as the replay cache keeps it.
+pub(crate) fn key_of<B: Backend>(row: &Row<B>) -> Result<(String, String, KeyHash), StoreError> {
+    Ok((
+        B::text(row, "tenant")?,
+        B::text(row, "user_id")?,
+        key_hash::<B>(row)?,
+    ))
+}
+
 /// A job (the job columns).
 pub(crate) fn job<B: Backend>(row: &Row<B>) -> Result<JobRecord, StoreError> {
     Ok(JobRecord {
         id: B::uuid(row, "id")?,
         owner: Principal::new(B::text(row, "tenant")?, B::text(row, "user_id")?),
-        key_hash: KeyHash(
-            B::bytes(row, "key_hash")?
-                .try_into()
-                .map_err(|_| StoreError::Corrupt("key_hash is not 32 bytes".into()))?,
-        ),
+        key_hash: key_hash::<B>(row)?,
         kind: B::text(row, "kind")?,
         fingerprint: Fingerprint::from_slice(&B::bytes(row, "fingerprint")?)
             .ok_or_else(|| StoreError::Corrupt("fingerprint is not 32 bytes".into()))?,

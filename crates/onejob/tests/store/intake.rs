@@ -32,6 +32,8 @@ backend_tests!(
     the_store_names_its_backend_and_answers_a_ping,
     a_replay_of_a_settled_job_is_answered_from_memory,
     a_replay_of_a_job_that_can_still_change_reads_it_again,
+    replays_stop_answering_from_memory_while_their_events_cannot_be_written,
+    an_event_naming_a_deleted_job_never_fails_the_others_of_its_batch,
 );
 
 async fn racing_submissions_on_many_connections_create_one_job_per_key(backend: Backend) {
@@ -526,4 +528,152 @@ async fn a_replay_of_a_job_that_can_still_change_reads_it_again(backend: Backend
     store.recover_job(&owner, job_id, "test").await.unwrap();
     let recovered = replayed(&*store, new_job("failed", "failed")).await;
     assert_eq!(recovered.state, onejob_domain::JobState::Pending);
+}
+
+/// Holds the database's lock on writing events until dropped (committed): SQLite's write
+/// lock (`BEGIN IMMEDIATE`), PostgreSQL's `EXCLUSIVE` lock on `job_events` (reads go on).
+enum WritesBlocked {
+    Postgres(sqlx::PgConnection),
+    Sqlite(sqlx::SqliteConnection),
+}
+
+impl WritesBlocked {
+    async fn on(db: &TestDatabase) -> WritesBlocked {
+        use sqlx::{Connection, Executor};
+        match db.backend {
+            Backend::Postgres => {
+                let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+                conn.execute("BEGIN").await.unwrap();
+                conn.execute("LOCK TABLE job_events IN EXCLUSIVE MODE")
+                    .await
+                    .unwrap();
+                WritesBlocked::Postgres(conn)
+            }
+            Backend::Sqlite => {
+                let mut conn = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
+                conn.execute("BEGIN IMMEDIATE").await.unwrap();
+                WritesBlocked::Sqlite(conn)
+            }
+        }
+    }
+
+    async fn release(self) {
+        use sqlx::Executor;
+        match self {
+            WritesBlocked::Postgres(mut conn) => conn.execute("COMMIT").await.map(drop),
+            WritesBlocked::Sqlite(mut conn) => conn.execute("COMMIT").await.map(drop),
+        }
+        .unwrap();
+    }
+}
+
+/// While the database takes no writes, replays of a kept settled job are answered from
+/// memory only as long as their `replayed` events find room in the bounded queue (10,000,
+/// plus one batch being written); the rest wait, and once writes resume every replay is
+/// answered and every event written: nothing dropped, memory bounded. Before, the queue had
+/// no bound and every replay was answered at once while its event piled up in memory.
+async fn replays_stop_answering_from_memory_while_their_events_cannot_be_written(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    let job_id = created(&*store, "kept").await;
+    store.cancel_job(&alice(), job_id, "test").await.unwrap();
+    replayed(&*store, new_job("kept", "kept")).await;
+    // The replay's event is written before the writes are blocked.
+    let logged = "SELECT COUNT(*) FROM job_events WHERE kind = 'replayed'";
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while db.scalar(logged).await < 1 {
+        assert!(tokio::time::Instant::now() < deadline);
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let blocked = WritesBlocked::on(&db).await;
+    let replays = 12_000;
+    let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..replays)
+        .map(|_| {
+            let (store, answered) = (store.clone(), answered.clone());
+            tokio::spawn(async move {
+                let intake = store.create_or_replay(new_job("kept", "kept")).await;
+                answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                intake
+            })
+        })
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let while_blocked = answered.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        while_blocked <= 10_000 + 1_024,
+        "{while_blocked} replays answered while none of their events could be written"
+    );
+    blocked.release().await;
+    for intake in join_all(tasks).await {
+        assert!(matches!(intake.unwrap().unwrap(), Intake::Replayed(_)));
+    }
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let count = db.scalar(logged).await;
+        if count == replays as i64 + 1 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{count} of {} replayed events written",
+            replays + 1
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// Replayed events are written in batches. One that names a job deleted meanwhile (here,
+/// replays answered from memory by a node that does not know another node prunes) must not
+/// fail the others of its batch: every replay of another job is answered and logged. Before,
+/// the whole batch failed: on PostgreSQL its events were dropped, on SQLite every replay
+/// waiting on it got the error.
+async fn an_event_naming_a_deleted_job_never_fails_the_others_of_its_batch(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    let pruner = db.open_store().await;
+    let gone = created(&*store, "gone").await;
+    store.cancel_job(&alice(), gone, "test").await.unwrap();
+    replayed(&*store, new_job("gone", "gone")).await;
+    let pending = created(&*store, "pending").await;
+    let pruned = pruner
+        .prune_finished(std::time::Duration::ZERO, 100)
+        .await
+        .unwrap();
+    assert_eq!(pruned.jobs, 1);
+    let copies = 200;
+    let replays = (0..copies * 2).map(|n| {
+        let store = store.clone();
+        let key = if n % 2 == 0 { "gone" } else { "pending" };
+        tokio::spawn(async move { (key, store.create_or_replay(new_job(key, key)).await) })
+    });
+    for replay in join_all(replays).await {
+        let (key, intake) = replay.unwrap();
+        if key == "pending" {
+            match intake {
+                Ok(Intake::Replayed(job)) => assert_eq!(job.id, pending),
+                other => panic!("a replay of the pending job: {other:?}"),
+            }
+        }
+    }
+    let logged = || async {
+        store
+            .events(&alice(), pending, None, 1_000)
+            .await
+            .unwrap()
+            .unwrap()
+            .iter()
+            .filter(|e| e.kind == EventKind::Replayed)
+            .count()
+    };
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while logged().await < copies {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of the pending job's {copies} replays logged",
+            logged().await
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM jobs").await, 1);
 }

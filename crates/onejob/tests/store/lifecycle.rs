@@ -30,6 +30,7 @@ backend_tests!(
     pruning_deletes_only_old_finished_jobs,
     pruning_deletes_at_most_the_limit,
     racing_pruners_delete_each_job_once,
+    a_pass_takes_a_job_crossing_its_threshold_whole_or_not_at_all,
 );
 
 /// The acknowledgement of an attempt whose job was cancelled while it was being sent ends
@@ -487,6 +488,48 @@ async fn pruning_deletes_at_most_the_limit(backend: Backend) {
         passes.push(store.prune_finished(Duration::ZERO, 2).await.unwrap().jobs);
     }
     assert_eq!(passes, [2, 2, 1, 0]);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM jobs").await, 0);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM job_events").await, 0);
+}
+
+/// Passes run back to back while finished jobs cross their `older_than` one after another
+/// (600 jobs finishing over 1.2 s): each pass takes every row of a job or none, so no pass
+/// fails and no event or attempt is left without its job. On SQLite each of the pass's three
+/// deletes read the clock anew, so a job crossing between the first and the last lost its
+/// row but kept its events, and the deferred foreign key failed the commit.
+async fn a_pass_takes_a_job_crossing_its_threshold_whole_or_not_at_all(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    let jobs: u64 = 600;
+    for n in 0..jobs {
+        let job_id = created(&*store, &format!("crossing-{n}")).await;
+        store
+            .cancel_job(&alice(), job_id, "key:alice")
+            .await
+            .unwrap();
+    }
+    // Finished between 1 s ago and 0.2 s from now: with `older_than` 1 s, they become
+    // prunable one after another over the next 1.2 s.
+    db.exec(db.dialect(
+        "UPDATE jobs SET updated_at = now() - interval '1 second' + random() * interval '1.2 seconds'",
+        "UPDATE jobs SET updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', \
+         printf('%+.3f seconds', -1.0 + (abs(random()) % 1200) / 1000.0))",
+    ))
+    .await
+    .unwrap();
+    let mut deleted = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while deleted < jobs {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{deleted} of {jobs} pruned"
+        );
+        let pruned = store
+            .prune_finished(Duration::from_secs(1), 50)
+            .await
+            .expect("a pass fails while jobs cross its threshold");
+        deleted += pruned.jobs;
+    }
     assert_eq!(db.scalar("SELECT COUNT(*) FROM jobs").await, 0);
     assert_eq!(db.scalar("SELECT COUNT(*) FROM job_events").await, 0);
 }

@@ -295,8 +295,8 @@ async fn write_batch(
             (None, Ok(raced)) => match raced.get(&key) {
                 Some(record) => record,
                 None => {
-                    results.push(Err(StoreError::Corrupt(
-                        "a conflicting job vanished before it could be read back".into(),
+                    results.push(Err(StoreError::Vanished(
+                        "the job under the key was deleted before it could be read back".into(),
                     )));
                     continue;
                 }
@@ -313,7 +313,14 @@ async fn write_batch(
             results.push(Ok(Intake::Conflict(record.clone())));
         }
     }
-    relaxed.log(replayed);
+    // Events the relaxed queue cannot take (the database is slow to take writes) are written
+    // here before the batch is answered, so that intake slows down instead of memory growing.
+    let refused = relaxed.log(replayed);
+    for result in super::relaxed::write_events(connection, &refused).await {
+        if let Err(error) = result {
+            tracing::warn!(error = %crate::store::Chain(&error), "a replayed event was not written");
+        }
+    }
     Ok(results)
 }
 
@@ -421,7 +428,8 @@ impl<'a> EventColumns<'a> {
     }
 }
 
-/// Appends events with one statement.
+/// Appends events with one statement, skipping those whose job is gone (deleted by
+/// retention since the event was queued: its log went with it).
 pub(super) async fn insert_events<'c>(
     executor: impl PgExecutor<'c>,
     events: &[NewEvent],
@@ -432,7 +440,9 @@ pub(super) async fn insert_events<'c>(
     let columns = EventColumns::of(events);
     sqlx::query(
         "INSERT INTO job_events (job_id, attempt_id, kind, actor, detail) \
-         SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::jsonb[])",
+         SELECT e.* FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::jsonb[]) \
+           AS e (job_id, attempt_id, kind, actor, detail) \
+         WHERE EXISTS (SELECT 1 FROM jobs WHERE jobs.id = e.job_id)",
     )
     .bind(events.iter().map(|e| e.job_id).collect::<Vec<_>>())
     .bind(columns.attempt_ids)
@@ -498,12 +508,11 @@ mod tests {
     /// has no statistics to go by yet. So this waits for any `ANALYZE` of `jobs` running now
     /// to end first, by taking (and at once releasing) the lock it holds until it commits.
     async fn believed_rows(db: &mut PgConnection) -> f32 {
-        let reltuples = sqlx::query_scalar(
-            "SELECT reltuples FROM pg_class WHERE oid = 'jobs'::regclass",
-        )
-        .fetch_one(&mut *db)
-        .await
-        .unwrap();
+        let reltuples =
+            sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE oid = 'jobs'::regclass")
+                .fetch_one(&mut *db)
+                .await
+                .unwrap();
         db.execute("BEGIN; LOCK TABLE jobs IN SHARE UPDATE EXCLUSIVE MODE; COMMIT")
             .await
             .unwrap();

@@ -111,16 +111,16 @@ impl PgStore {
             hosts.follow(&pool, &[]);
             hosts::Hosts::watch(hosts);
         }
-        Ok(Self::following(pool, followed))
+        Ok(Self::following(pool, followed, options))
     }
 
     /// Wraps an existing pool (inside a Tokio runtime: it starts the intake writers).
     pub fn from_pool(pool: PgPool) -> Self {
-        Self::following(pool, None)
+        Self::following(pool, None, &StoreOptions::default())
     }
 
     /// Wraps `pool`, whose side pools follow `hosts` when given.
-    fn following(pool: PgPool, hosts: Option<Arc<hosts::Hosts>>) -> Self {
+    fn following(pool: PgPool, hosts: Option<Arc<hosts::Hosts>>, options: &StoreOptions) -> Self {
         let writer = Writer::<Self>::new(pool.clone(), None);
         let wake = wake::Wake::new(pool.clone(), hosts.as_ref().map(|h| h.moved()));
         let relaxed = relaxed::Relaxed::spawn(&pool, hosts.as_ref(), wake.signal(), wake.sender());
@@ -128,7 +128,7 @@ impl PgStore {
             fences: Arc::new(fences::<Self>(pool.clone())),
             acks: Arc::new(writer.batcher()),
             offers: Arc::new(writer.batcher()),
-            settled: Arc::default(),
+            settled: Arc::new(Settled::new(options.finished_after)),
             wake,
             intake: Arc::new(intake::intake_batcher(
                 &pool,
@@ -219,8 +219,8 @@ impl Backend for PgStore {
         &self.settled
     }
 
-    fn log_replayed(&self, event: NewEvent) {
-        self.relaxed.log(vec![event]);
+    fn log_replayed(&self, event: NewEvent) -> bool {
+        self.relaxed.log(vec![event]).is_empty()
     }
 
     fn fences(&self) -> &Batcher<Fence, bool> {

@@ -9,7 +9,12 @@
 //!
 //! * **`replayed` events.** A replay's answer points at a job already durable; its event is
 //!   queued here and written in batches after the answer went out. A crash (or a failed
-//!   write, which is logged) can lose the last few; it can lose no job and no result.
+//!   write, which is logged and counted) can lose the last few; it can lose no job and no
+//!   result. An event whose job retention deleted meanwhile is skipped, and one bad event
+//!   never fails the others of its batch (they are written one by one after a failure). The
+//!   queue is bounded ([`batch::EVENT_QUEUE`]): when it is full, [`Relaxed::log`] gives the events
+//!   back and the caller writes them itself, so a database that stopped taking writes slows
+//!   replays down instead of filling memory.
 //! * **The dispatch wake-up.** `NOTIFY` inside a transaction takes a cluster-wide lock from
 //!   its pre-commit until its commit record is flushed, so notifying transactions cannot share
 //!   a flush: with the notification in the intake transaction, every intake batch paid a
@@ -24,7 +29,7 @@
 use std::sync::Arc;
 
 use futures::FutureExt;
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 use tokio::sync::mpsc;
 
 use super::{
@@ -36,7 +41,7 @@ use super::{
 };
 use crate::store::{
     NewEvent, StoreError, WorkSignal,
-    batch::{Batcher, WriteBatch},
+    batch::{self, Batcher, WriteBatch},
 };
 
 /// Connections of the relaxed pool: one for events, one for notifications.
@@ -80,38 +85,43 @@ impl Relaxed {
             let mut held = spare.take();
             let spare = spare.clone();
             async move {
-                let count = events.len();
                 let written = held
-                    .run(async |connection| insert_events(connection, &events).await)
+                    .run(async |connection| Ok(write_events(connection, &events).await))
                     .await;
-                let results = match written {
-                    Ok(()) => (0..count).map(|_| Ok(())).collect(),
-                    Err(error) => {
-                        tracing::warn!(%error, count, "replayed events could not be written");
-                        Vec::new()
-                    }
-                };
                 spare.put(held);
-                results
+                match written {
+                    Ok(results) => results,
+                    Err(error) => vec![Err(error); events.len()],
+                }
             }
             .boxed()
         });
         let (wake, requests) = mpsc::channel(1);
         tokio::spawn(notify_loop(relaxed, requests, sender));
         Self {
-            events: Arc::new(Batcher::spawn(1, MAX_EVENTS, write)),
+            events: Arc::new(Batcher::bounded(
+                "replayed event",
+                1,
+                MAX_EVENTS,
+                batch::EVENT_QUEUE,
+                write,
+            )),
             wake,
             local,
         }
     }
 
-    /// Queues events to be written after the caller answered.
-    pub(super) fn log(&self, events: Vec<NewEvent>) {
+    /// Queues events to be written after the caller answered; gives back those that found
+    /// the queue full (or its writer gone), for the caller to write itself.
+    #[must_use = "events the queue could not take are the caller's to write"]
+    pub(super) fn log(&self, events: Vec<NewEvent>) -> Vec<NewEvent> {
+        let mut refused = Vec::new();
         for event in events {
-            if !self.events.enqueue(event) {
-                tracing::warn!("the event writer has stopped; an event was dropped");
+            if let Err(event) = self.events.enqueue(event) {
+                refused.push(event);
             }
         }
+        refused
     }
 
     /// Wakes this process's workers for new jobs, and asks for one `NOTIFY onejob_dispatch`
@@ -119,6 +129,26 @@ impl Relaxed {
     pub(super) fn wake_workers(&self) {
         self.local.new_jobs();
         let _ = self.wake.try_send(());
+    }
+}
+
+/// Writes `events` with one statement, skipping those whose job is gone; if that fails for
+/// another reason than the connection, writes them one by one, so that one bad event fails
+/// alone. One result per event.
+pub(super) async fn write_events(
+    connection: &mut PgConnection,
+    events: &[NewEvent],
+) -> Vec<Result<(), StoreError>> {
+    match insert_events(&mut *connection, events).await {
+        Ok(()) => vec![Ok(()); events.len()],
+        Err(error) if events.len() == 1 || error.is_retryable() => vec![Err(error); events.len()],
+        Err(_) => {
+            let mut results = Vec::with_capacity(events.len());
+            for event in events {
+                results.push(insert_events(&mut *connection, std::slice::from_ref(event)).await);
+            }
+            results
+        }
     }
 }
 

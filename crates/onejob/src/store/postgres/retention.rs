@@ -12,8 +12,10 @@
 use async_trait::async_trait;
 use std::time::Duration;
 
+use sqlx::Row;
+
 use super::PgStore;
-use crate::store::{Pruned, Retention, StoreError};
+use crate::store::{Pruned, Retention, StoreError, backend::Backend, rows};
 
 /// The advisory lock of pruning passes (an arbitrary constant, `onejob` in ASCII).
 const RETENTION_LOCK: i64 = 0x6f6e_656a_6f62;
@@ -36,30 +38,45 @@ impl Retention for PgStore {
         sqlx::query("INSERT INTO onejob_retention_pass DEFAULT VALUES")
             .execute(&mut *tx)
             .await?;
-        let (jobs, attempts, events): (i64, i64, i64) = sqlx::query_as(
+        // One row per deleted job, its key (for the replay cache), with the batch's counts of
+        // attempts and events (none deleted when no job is).
+        let deleted = sqlx::query(
             "WITH doomed AS (SELECT id FROM jobs \
                  WHERE state IN ('succeeded', 'failed', 'cancelled') \
                  AND updated_at < now() - make_interval(secs => $1) \
                  ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED), \
              events AS (DELETE FROM job_events e USING doomed d WHERE e.job_id = d.id RETURNING 1), \
              attempts AS (DELETE FROM attempts a USING doomed d WHERE a.job_id = d.id RETURNING 1), \
-             jobs AS (DELETE FROM jobs j USING doomed d WHERE j.id = d.id RETURNING 1) \
-             SELECT (SELECT count(*) FROM jobs), (SELECT count(*) FROM attempts), \
-                    (SELECT count(*) FROM events)",
+             jobs AS (DELETE FROM jobs j USING doomed d WHERE j.id = d.id \
+                      RETURNING j.tenant, j.user_id, j.key_hash) \
+             SELECT tenant, user_id, key_hash, (SELECT count(*) FROM attempts) AS attempts, \
+                    (SELECT count(*) FROM events) AS events FROM jobs",
         )
         .bind(older_than.as_secs_f64())
         .bind(i64::from(limit))
-        .fetch_one(&mut *tx)
+        .fetch_all(&mut *tx)
         .await?;
         sqlx::query("DELETE FROM onejob_retention_pass")
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
-        Ok(Pruned {
-            jobs: jobs.max(0) as u64,
-            attempts: attempts.max(0) as u64,
-            events: events.max(0) as u64,
+        let count = |column: &str| -> Result<u64, StoreError> {
+            match deleted.first() {
+                Some(row) => Ok(row.try_get::<i64, _>(column)?.max(0) as u64),
+                None => Ok(0),
+            }
+        };
+        let pruned = Pruned {
+            jobs: deleted.len() as u64,
+            attempts: count("attempts")?,
+            events: count("events")?,
             busy: false,
-        })
+        };
+        let keys = deleted
+            .iter()
+            .map(rows::key_of::<Self>)
+            .collect::<Result<Vec<_>, _>>()?;
+        self.settled().forget(keys);
+        Ok(pruned)
     }
 }

@@ -13,7 +13,7 @@ use super::SqliteStore;
 use crate::store::{
     Intake, NewEvent, NewJob, StoreError, WorkSignal,
     backend::{Backend, Tx},
-    batch::{Batcher, WriteBatch},
+    batch::{Batcher, EVENT_QUEUE, WriteBatch},
     rows,
 };
 
@@ -45,28 +45,29 @@ pub(super) fn intake_batcher(writer: SqlitePool, wake: WorkSignal) -> Batcher<Ne
     Batcher::spawn(1, MAX_BATCH, write)
 }
 
-/// The batcher of `replayed` events.
+/// The batcher of `replayed` events, bounded: a cached replay whose event finds the queue
+/// full is answered through intake instead, which waits for room.
 pub(super) fn replay_batcher(writer: SqlitePool) -> Batcher<NewEvent, ()> {
     let write: WriteBatch<NewEvent, ()> = Arc::new(move |events| {
         let writer = writer.clone();
         async move {
             let count = events.len();
+            // A failing insert (an event whose job retention deleted meanwhile) rolls back
+            // only itself in SQLite: it fails alone, and the others commit.
             let written = async {
                 let mut tx = begin(&writer).await?;
+                let mut results = Vec::with_capacity(count);
                 for event in &events {
-                    tx.insert_event(event).await?;
+                    results.push(tx.insert_event(event).await);
                 }
-                tx.commit().await
+                tx.commit().await.map(|()| results)
             }
             .await;
-            match written {
-                Ok(()) => (0..count).map(|_| Ok(())).collect(),
-                Err(error) => vec![Err(error); count],
-            }
+            written.unwrap_or_else(|error| vec![Err(error); count])
         }
         .boxed()
     });
-    Batcher::spawn(1, MAX_BATCH, write)
+    Batcher::bounded("replayed event", 1, MAX_BATCH, EVENT_QUEUE, write)
 }
 
 /// A write transaction on `writer`, holding the write lock from its first statement.
@@ -136,8 +137,8 @@ async fn write_one(tx: &mut Tx<SqliteStore>, job: &NewJob) -> Result<Intake, Sto
     }
     let key = args![&job.owner.tenant, &job.owner.user, &job.key_hash.0[..]];
     let Some(row) = tx.optional(SqliteStore::SQL.job_by_key, key).await? else {
-        return Err(StoreError::Corrupt(
-            "a conflicting job vanished before it could be read back".into(),
+        return Err(StoreError::Vanished(
+            "the job under the key was deleted before it could be read back".into(),
         ));
     };
     let existing = rows::job::<SqliteStore>(&row)?;

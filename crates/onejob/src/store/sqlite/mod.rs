@@ -96,7 +96,7 @@ impl SqliteStore {
             fences: Arc::new(fences::<Self>(pool.clone())),
             acks: Arc::new(grouped.batcher()),
             offers: Arc::new(grouped.batcher()),
-            settled: Arc::default(),
+            settled: Arc::new(Settled::new(options.finished_after)),
             intake: Arc::new(intake::intake_batcher(writer.clone(), wake.clone())),
             replays: Arc::new(intake::replay_batcher(writer.clone())),
             pool,
@@ -134,10 +134,8 @@ impl Backend for SqliteStore {
         &self.settled
     }
 
-    fn log_replayed(&self, event: NewEvent) {
-        if !self.replays.enqueue(event) {
-            tracing::warn!("a replayed event was not logged: the writer is gone");
-        }
+    fn log_replayed(&self, event: NewEvent) -> bool {
+        self.replays.enqueue(event).is_ok()
     }
 
     fn fences(&self) -> &Batcher<Fence, bool> {
