@@ -437,7 +437,10 @@ async fn a_listen_address_in_use_names_the_way_out() {
     )
     .await;
     assert_ne!(code, 0);
-    assert!(stderr.contains(&format!("cannot listen on {addr}")), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot listen on {addr}")),
+        "{stderr}"
+    );
     assert!(stderr.contains("--listen"), "{stderr}");
     drop(taken);
 }

@@ -79,8 +79,8 @@ pub(super) fn intake_batcher(
     pool: &PgPool,
     hosts: Option<&Arc<Hosts>>,
     relaxed: Relaxed,
+    watch: statistics::Watch,
 ) -> Batcher<NewJob, Intake> {
-    let watch = statistics::Watch::new(pool.clone());
     let spare = Spare::new(intake_pool(pool, hosts, watch.clone()));
     let write: WriteBatch<NewJob, Intake> = Arc::new(move |jobs| {
         let mut held = spare.take();

@@ -61,6 +61,8 @@ pub struct PgStore {
     acks: Arc<Batcher<Ack, Acknowledged>>,
     /// Group commit of completions.
     offers: Arc<Batcher<Offer, Completion>>,
+    /// The watch over the hot tables' statistics, poked by intake and the worker.
+    statistics: statistics::Watch,
     /// The hosts of a URL naming several (or asking for a writable session), which keep
     /// every pool of this store on the host that accepts writes; `None` for a plain URL.
     /// Held, not read: their watcher runs as long as the store.
@@ -124,6 +126,7 @@ impl PgStore {
         let writer = Writer::<Self>::new(pool.clone(), None);
         let wake = wake::Wake::new(pool.clone(), hosts.as_ref().map(|h| h.moved()));
         let relaxed = relaxed::Relaxed::spawn(&pool, hosts.as_ref(), wake.signal(), wake.sender());
+        let statistics = statistics::Watch::new(pool.clone());
         Self {
             fences: Arc::new(fences::<Self>(pool.clone())),
             acks: Arc::new(writer.batcher()),
@@ -134,7 +137,9 @@ impl PgStore {
                 &pool,
                 hosts.as_ref(),
                 relaxed.clone(),
+                statistics.clone(),
             )),
+            statistics,
             relaxed,
             pool,
             _hosts: hosts,
@@ -263,6 +268,7 @@ impl Backend for PgStore {
         &self,
         batch: &FirstAttempts,
     ) -> Result<Vec<(JobRecord, AttemptRecord)>, StoreError> {
+        self.statistics.poke();
         first::start_first(&mut *self.pool.acquire().await?, batch).await
     }
 
