@@ -13,7 +13,8 @@
 #      second run nor a new venv compiles it again. That build takes about 8 CPU-minutes:
 #      some 5 minutes on 2 idle cores; measured at 17.5 minutes on 2 cores shared with other
 #      engineers' builds (load ~10).
-#   2. upstreams: start the model server (--chat_format gemma --n_ctx 2048) and a standalone
+#   2. upstreams: start the model server (--chat_format gemma --n_ctx 2048) and ask it for a
+#      4-token completion, so a server that cannot infer fails here; start a standalone
 #      onejob-fake whose every task fails.
 #   3. onejob: write a config (scripts/real-provider/onejob.toml.in: kind qa.answer with a JSON
 #      output schema, a minijinja template, temperature 0, providers = ["failing-fake",
@@ -38,6 +39,10 @@
 #      submitted then gets failover_refused and fails on the primary. Then the good server is
 #      restored, verified again (gemma valid again) and one more job fails over to it.
 #   8. a summary of every expectation; the exit code is 0 only if all of them held.
+#
+# A step that cannot go on stops the run at once with what went wrong: a failed build or
+# install (with its log's tail), a server that does not come up, and the model server dying
+# at any point (its exit code, the signal, its log's tail), never the expectations it breaks.
 #
 # Usage:
 #   scripts/real-provider.sh [--no-build] [--skip-bad] [--clean] [--help]
@@ -146,6 +151,7 @@ RESULTS=()
 OBSERVATIONS=()
 FAILED_EXPECTATIONS=0
 expect() { # expect "description" COND(0/1) "observed"
+    alive_check "before the expectation \"$1\" was checked"
     if [[ "$2" == 1 ]]; then
         EXPECTATIONS+=("ok          $1 ($3)")
         say "-> as expected: $1"
@@ -162,6 +168,7 @@ timing() { TIMINGS+=("$(printf '%-52s %s' "$1" "$2")"); }
 # processes (each stopped on exit by its own PID)
 
 declare -A PIDS=()
+declare -A LABELS=([onejob]="onejob serve" [llm]="the model server (llama_cpp.server)" [fake]="onejob-fake")
 stop_process() { # stop_process NAME
     local name=$1 pid=${PIDS[$1]:-}
     [[ -n "$pid" ]] || return 0
@@ -186,14 +193,25 @@ trap cleanup EXIT
 trap 'echo "interrupted" >&2; exit 130' INT
 trap 'echo "terminated" >&2; exit 143' TERM
 
+# A process that died is reported as such: its exit code (and signal), the tail of its log.
+died() { # died NAME LOG WHEN [HINT]: if process NAME has exited, report it and exit
+    local name=$1 pid=${PIDS[$1]:-} rc=0 how
+    [[ -n "$pid" ]] || return 0
+    kill -0 "$pid" 2>/dev/null && return 0
+    wait "$pid" 2>/dev/null || rc=$?
+    unset "PIDS[$name]"
+    how="exit code $rc"
+    ((rc > 128)) && how+=" (killed by signal $((rc - 128)), SIG$(kill -l $((rc - 128)) 2>/dev/null || echo '?'))"
+    printf '\n   last lines of %s:\n' "$2" >&2
+    tail -n 30 "$2" | indent >&2
+    die "${LABELS[$name]} (pid $pid) died $3: $how${4:+; $4}"
+}
+
 wait_http() { # wait_http NAME URL SECONDS LOG
     local name=$1 url=$2 seconds=$3 log=$4 i
     for ((i = 0; i < seconds * 4; i++)); do
         if curl -sf -o /dev/null --max-time 2 "$url"; then return 0; fi
-        if ! kill -0 "${PIDS[$name]}" 2>/dev/null; then
-            tail -n 30 "$log" | indent >&2
-            die "$name exited before answering $url (log: $log)"
-        fi
+        died "$name" "$log" "before answering $url"
         sleep 0.25
     done
     tail -n 30 "$log" | indent >&2
@@ -311,8 +329,26 @@ BASE="http://127.0.0.1:$ONEJOB_PORT"
 # ---------------------------------------------------------------------------------------
 # 2. upstreams
 
+LLM_LOG=""
+# The model server's death is what the script reports, wherever it notices it (after its
+# first completion, after each verify, before each expectation), not the failures it causes
+# downstream (every verify case "connection closed"): the exit code, the signal and the
+# server's log tail. So are onejob's and the fake's.
+llm_check() { # llm_check WHEN
+    died llm "$LLM_LOG" "$1" "if it crashed (SIGSEGV, SIGILL), the llama.cpp build may not suit \
+this CPU: it was built with CMAKE_ARGS=\"$LLAMA_CMAKE_ARGS\" (set ONEJOB_LLM_CMAKE_ARGS to change \
+them; cached builds: $CACHE/llama-cpp-python-wheels)"
+}
+
+alive_check() { # alive_check WHEN: the model server, onejob and the fake are all still up
+    llm_check "$1"
+    died onejob "$RUN_DIR/onejob.log" "$1"
+    died fake "$RUN_DIR/fake.log" "$1"
+}
+
 start_llm() { # start_llm LOGNAME CHAT_FORMAT(or "")
     local log="$RUN_DIR/$1" args=()
+    LLM_LOG=$log
     [[ -n "$2" ]] && args+=(--chat_format "$2")
     # shellcheck disable=SC2206
     args+=($LLM_ARGS)
@@ -325,6 +361,19 @@ start_llm() { # start_llm LOGNAME CHAT_FORMAT(or "")
     local flags="no --chat_format"
     [[ -n "$2" ]] && flags="--chat_format $2"
     say "model server up on :$LLM_PORT (pid ${PIDS[llm]}, $flags) in $(secs_since "$t")s; log $log"
+    # One short completion first, so a server that cannot infer fails here, not in verify.
+    local code
+    t=$(now_us)
+    code=$(curl -s -o "$RUN_DIR/$1.first.json" -w '%{http_code}' --max-time 120 \
+        -H 'Content-Type: application/json' \
+        -d '{"messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 4, "temperature": 0}' \
+        "http://127.0.0.1:$LLM_PORT/v1/chat/completions" || true)
+    llm_check "on its first completion (a 4-token answer)"
+    [[ "$code" == 200 ]] || {
+        indent <"$RUN_DIR/$1.first.json" | tail -n 10 >&2
+        die "the model server answered a first 4-token completion with HTTP ${code:-none} (log: $log)"
+    }
+    say "first completion (4 tokens) answered in $(secs_since "$t")s"
     local fmt
     fmt=$(grep -m1 -iE 'chat format|chat_format' "$log" || true)
     [[ -n "$fmt" ]] && say "server log: $fmt"
@@ -414,6 +463,7 @@ run_verify() { # run_verify PROVIDER LABEL -> sets VERIFY_RC, VERIFY_RUN, VERIFY
     VERIFY_SECS=$(secs_since "$t")
     cut -c1-220 "$out" | indent | indent
     say "exit code $VERIFY_RC (${VERIFY_SECS}s)"
+    alive_check "during \`onejob verify --provider $provider\` (its report above: $out)"
     VERIFY_RUN=$( (grep -oE '(certificate|run) [0-9a-f-]{36}' "$out" || true) | tail -n1 | awk '{print $2}')
     if [[ -n "$VERIFY_RUN" ]]; then
         api GET /v1/certificates >"$RUN_DIR/certificates-$2.json"
