@@ -143,6 +143,9 @@ step() {
 since_step() { echo "$(secs_since "$STEP_T")s"; }
 if [[ -t 1 ]]; then BOLD=$'\033[1m' RED=$'\033[31m' PLAIN=$'\033[0m'; else BOLD="" RED="" PLAIN=""; fi
 say() { printf '   %s\n' "$*"; }
+# A model's text on one line: newlines shown as \n, cut at 120 bytes. (Not `| head -c`:
+# the writer's broken pipe would fail the pipeline.)
+one_line() { local s=${1//$'\n'/\\n}; printf '%s' "${s:0:120}"; }
 indent() { sed 's/^/   /'; }
 die() { printf '\n%sERROR: %s%s\n' "$RED" "$*" "$PLAIN" >&2; exit 1; }
 
@@ -643,7 +646,7 @@ PY
 then
     GW=$(cat "$GW_OUT")
     GW_JOB=$(show get /job <<<"$GW")
-    say "SDK call -> job $GW_JOB: $(show get /content <<<"$GW" | head -c 120)"
+    say "SDK call -> job $GW_JOB: $(one_line "$(show get /content <<<"$GW")")"
     expect "the SDK's call through the gateway answers the model's completion" \
         "$([[ -n "$GW_JOB" && -n "$(show get /content <<<"$GW")" ]] && echo 1 || echo 0)" \
         "job $GW_JOB"
@@ -652,7 +655,7 @@ then
     expect "the same call again (one Idempotency-Key) replays the same completion; one attempt ran" \
         "$([[ "$(show get /first_id <<<"$GW")" == "$(show get /again_id <<<"$GW")" && "$(show get /replayed <<<"$GW")" == true && "$GW_ATTEMPTS" == gemma:succeeded ]] && echo 1 || echo 0)" \
         "replayed $(show get /replayed <<<"$GW"); attempts $GW_ATTEMPTS"
-    say "streamed call: $(show get /stream_chunks <<<"$GW") chunks: $(show get /stream_text <<<"$GW" | head -c 120)"
+    say "streamed call: $(show get /stream_chunks <<<"$GW") chunks: $(one_line "$(show get /stream_text <<<"$GW")")"
     expect "a streamed call relays the model's chunks (text in more than one chunk)" \
         "$([[ "$(show get /stream_chunks <<<"$GW")" -gt 2 && -n "$(show get /stream_text <<<"$GW")" ]] && echo 1 || echo 0)" \
         "$(show get /stream_chunks <<<"$GW") chunks"
