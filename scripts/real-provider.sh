@@ -627,9 +627,10 @@ first = client.chat.completions.with_raw_response.create(
 again = client.chat.completions.with_raw_response.create(
     model="gemma-chat", messages=ask, temperature=0, extra_headers=headers)
 one, two = first.parse(), again.parse()
-stream = client.chat.completions.create(
+streamed = client.chat.completions.with_raw_response.create(
     model="gemma-chat", messages=[{"role": "user", "content": "Name three colours."}],
     temperature=0, stream=True, extra_headers={"Idempotency-Key": "real-provider:stream"})
+stream = streamed.parse()
 chunks, text = 0, ""
 for chunk in stream:
     chunks += 1
@@ -640,6 +641,7 @@ json.dump({
     "content": one.choices[0].message.content,
     "job": first.headers.get("onejob-job-id"),
     "replayed": again.headers.get("idempotent-replayed"),
+    "stream_job": streamed.headers.get("onejob-job-id"),
     "stream_chunks": chunks, "stream_text": text,
 }, sys.stdout)
 PY
@@ -656,9 +658,16 @@ then
         "$([[ "$(show get /first_id <<<"$GW")" == "$(show get /again_id <<<"$GW")" && "$(show get /replayed <<<"$GW")" == true && "$GW_ATTEMPTS" == gemma:succeeded ]] && echo 1 || echo 0)" \
         "replayed $(show get /replayed <<<"$GW"); attempts $GW_ATTEMPTS"
     say "streamed call: $(show get /stream_chunks <<<"$GW") chunks: $(one_line "$(show get /stream_text <<<"$GW")")"
-    expect "a streamed call relays the model's chunks (text in more than one chunk)" \
-        "$([[ "$(show get /stream_chunks <<<"$GW")" -gt 2 && -n "$(show get /stream_text <<<"$GW")" ]] && echo 1 || echo 0)" \
-        "$(show get /stream_chunks <<<"$GW") chunks"
+    STREAM_JOB=$(show get /stream_job <<<"$GW")
+    STREAM_TEXT=$(show get /stream_text <<<"$GW")
+    STORED=""
+    if [[ -n "$STREAM_JOB" ]]; then
+        api GET "/v1/jobs/$STREAM_JOB" >"$RUN_DIR/job-$STREAM_JOB.json"
+        STORED=$(show get /result/choices/0/message/content <"$RUN_DIR/job-$STREAM_JOB.json")
+    fi
+    expect "a streamed call relays the model's chunks, which add up to the job's stored answer" \
+        "$([[ "$(show get /stream_chunks <<<"$GW")" -gt 2 && -n "$STREAM_TEXT" && "$STREAM_TEXT" == "$STORED" ]] && echo 1 || echo 0)" \
+        "$(show get /stream_chunks <<<"$GW") chunks, ${#STREAM_TEXT} bytes; job ${STREAM_JOB:-none} stored ${#STORED} bytes"
 else
     indent <"$RUN_DIR/gateway.err" | tail -n 20 >&2
     expect "the SDK drives the gateway" 0 "the SDK script failed: $RUN_DIR/gateway.err"
