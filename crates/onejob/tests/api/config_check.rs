@@ -163,3 +163,40 @@ async fn reach_contacts_the_providers_and_the_database() {
     let (code, said) = check(dir.path(), &["--config", "down.toml"], &[]).await;
     assert_eq!(code, 0, "{said}");
 }
+
+/// The systemd units in `deploy/` run commands this binary accepts: each `ExecStart` and
+/// `ExecStartPre` parses (`--help` after its arguments answers usage, where an unknown
+/// flag or subcommand is refused). `.ci/run` checks the units themselves with
+/// `systemd-analyze verify`.
+#[tokio::test]
+async fn the_deploy_units_run_commands_onejob_accepts() {
+    let deploy = crate::docs::repository().join("deploy");
+    let mut checked = 0;
+    for unit in ["onejob-api.service", "onejob-worker.service"] {
+        let text = std::fs::read_to_string(deploy.join(unit)).unwrap();
+        for line in text.lines() {
+            let Some(command) = line
+                .strip_prefix("ExecStart=")
+                .or_else(|| line.strip_prefix("ExecStartPre="))
+            else {
+                continue;
+            };
+            let args = command
+                .strip_prefix("/usr/local/bin/onejob ")
+                .unwrap_or_else(|| panic!("{unit} runs /usr/local/bin/onejob: {line}"));
+            let (code, stdout, stderr) = output(
+                onejob()
+                    .args(args.split_whitespace())
+                    .arg("--help")
+                    .env_remove("ONEJOB_CONFIG"),
+            )
+            .await;
+            assert!(
+                code == 0 && stdout.contains("Usage: onejob"),
+                "{unit}: {line}\n{stdout}{stderr}"
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 4, "an ExecStartPre and an ExecStart in each unit");
+}
