@@ -6,7 +6,7 @@
 //! off, or in the minute before autovacuum's first analyze), or on one analyzed while it was
 //! empty, that plan looks keys up through the owner's index `jobs_owner_recent`: without
 //! statistics both indexes are estimated to return one row, and the narrower one costs a
-//! hair less. It then reads every job of the owner for each submission (bench/analysis.md
+//! hair less. It then reads every job of the owner for each submission (bench/journal.md
 //! has how much slower that is: 2,257 against 544 submissions/s). Once `jobs` has statistics
 //! of enough rows, the planner picks the key's unique index. So each new intake connection
 //! and each intake batch pokes a [`Watch`], which has `jobs` analyzed when it holds rows
