@@ -175,3 +175,96 @@ impl Walkthrough {
         assert!(status.success(), "{what} failed\n{}", self.context());
     }
 }
+
+/// The user docs whose links are checked.
+const LINKED: [&str; 6] = [
+    "README.md",
+    "CONTRIBUTING.md",
+    "CHANGELOG.md",
+    "RELIABILITY.md",
+    "BENCHMARKS.md",
+    "bench/journal.md",
+];
+
+/// The text of a page outside its fenced blocks.
+fn prose(text: &str) -> String {
+    let mut fenced = false;
+    let mut kept = String::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced {
+            kept.push_str(line);
+            kept.push('\n');
+        }
+    }
+    kept
+}
+
+/// The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces to
+/// hyphens.
+fn anchors(text: &str) -> Vec<String> {
+    prose(text)
+        .lines()
+        .filter_map(|line| {
+            line.trim_start_matches('#')
+                .strip_prefix(' ')
+                .filter(|_| line.starts_with('#'))
+        })
+        .map(|heading| {
+            heading
+                .to_lowercase()
+                .chars()
+                .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
+                .map(|c| if c == ' ' { '-' } else { c })
+                .collect()
+        })
+        .collect()
+}
+
+/// Every relative link of the user docs names a file of the repository, and every `#anchor`
+/// a heading of its page: pages moved between README.md and docs/ leave no dead end.
+#[test]
+fn every_link_between_the_docs_resolves() {
+    let mut pages: Vec<String> = LINKED.iter().map(|page| (*page).to_owned()).collect();
+    for entry in std::fs::read_dir(repository().join("docs")).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if name.ends_with(".md") {
+            pages.push(format!("docs/{name}"));
+        }
+    }
+    let mut checked = 0;
+    for page_path in &pages {
+        let text = prose(&page(page_path));
+        let dir = Path::new(page_path).parent().unwrap();
+        for (at, _) in text.match_indices("](") {
+            let link: String = text[at + 2..].chars().take_while(|c| *c != ')').collect();
+            if link.contains("://") || link.starts_with("mailto:") {
+                continue;
+            }
+            let (path, anchor) = link.split_once('#').unwrap_or((&link, ""));
+            let target = if path.is_empty() {
+                PathBuf::from(page_path)
+            } else {
+                dir.join(path)
+            };
+            let file = repository().join(&target);
+            assert!(
+                file.exists(),
+                "{page_path} links {link}: no {}",
+                target.display()
+            );
+            if !anchor.is_empty() && path.ends_with(".md") || path.is_empty() && !anchor.is_empty()
+            {
+                let headings = anchors(&std::fs::read_to_string(&file).unwrap());
+                assert!(
+                    headings.iter().any(|heading| heading == anchor),
+                    "{page_path} links {link}: no heading #{anchor} in {}",
+                    target.display()
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 50, "checked {checked} links");
+}
