@@ -90,7 +90,7 @@ impl Shell {
         }
     }
 
-    /// Runs `command` with `bash -euo pipefail`, within 60 s.
+    /// Runs `command` with `bash -euo pipefail`, within 2 minutes (a generous bound for a loaded machine).
     pub(crate) async fn run(&self, command: &str) -> Ran {
         let path = std::env::join_paths(self.path.iter().cloned().chain(std::env::split_paths(
             &std::env::var_os("PATH").unwrap_or_default(),
@@ -110,9 +110,9 @@ impl Shell {
         for (name, value) in &self.vars {
             bash.env(name, value);
         }
-        let out = tokio::time::timeout(Duration::from_secs(60), bash.output())
+        let out = tokio::time::timeout(Duration::from_secs(120), bash.output())
             .await
-            .unwrap_or_else(|_| panic!("within 60 s: {command}"))
+            .unwrap_or_else(|_| panic!("within 2 minutes: {command}"))
             .expect("run bash");
         Ran {
             ok: out.status.success(),
