@@ -90,7 +90,8 @@ impl Shell {
         }
     }
 
-    /// Runs `command` with `bash -euo pipefail`, within 2 minutes (a generous bound for a loaded machine).
+    /// Runs `command` with `bash -euo pipefail`, within 2 minutes (a failure's bound,
+    /// generous for a loaded machine).
     pub(crate) async fn run(&self, command: &str) -> Ran {
         let path = std::env::join_paths(self.path.iter().cloned().chain(std::env::split_paths(
             &std::env::var_os("PATH").unwrap_or_default(),
@@ -413,4 +414,14 @@ async fn postgres(block: &str, shell: &Shell) {
         .and_then(|line| serde_json::from_str::<serde_json::Value>(line).ok())
         .unwrap_or_default();
     assert_eq!(created["kind"], "chat.completion", "the job\n{context}");
+}
+
+/// The README is the ten-minute introduction; reference material belongs in docs/.
+#[test]
+fn the_readme_stays_short() {
+    let lines = page("README.md").lines().count();
+    assert!(
+        lines <= 300,
+        "README.md has {lines} lines: move reference material into a docs/ page"
+    );
 }
