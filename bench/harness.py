@@ -1239,7 +1239,7 @@ def worked_onejob(opts, rec: dict, run_index: int, workers: int, concurrency: in
             # No ANALYZE of the empty tables here (nor in the peers' script): statistics of an
             # empty `jobs` would stay for the whole run on this server (autovacuum = off),
             # where autovacuum would renew them as the table grows; onejob's intake then
-            # looked keys up through the owner's index (bench/analysis.md).
+            # looked keys up through the owner's index (bench/journal.md).
             before = pg_snapshot(name)
             t0 = time.monotonic()
             gen = subprocess.Popen([str(c) for c in intake], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -1261,7 +1261,7 @@ def worked_onejob(opts, rec: dict, run_index: int, workers: int, concurrency: in
         r["db_span_s"] = float(span) if span else None
         r["states"] = psql(name, "SELECT string_agg(state || '=' || n, ' ') FROM (SELECT state, count(*) n FROM jobs GROUP BY 1) s")
         r["attempts"] = int(psql(name, "SELECT count(*) FROM attempts"))
-        # What the jobs left behind (docs/SCALING.md): rows and bytes per table, indexes included.
+        # What the jobs left behind (docs/scaling.md): rows and bytes per table, indexes included.
         r["footprint"] = footprint(name)
     finally:
         if poller:
@@ -1545,7 +1545,7 @@ def nodes_one(opts, rec: dict, run_index: int, nodes: int, clients: int, query: 
 
 
 def part_nodes(opts) -> None:
-    """`nodes`: intake new keys through 1 and 3 API nodes on one PostgreSQL (docs/SCALING.md),
+    """`nodes`: intake new keys through 1 and 3 API nodes on one PostgreSQL (docs/scaling.md),
     at each of --clients (total over the nodes), --runs rounds, node counts interleaved."""
     rec = part_record(opts, "nodes")
     rec["settings"]["nodes_url_queries"] = opts.nodes_url_queries
@@ -1574,7 +1574,7 @@ def wal_counters() -> dict:
 
 
 def part_footprint(opts) -> None:
-    """`footprint`: what jobs leave in PostgreSQL (docs/SCALING.md). --footprint-jobs jobs run
+    """`footprint`: what jobs leave in PostgreSQL (docs/scaling.md). --footprint-jobs jobs run
     for real (one `serve` node with its worker, [worker] concurrency 64, on onejob-fake; the
     load generator submits them with 32 clients while the worker works), then copied with
     their attempts and events (bench/sql/replicate_worked.sql: later timestamps, time-ordered

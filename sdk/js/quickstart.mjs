@@ -6,6 +6,6 @@ const client = new OpenAI({
 });
 const completion = await client.chat.completions.create(
   { model: "fast", messages: [{ role: "user", content: "Describe a red fox." }] },
-  { headers: { "Idempotency-Key": "order-42:caption" } }, // the same on every retry
+  { headers: { "Idempotency-Key": "order-44:caption" } }, // the same on every retry
 );
 console.log(completion.choices[0].message.content);

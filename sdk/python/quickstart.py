@@ -9,6 +9,6 @@ client = OpenAI(
 completion = client.chat.completions.create(
     model="fast",
     messages=[{"role": "user", "content": "Describe a red fox."}],
-    extra_headers={"Idempotency-Key": "order-42:caption"},  # the same on every retry
+    extra_headers={"Idempotency-Key": "order-44:caption"},  # the same on every retry
 )
 print(completion.choices[0].message.content)

@@ -1,4 +1,4 @@
-//! The names of the entries in a job's append-only event log (DESIGN §3).
+//! The names of the entries in a job's append-only event log (docs/design.md §3).
 
 use std::{fmt, str::FromStr};
 

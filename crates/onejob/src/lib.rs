@@ -2,19 +2,33 @@
 //!
 //! A service (and this library under it) that sits between applications and slow, costly or
 //! side-effecting upstreams. Clients submit a job under an idempotency key; every retry,
-//! double click or recovery lands on that same job. The contract is `DESIGN.md`.
+//! double click or recovery lands on that same job. The design it follows is
+//! `docs/design.md`.
 //!
-//! Layout:
-//! * [`onejob_domain`] (its own crate): states, keys, fingerprints; no I/O.
-//! * [`store`]: the one storage trait, with PostgreSQL and SQLite beside each other.
+//! Layout (one concept per module):
+//! * [`onejob_domain`] (its own crate): keys, fingerprints, params limits, job and attempt
+//!   states, event kinds; no I/O.
+//! * [`store`]: one `Store` trait (jobs and their intake) over supertraits by noun
+//!   (transitions, dispatch, keys, listings, certificates, retention), their rules written
+//!   once over a narrow per-database interface (`store/backend.rs`, `statements.rs`,
+//!   `transitions.rs`; group commit in `grouped.rs` and `batch.rs`), with `store/postgres/`
+//!   and `store/sqlite/` beside each other.
 //! * [`jobs`]: the use cases over a store (submit, read, cancel, retry, resolve, listings,
-//!   certificates, health), answering typed domain errors.
-//! * [`http`]: the HTTP API and the dashboard, a thin adapter over [`jobs`]: it never sees
-//!   the store.
-//! * [`config`] and [`kind`]: the TOML configuration and the compiled job kinds.
-//! * [`api_key`]: issuing and checking API keys.
+//!   certificates, health), answering typed domain errors; [`outcome`]: recording how an
+//!   attempt ended, for the worker, the reconciler and operators alike.
+//! * [`worker`]: the worker loop, the next attempt's plan, leases, the reconciler, held
+//!   answers and retention's pruning pass.
+//! * [`provider`]: the provider trait and the `openai-chat`, `async-task` and `fake`
+//!   adapters; [`verify`] and [`certification`]: contract runs and the certificates that
+//!   gate failover.
+//! * [`gateway`]: the OpenAI-compatible gateway's domain (chat requests as jobs, stored
+//!   completions, live streams).
+//! * [`http`]: the HTTP API, the gateway's routes and the dashboard (`http/ui/`), a thin
+//!   adapter over [`jobs`]: it never sees the store.
+//! * [`config`] and [`kind`]: the TOML configuration and the compiled job kinds;
+//!   [`api_key`]: issuing and checking API keys; [`telemetry`]: the Prometheus metrics.
 //! * [`fault`]: off-by-default fault injection for the fault suite (`ONEJOB_FAULT`).
-//! * [`app`]: start-up; [`cli`]: the `onejob` command.
+//! * [`app`]: start-up; [`cli`]: the `onejob` command, one file per subcommand.
 
 pub mod api_key;
 pub mod app;

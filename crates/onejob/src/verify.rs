@@ -1,5 +1,5 @@
 //! `onejob verify`: run a kind's contract cases against one provider and record the result
-//! as a certificate (DESIGN §6).
+//! as a certificate (docs/design.md §6).
 //!
 //! Each case renders the kind's prompt template over its params, counts the prompt with the
 //! provider's own tokenizer against the model's context limit, sends the full round trip at

@@ -1,4 +1,4 @@
-//! No SQL is built by string formatting (DESIGN §2.9, RELIABILITY.md "Security").
+//! No SQL is built by string formatting (docs/design.md §2.9, RELIABILITY.md "Security").
 //!
 //! With sqlx 0.9 this is structural: `query`, `query_as`, `query_scalar`, `raw_sql` and
 //! `Executor::execute` take only an `impl SqlSafeStr`, implemented for `&'static str` (a

@@ -3,9 +3,9 @@
 //! the submission tests, on a fresh PostgreSQL database too. The resend paths run against a
 //! small stub server that answers `503` first.
 
+mod clients_page;
 mod lifecycle;
 mod listing;
-mod readme;
 mod resend;
 mod server;
 mod statuses;

@@ -1,5 +1,6 @@
-//! Which configuration `serve`, `worker` and `verify` run with (DESIGN §8): the file found
-//! by [`crate::config::discovery`], or the built-in demo configuration — silently never.
+//! Which configuration `serve`, `worker` and `verify` run with (docs/design.md §8): the
+//! file found by [`crate::config::discovery`], or the built-in demo configuration —
+//! silently never.
 //!
 //! Only a bare `onejob serve` (no config file found, no database given) falls back to the
 //! demo, and says so. A `worker`, a `verify` or a `serve` pointed at a database runs the demo

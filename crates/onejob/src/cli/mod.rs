@@ -1,12 +1,15 @@
-//! The `onejob` command line (DESIGN §7): `serve`, `worker`, `migrate`, `keys`,
-//! `verify`, and the client commands `submit`, `status`, `watch`, `jobs list` and
-//! `attempts resolve` (over onejob-client; their exit codes are in [`exit`]).
+//! The `onejob` command line (docs/design.md §7): `serve`, `worker`, `migrate`, `keys`,
+//! `verify`, `config check`, `completions`, and the client commands `submit`, `status`,
+//! `watch`, `jobs list` and `attempts resolve` (over onejob-client; their exit codes are in
+//! [`exit`]).
 //!
 //! Each subcommand lives in its own file; this one parses arguments, chooses the
 //! configuration ([`configure`]), sets up logging (the config file's `log_format` unless
 //! `--log-format` says otherwise) and dispatches. Errors leave through `anyhow` here, at the binary's edge, and nowhere else.
 
 mod attempts;
+mod check;
+mod completions;
 mod configure;
 mod demo;
 mod display;
@@ -74,6 +77,11 @@ pub enum Command {
     /// Your jobs.
     #[command(subcommand)]
     Jobs(jobs::JobsCommand),
+    /// Check a configuration without starting anything.
+    #[command(subcommand)]
+    Config(check::ConfigCommand),
+    /// Print a shell completion script (bash, zsh or fish) on stdout.
+    Completions(completions::CompletionsArgs),
 }
 
 /// Parses the command line and runs it; the exit code says whether it succeeded.
@@ -143,6 +151,12 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Status(args) => plain()?.block_on(status::run(args)),
         Command::Watch(args) => plain()?.block_on(watch::run(args)),
         Command::Jobs(command) => plain()?.block_on(jobs::run(command)),
+        // Its report is its output; logs only for what goes wrong.
+        Command::Config(command) => start(None, "warn")?.block_on(check::run(command)),
+        Command::Completions(args) => {
+            completions::run(args);
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

@@ -1,6 +1,6 @@
-//! Where the configuration file comes from (DESIGN §8): `--config`, else `$ONEJOB_CONFIG`,
-//! else `./onejob.toml` when it exists. What to do when none is found (the demo, or a
-//! refusal) is the command line's decision, not this module's.
+//! Where the configuration file comes from (docs/design.md §8): `--config`, else
+//! `$ONEJOB_CONFIG`, else `./onejob.toml` when it exists. What to do when none is found
+//! (the demo, or a refusal) is the command line's decision, not this module's.
 
 use std::path::{Path, PathBuf};
 

@@ -1,5 +1,5 @@
-//! Configuration: the TOML file of DESIGN §8, `ONEJOB_*` environment overrides, and the
-//! built-in demo configuration used when no file is given.
+//! Configuration: the TOML file of docs/design.md §8, `ONEJOB_*` environment overrides, and
+//! the built-in demo configuration used when no file is given.
 //!
 //! Loading has two steps. The file is first parsed alone with `toml`, so a syntax or type
 //! error names its line and key; then the `ONEJOB_*` environment variables

@@ -1,6 +1,6 @@
-//! The OpenAI-compatible gateway's domain (DESIGN §9): what a chat request is as a job, what
-//! a real chat completion is, and the in-process plumbing that lets a caller wait for its job
-//! and watch its stream live.
+//! The OpenAI-compatible gateway's domain (docs/design.md §9): what a chat request is as a
+//! job, what a real chat completion is, and the in-process plumbing that lets a caller wait
+//! for its job and watch its stream live.
 //!
 //! A call to `POST /v1/chat/completions` names a model; the kind serving it
 //! (`openai_models`) takes the request body, less the delivery-only `stream` and

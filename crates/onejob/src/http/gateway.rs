@@ -1,5 +1,5 @@
-//! `POST /v1/chat/completions` and `GET /v1/models`: the OpenAI-compatible gateway (DESIGN
-//! §9), a thin adapter over the job use cases and [`crate::gateway`].
+//! `POST /v1/chat/completions` and `GET /v1/models`: the OpenAI-compatible gateway
+//! (docs/design.md §9), a thin adapter over the job use cases and [`crate::gateway`].
 //!
 //! A call is a job of the kind serving its `model`, under the caller's `Idempotency-Key`;
 //! the answer is the job's outcome: `200` with the winning upstream's `chat.completion` (or

@@ -1,7 +1,7 @@
-//! The HTTP API (DESIGN §4): routes, shared state and the error and panic handling around
-//! them. Handlers stay thin: they parse, call [`crate::jobs::Jobs`], map its domain errors
-//! to problems and shape the answer. The store is not reachable from here: every read and
-//! change goes through a use case.
+//! The HTTP API (docs/design.md §4): routes, shared state and the error and panic handling
+//! around them. Handlers stay thin: they parse, call [`crate::jobs::Jobs`], map its domain
+//! errors to problems and shape the answer. The store is not reachable from here: every
+//! read and change goes through a use case.
 
 mod attempts;
 mod auth;

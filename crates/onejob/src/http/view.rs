@@ -96,7 +96,7 @@ pub fn poll_after_ms(state: JobState) -> Option<u64> {
     }
 }
 
-/// A job as the API shows it (DESIGN §4).
+/// A job as the API shows it (docs/design.md §4).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct JobView {
     /// The job id.
@@ -122,7 +122,9 @@ pub struct JobView {
     /// The winning result; present only when succeeded.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result: Option<Value>,
-    /// Why it failed; present only when failed.
+    /// Why it failed; present only when failed. Its `hint` says what can be done next:
+    /// retry the same job (`POST /v1/jobs/{id}/retry`), or use a new idempotency key for a
+    /// different request.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<Value>,
     /// The winning attempt; present only when succeeded.
@@ -144,9 +146,31 @@ impl From<JobRecord> for JobView {
             poll_after_ms: poll_after_ms(job.state),
             result: job.result.filter(|_| succeeded),
             // The job view is the owner's: details stay on the attempts and events.
-            error: job.error.filter(|_| failed).map(without_internal),
+            error: job
+                .error
+                .filter(|_| failed)
+                .map(without_internal)
+                .map(|error| with_hint(error, job.id)),
             completed_by: job.completed_by.filter(|_| succeeded),
         }
+    }
+}
+
+/// A failed job's `error` with a `hint` saying what its owner can do next: a failed job
+/// is not a dead end, but its key stays bound to it, so asking again under that key only
+/// replays the failure.
+fn with_hint(error: Value, job_id: Uuid) -> Value {
+    let hint = format!(
+        "POST /v1/jobs/{job_id}/retry runs this same job again with a fresh attempt budget; \
+         to ask for something different, use a new Idempotency-Key (this one stays bound to \
+         this job)"
+    );
+    match error {
+        Value::Object(mut map) => {
+            map.insert("hint".to_owned(), Value::String(hint));
+            Value::Object(map)
+        }
+        other => serde_json::json!({ "message": other, "hint": hint }),
     }
 }
 

@@ -1,4 +1,5 @@
-//! The `async-task` adapter: a configurable submit / status / cancel API (DESIGN §8).
+//! The `async-task` adapter: a configurable submit / status / cancel API (docs/design.md
+//! §8).
 //!
 //! `POST submit_url` with the params as body answers a task id (at `task_id_pointer`);
 //! `GET status_url` (`{task_id}` replaced) answers a status (at `status_pointer`) that is
@@ -41,7 +42,7 @@ pub struct TaskApi {
 /// How the submit body is built from the attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SubmitBody {
-    /// The job's params, as DESIGN §8 says.
+    /// The job's params, as docs/design.md §8 says.
     Params,
     /// `{"kind", "params"}` (the bundled fake uses the kind to shape its default output).
     KindAndParams,

@@ -35,7 +35,7 @@ use super::{
 const MAX_GROUP: usize = 128;
 
 /// Groups writing side by side: while one commits, the next runs its statements. (Eight
-/// were slower than two on two cores: bench/analysis.md.)
+/// were slower than two on two cores: bench/journal.md.)
 const WRITERS: usize = 2;
 
 /// A state change that can share a transaction with others of its kind.

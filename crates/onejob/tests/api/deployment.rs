@@ -1,136 +1,80 @@
-//! The README's deployment walk-through, run as written: its config file and every command
-//! of its shell blocks, against a fresh PostgreSQL database reached over TLS, with the
-//! bundled fake as the OpenAI-compatible upstream.
+//! The deployment walk-through of `docs/deployment.md`, run as written: its config file and
+//! every command of its shell blocks, the `onejob-fake` upstream they start included, against
+//! a fresh PostgreSQL database reached over TLS.
 //!
 //! The only changes made to the text are the ones a reader on another machine makes: the
-//! database URL (through `ONEJOB_DATABASE`, as the README says), the ports (free ones
-//! instead of 8080 and 9100), the upstream's address, and a one-second key cache instead
-//! of 30 s. Each substitution must find its text, so a README that drifts fails here.
+//! database URL (through `ONEJOB_DATABASE`, as the page says), the ports (free ones instead
+//! of 8080, 9100 and the upstream's 9001), and a one-second key cache instead of 30 s. Each
+//! substitution must find its text, so a page that drifts fails here.
+//!
+//! `onejob-fake` is the workspace's binary from the same target directory as `onejob`
+//! (`cargo test --workspace` builds it; `cargo build -p onejob-fake` does alone).
 
-use std::{path::Path, process::Stdio, time::Duration};
+use std::path::{Path, PathBuf};
 
-use crate::helpers::{Backend, TestDatabase};
+use crate::{
+    docs::{Walkthrough, blocks, free_port, section, substitute},
+    helpers::{Backend, TestDatabase},
+};
 
-/// The README's section whose heading starts with `heading` (`## Deployment`), up to the
-/// next `## ` heading.
-pub(crate) fn section(heading: &str) -> String {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
-        .expect("read README.md");
-    let start = readme
-        .find(&format!("\n{heading}"))
-        .unwrap_or_else(|| panic!("README has a section {heading:?}"));
-    let rest = &readme[start + 1..];
-    let end = rest.find("\n## ").unwrap_or(rest.len());
-    rest[..end].to_owned()
-}
-
-/// Every fenced block of `text`, in order: its info string and its lines.
-pub(crate) fn fenced(text: &str) -> Vec<(String, String)> {
-    let mut found = Vec::new();
-    let mut current: Option<(String, String)> = None;
-    for line in text.lines() {
-        match &mut current {
-            None => {
-                if let Some(lang) = line.trim_end().strip_prefix("```") {
-                    current = Some((lang.to_owned(), String::new()));
-                }
-            }
-            Some(_) if line.trim_end() == "```" => found.push(current.take().unwrap()),
-            Some((_, block)) => {
-                block.push_str(line);
-                block.push('\n');
-            }
-        }
-    }
-    found
-}
-
-/// The fenced blocks of `text` whose info string is `lang`, in order.
-pub(crate) fn blocks(text: &str, lang: &str) -> Vec<String> {
-    fenced(text)
-        .into_iter()
-        .filter(|(info, _)| info == lang)
-        .map(|(_, block)| block)
-        .collect()
-}
-
-/// `text` with `from` replaced by `to`; `from` must be there.
-pub(crate) fn substitute(text: &str, from: &str, to: &str) -> String {
+/// The directory of the `onejob` binary under test, where `onejob-fake` is built too.
+pub(crate) fn binaries() -> PathBuf {
+    let dir = Path::new(env!("CARGO_BIN_EXE_onejob"))
+        .parent()
+        .unwrap()
+        .to_owned();
     assert!(
-        text.contains(from),
-        "the README's text no longer contains {from:?}"
+        dir.join("onejob-fake").is_file(),
+        "no onejob-fake beside {}: run `cargo build -p onejob-fake` (cargo test --workspace \
+         builds it)",
+        dir.display()
     );
-    text.replace(from, to)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    dir
 }
 
 #[tokio::test]
-async fn the_readme_deployment_walkthrough_runs_as_written() {
-    let section = section("## Deployment");
+async fn the_deployment_walkthrough_runs_as_written() {
+    let section = section("docs/deployment.md", "## From the demo to PostgreSQL");
     let [config] = &blocks(&section, "toml")[..] else {
         panic!("one toml block in the deployment section");
     };
     let script = blocks(&section, "sh").concat();
     assert!(
-        script.contains("onejob migrate") && script.contains("onejob worker"),
-        "{script}"
+        script.contains("onejob-fake --listen 127.0.0.1:9001 &")
+            && script.contains("onejob migrate")
+            && script.contains("onejob worker"),
+        "the walk-through starts the upstream it names, migrates and runs a worker:\n{script}"
     );
 
     let db = TestDatabase::create(Backend::Postgres).await;
-    let upstream = onejob_fake::FakeServer::spawn(([127, 0, 0, 1], 0).into())
-        .await
-        .unwrap();
     let dir = tempfile::tempdir().unwrap();
+    let (api, probes, upstream) = (free_port(), free_port(), free_port());
+    let upstream = format!("127.0.0.1:{upstream}");
     std::fs::write(
         dir.path().join("onejob.toml"),
-        substitute(
-            config,
-            "http://127.0.0.1:9001/v1",
-            &format!("{}/v1", upstream.base_url()),
-        ),
+        substitute(config, "127.0.0.1:9001", &upstream),
     )
     .unwrap();
-    let (api, probes) = (free_port(), free_port());
     let script = substitute(&script, "127.0.0.1:8080", &format!("127.0.0.1:{api}"));
     let script = substitute(&script, "127.0.0.1:9100", &format!("127.0.0.1:{probes}"));
+    let script = substitute(&script, "127.0.0.1:9001", &upstream);
     let script = substitute(&script, "sleep 30", "sleep 2");
+    // What the upstream received, asked while it still runs.
+    let script =
+        format!("{script}curl -s http://{upstream}/_fake/submissions > submissions.json\n");
 
-    let bin = Path::new(env!("CARGO_BIN_EXE_onejob")).parent().unwrap();
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
     let tls_url = format!("{}?sslmode=require", db.url);
-    let stdout_path = dir.path().join("stdout");
-    let stderr_path = dir.path().join("stderr");
-    // Files, not pipes: the nodes the script starts in the background outlive it.
-    let mut child = tokio::process::Command::new("bash")
-        .args(["-euo", "pipefail", "-c", &script])
-        .current_dir(dir.path())
-        .env("PATH", path)
-        .env_remove("ONEJOB_CONFIG")
-        .env("ONEJOB_DATABASE", &tls_url)
-        .env("ONEJOB_LISTEN", format!("127.0.0.1:{api}"))
-        .env("ONEJOB_WORKER__LISTEN", format!("127.0.0.1:{probes}"))
-        .env("ONEJOB_HTTP__KEY_CACHE_TTL", "1s")
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&stdout_path).unwrap())
-        .stderr(std::fs::File::create(&stderr_path).unwrap())
-        .process_group(0)
-        .kill_on_drop(true)
-        .spawn()
-        .expect("run bash");
-    let group = child.id().expect("script pid");
-    let status = tokio::time::timeout(Duration::from_secs(120), child.wait()).await;
+    let walk = Walkthrough::run(
+        &script,
+        dir.path(),
+        &[
+            ("ONEJOB_DATABASE", tls_url),
+            ("ONEJOB_LISTEN", format!("127.0.0.1:{api}")),
+            ("ONEJOB_WORKER__LISTEN", format!("127.0.0.1:{probes}")),
+            ("ONEJOB_HTTP__KEY_CACHE_TTL", "1s".to_owned()),
+        ],
+    )
+    .await;
 
     // While the nodes still run: every connection to this database is TLS.
     let sessions = db
@@ -145,18 +89,10 @@ async fn the_readme_deployment_walkthrough_runs_as_written() {
              WHERE a.datname = current_database() AND s.ssl",
         )
         .await;
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", "--", &format!("-{group}")])
-        .status();
-
-    let stdout = std::fs::read_to_string(&stdout_path).unwrap();
-    let stderr = std::fs::read_to_string(&stderr_path).unwrap();
-    let status = status.expect("the walk-through finished within 2 minutes");
-    assert!(
-        status.unwrap().success(),
-        "the walk-through failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-    let context = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
+    walk.stop();
+    walk.assert_succeeded("the walk-through");
+    let stdout = walk.stdout();
+    let context = walk.context();
     assert_eq!(sessions, 0, "a node connected without TLS\n{context}");
     assert!(
         tls_sessions > 0,
@@ -186,5 +122,9 @@ async fn the_readme_deployment_walkthrough_runs_as_written() {
         Some("401"),
         "the revoked key is refused\n{context}"
     );
-    assert_eq!(upstream.submissions().total, 1, "one upstream call");
+    let submissions: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("submissions.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(submissions["total"], 1, "one upstream call: {submissions}");
 }

@@ -403,15 +403,16 @@ async fn async_task_runs_a_job_through_the_task_api() {
     assert_eq!(upstream.submissions().total, 1);
 }
 
-/// The README's Configuration section shows `examples/reference/onejob.toml` whole.
+/// The configuration reference (`docs/configuration.md`) shows
+/// `examples/reference/onejob.toml` whole.
 #[test]
-fn the_readme_configuration_is_the_reference_example() {
-    let readme = std::fs::read_to_string(examples_dir().join("../README.md")).expect("README");
+fn the_configuration_reference_is_the_reference_example() {
+    let page = crate::docs::page("docs/configuration.md");
     let text = std::fs::read_to_string(examples_dir().join("reference/onejob.toml"))
         .expect("read examples/reference/onejob.toml");
     assert!(
-        readme.contains(&format!("```toml\n{text}```\n")),
-        "README.md's Configuration section must show examples/reference/onejob.toml verbatim"
+        page.contains(&format!("```toml\n{text}```\n")),
+        "docs/configuration.md must show examples/reference/onejob.toml verbatim"
     );
 }
 

@@ -1,7 +1,7 @@
-//! The OpenAI-compatible gateway (DESIGN §9), black-box over HTTP on both stores, with the
-//! fake provider's chat endpoint as the upstream: one Idempotency-Key, one job, one
-//! upstream call; answers and errors in OpenAI's shapes. The real OpenAI SDKs drive the same
-//! server in `sdk.rs`.
+//! The OpenAI-compatible gateway (docs/design.md §9), black-box over HTTP on both stores,
+//! with the fake provider's chat endpoint as the upstream: one Idempotency-Key, one job,
+//! one upstream call; answers and errors in OpenAI's shapes. The real OpenAI SDKs drive the
+//! same server in `sdk.rs`.
 
 use std::time::Duration;
 

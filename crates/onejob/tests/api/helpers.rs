@@ -55,7 +55,7 @@ macro_rules! backend_tests {
 }
 pub(crate) use backend_tests;
 
-fn postgres_admin_url() -> String {
+pub fn postgres_admin_url() -> String {
     std::env::var("ONEJOB_TEST_POSTGRES")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
 }

@@ -1,6 +1,6 @@
-//! Widening the key's unique scope without a window (DESIGN §2.10): `onejob migrate` is
-//! killed after each step of the online migration, and once in the middle of the
-//! concurrent index build; at every point duplicate submissions are refused (by the
+//! Widening the key's unique scope without a window (docs/design.md §2.10): `onejob
+//! migrate` is killed after each step of the online migration, and once in the middle of
+//! the concurrent index build; at every point duplicate submissions are refused (by the
 //! database itself and through the API), and rerunning the migrator finishes the job.
 
 use std::{process::Stdio, time::Duration};

@@ -22,6 +22,7 @@ backend_tests!(
     cancel_asks_the_provider_to_cancel_the_running_task,
     cancel_drops_a_chat_request_in_flight_and_ends_it_cancelled,
     retry_recovers_a_failed_job_on_the_same_job,
+    a_failed_jobs_error_names_the_retry_and_a_new_key,
     retry_refuses_every_state_but_failed,
     failover_is_refused_to_an_uncertified_provider_until_verified,
     a_changed_template_voids_the_certificate,
@@ -477,6 +478,47 @@ async fn retry_recovers_a_failed_job_on_the_same_job(backend: Backend) {
         &Some(format!("onejob:{id}"))
     );
     assert_eq!(db.scalar("SELECT COUNT(*) FROM jobs").await, 1);
+}
+
+/// A failed job is no dead end: its `error` says how to run it again (the retry path, with
+/// its own id) and that a different request needs a new key, in the view read by id, in
+/// the replay of its key, and that path works as written.
+async fn a_failed_jobs_error_names_the_retry_and_a_new_key(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(once(
+        "refused",
+        Behaviour {
+            http_status: Some(400),
+            ..Default::default()
+        },
+    ));
+    let app = TestApp::running(&db, &fakes, |c| c.kinds[0].max_attempts = 1).await;
+    let id = id_of(&app.create("refused", &chat("refused")).await);
+    let failed = app.wait_job(&id, WITHIN, |j| j["state"] == "failed").await;
+    let retry = format!("POST /v1/jobs/{id}/retry");
+    let said = |job: &Value| job["error"]["hint"].as_str().unwrap_or_default().to_owned();
+    assert!(said(&failed).contains(&retry), "{failed}");
+    assert!(said(&failed).contains("new Idempotency-Key"), "{failed}");
+    assert_eq!(
+        failed["error"]["message"], "no attempt succeeded",
+        "{failed}"
+    );
+    // The same submission again replays the failed job, hint included.
+    let replay = app
+        .submit("refused", &chat("refused"))
+        .send()
+        .await
+        .unwrap();
+    let (status, replayed) = crate::helpers::json(replay).await;
+    assert_eq!(status, 200, "{replayed}");
+    assert!(said(&replayed).contains(&retry), "{replayed}");
+    // The hint's call, as written, recovers the job.
+    let path = retry.trim_start_matches("POST ");
+    let (status, job) = post(&app, path).await;
+    assert_eq!(status, 200, "{job}");
+    app.wait_job(&id, WITHIN, |j| j["state"] == "succeeded")
+        .await;
 }
 
 async fn retry_refuses_every_state_but_failed(backend: Backend) {

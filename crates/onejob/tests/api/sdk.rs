@@ -1,5 +1,5 @@
-//! The gateway (DESIGN §9) driven by clients nobody here wrote: OpenAI's own SDKs, the
-//! `openai` package from PyPI (`sdk/python/test_gateway.py`) and from npm
+//! The gateway (docs/design.md §9) driven by clients nobody here wrote: OpenAI's own SDKs,
+//! the `openai` package from PyPI (`sdk/python/test_gateway.py`) and from npm
 //! (`sdk/js/gateway.test.mjs`), against a real onejob on both databases serving the demo's
 //! model `fast` on a fake provider. The two scripts have the same cases, each through the
 //! SDK's own calls, errors and retries: a plain completion; one job (one upstream call) for
@@ -280,7 +280,7 @@ async fn the_readme_quickstarts_run_against_the_demo_and_make_one_job() {
     let client = reqwest::Client::new();
     let job: Value = client
         .get(format!(
-            "{}/v1/jobs?idempotency_key=order-42:caption",
+            "{}/v1/jobs?idempotency_key=order-44:caption",
             target.url
         ))
         .bearer_auth(&target.api_key)

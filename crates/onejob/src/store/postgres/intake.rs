@@ -27,7 +27,7 @@
 //!
 //! The writer keeps its connection between batches ([`HeldConnection`]): taken from the pool
 //! for each batch, it would cost two more round trips per batch (sqlx checks a connection
-//! when it is acquired and when it is released); bench/analysis.md has the A/B.
+//! when it is acquired and when it is released); bench/journal.md has the A/B.
 //!
 //! What waits for nobody goes to [`Relaxed`]: the `replayed` events (a replay's answer
 //! points at a job already durable, so it does not wait for its event) and the dispatch
@@ -68,7 +68,7 @@ pub(super) const MAX_BATCH: usize = 256;
 ///
 /// A second writer overlaps one batch's flush with the next batch's statement, but halves
 /// the batches, and fuller batches share more of each flush; so do not raise this without
-/// the A/B in bench/analysis.md, which also covers writers overlapping only from `COMMIT`
+/// the A/B in bench/journal.md, which also covers writers overlapping only from `COMMIT`
 /// on.
 pub(super) const WRITERS: usize = 1;
 
@@ -104,7 +104,7 @@ pub(super) fn intake_batcher(
 /// Intake's statements take arrays. Given the arrays' values, the planner knows a batch's
 /// size and estimates a custom plan cheaper than the generic one (which assumes ten rows
 /// per array), so under the default `auto` mode it plans every execution anew, which can
-/// cost more database CPU than executing it (bench/analysis.md). Generic plans are made once
+/// cost more database CPU than executing it (bench/journal.md). Generic plans are made once
 /// per connection; the tests in this module check that they still look every key up in the unique index, on an empty
 /// table and on an analyzed one. Between the two, a `jobs` table with rows but no statistics
 /// would be planned through the owner's index (see [`statistics`]), so each new connection
@@ -234,8 +234,8 @@ macro_rules! taken_sql {
 /// planner from turning the lateral subquery into a join, which it planned as a hash join
 /// over a sequential scan of `jobs` once the cached generic plan was made on a small table.
 /// Like every lookup by key, it names the environment (every job is in `'default'` until
-/// environments are exposed, DESIGN §2.10), so the whole unique index `(tenant, user_id,
-/// environment, key_hash)` applies, not only its owner prefix.
+/// environments are exposed, docs/design.md §2.10), so the whole unique index `(tenant,
+/// user_id, environment, key_hash)` applies, not only its owner prefix.
 async fn taken(
     connection: &mut PgConnection,
     jobs: &[&NewJob],

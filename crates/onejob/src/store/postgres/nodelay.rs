@@ -4,7 +4,7 @@
 //! Without it, a statement that leaves as two writes (over TLS, two records) waits, under
 //! Nagle's algorithm, for the server to acknowledge the first, and the server delays that
 //! acknowledgement (about 40 ms on Linux) while it waits for the rest of the statement:
-//! intake stalled on it under load (bench/analysis.md). sqlx keeps its socket to itself, so
+//! intake stalled on it under load (bench/journal.md). sqlx keeps its socket to itself, so
 //! each new connection finds its own by its addresses: the server says which client port
 //! the session came from (`inet_client_port()`), and the process's TCP socket with that
 //! local port, connected to the server's port, gets the option. A connection whose client

@@ -1,7 +1,7 @@
 //! Online schema steps on PostgreSQL: changes that cannot run inside sqlx's transactional
 //! migrations, run by `onejob migrate` (and every start) right after them.
 //!
-//! The one step so far widens the key's unique scope (DESIGN §2.10, migration
+//! The one step so far widens the key's unique scope (docs/design.md §2.10, migration
 //! `20261130000006_key_scope.sql`): from `jobs_one_per_key (tenant, user_id, key_hash)` to
 //! the index `jobs_one_per_key_scope (tenant, user_id, environment, key_hash)`, without a
 //! moment in which no unique boundary holds:

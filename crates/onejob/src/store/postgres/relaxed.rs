@@ -18,7 +18,7 @@
 //! * **The dispatch wake-up.** `NOTIFY` inside a transaction takes a cluster-wide lock from
 //!   its pre-commit until its commit record is flushed, so notifying transactions cannot share
 //!   a flush: with the notification in the intake transaction, every intake batch paid a
-//!   flush of its own (bench/analysis.md). So the intake batch commits without it and
+//!   flush of its own (bench/journal.md). So the intake batch commits without it and
 //!   then calls [`Relaxed::wake_workers`]; one task sends `pg_notify` after it, coalescing
 //!   requests that arrive while a notification is in flight. A wake-up lost in a crash
 //!   between the commit and the notification is found by the workers' poll fallback. A

@@ -7,7 +7,7 @@
 //! first analyze), or on one analyzed while it was empty, is a plan for a table of no rows:
 //! intake then looks keys up through the owner's index `jobs_owner_recent` and reads every
 //! job of the owner for each submission (2,257 against 544 submissions/s in
-//! bench/analysis.md), and the worker's statements that read attempts by `id = ANY($1)` scan
+//! bench/journal.md), and the worker's statements that read attempts by `id = ANY($1)` scan
 //! the whole of `attempts` each time (17,041 sequential scans reading 160.9 M rows in a run
 //! of 20,000 jobs, slowing it from 1,146 to 553 jobs/s). Nothing replans them: with
 //! autovacuum off nothing analyzes the tables again, and the connections are never replaced.

@@ -38,8 +38,9 @@ macro_rules! earlier {
 }
 
 /// The lookup by key: `?1` tenant, `?2` user, `?3` key hash. It names the environment
-/// (every job is in `'default'`, DESIGN §2.10) so that the whole unique key `(tenant,
-/// user_id, environment, key_hash)` is the index search, not only its owner prefix.
+/// (every job is in `'default'`, docs/design.md §2.10) so that the whole unique key
+/// `(tenant, user_id, environment, key_hash)` is the index search, not only its owner
+/// prefix.
 macro_rules! job_by_key {
     () => {
         concat!(

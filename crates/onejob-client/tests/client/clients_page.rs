@@ -1,9 +1,9 @@
-//! The README's Rust client example, compiled and run against a real onejob: the code
-//! between the `README` markers below must appear in README.md verbatim.
+//! The Rust client example of `docs/clients.md`, compiled and run against a real onejob:
+//! the code between the `docs` markers below must appear in that page verbatim.
 
 use crate::server::{Backend, Server};
 
-// README begin
+// docs begin
 use onejob_client::{Client, Error, JobState, WaitOptions};
 use serde_json::json;
 
@@ -11,7 +11,7 @@ async fn caption(url: &str, api_key: &str) -> Result<(), Error> {
     let client = Client::new(url, api_key)?; // url: "http://127.0.0.1:8080"
     let submission = client
         .submit(
-            "order-42:caption",
+            "order-46:caption",
             "chat.completion",
             &json!({"prompt": "Describe a red fox."}),
         )
@@ -25,29 +25,29 @@ async fn caption(url: &str, api_key: &str) -> Result<(), Error> {
     }
     Ok(())
 }
-// README end
+// docs end
 
 #[test]
-fn the_readme_shows_this_example_verbatim() {
-    let this = include_str!("readme.rs");
-    let start = this.find("// README begin\n").unwrap() + "// README begin\n".len();
-    let end = this.find("// README end").unwrap();
-    let readme = include_str!("../../../../README.md");
+fn the_clients_page_shows_this_example_verbatim() {
+    let this = include_str!("clients_page.rs");
+    let start = this.find("// docs begin\n").unwrap() + "// docs begin\n".len();
+    let end = this.find("// docs end").unwrap();
+    let page = include_str!("../../../../docs/clients.md");
     assert!(
-        readme.contains(&format!("```rust\n{}```\n", &this[start..end])),
-        "README.md's Rust client section must show tests/client/readme.rs's example verbatim"
+        page.contains(&format!("```rust\n{}```\n", &this[start..end])),
+        "docs/clients.md must show tests/client/clients_page.rs's example verbatim"
     );
 }
 
 #[tokio::test]
-async fn the_readme_example_runs_a_job() {
+async fn the_clients_page_example_runs_a_job() {
     let server = Server::running(Backend::Sqlite).await;
     caption(&server.url, &server.token)
         .await
-        .expect("the README's example runs");
+        .expect("the example runs");
     let job = server
         .client()
-        .job_by_key("order-42:caption")
+        .job_by_key("order-46:caption")
         .await
         .expect("the example's job")
         .expect("a job under the example's key");
