@@ -9,10 +9,12 @@
 //! `chat.completion`. The HTTP adapter is `crate::http::gateway`.
 //!
 //! * [`completion`]: assembling a streamed completion, and streaming a stored one;
+//! * [`request`]: the caller's request as sent, and the copy forwarded upstream;
 //! * [`streams`]: live streams of running attempts, which callers attach to from the start;
 //! * [`watch`]: in-process notice that a job changed, so a waiting caller answers at once.
 
 pub mod completion;
+pub mod request;
 pub mod streams;
 pub mod watch;
 

@@ -15,7 +15,7 @@ use std::{convert::Infallible, sync::Arc, time::Duration};
 use axum::{
     Json,
     body::Body,
-    extract::State,
+    extract::{Path, State},
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{
         IntoResponse, Response,
@@ -31,7 +31,7 @@ use uuid::Uuid;
 use super::{
     AppState,
     auth::Caller,
-    body::read_json,
+    body::read_json_as_sent,
     jobs::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, idempotency_key, submit_problem},
     problem::{Problem, ProblemType},
 };
@@ -59,7 +59,7 @@ const POLL: Duration = Duration::from_millis(250);
 
 /// An error in OpenAI's shape, with onejob's problem type as its `code` and its extension
 /// members (`job_id`, `changed`, …) beside.
-fn openai_error(problem: Problem) -> Response {
+pub(crate) fn openai_error(problem: Problem) -> Response {
     let status = problem.kind.status();
     let kind = match status.as_u16() {
         401 => "authentication_error",
@@ -88,7 +88,7 @@ fn openai_error(problem: Problem) -> Response {
 }
 
 /// The same, for an error that is not one of onejob's problem types: an upstream's status.
-fn upstream_error(status: StatusCode, message: String, job_id: Uuid) -> Response {
+fn upstream_error(status: StatusCode, message: String, job_id: Uuid, code: &str) -> Response {
     let kind = match status.as_u16() {
         429 => "rate_limit_error",
         400..=499 => "invalid_request_error",
@@ -98,10 +98,20 @@ fn upstream_error(status: StatusCode, message: String, job_id: Uuid) -> Response
         "message": message,
         "type": kind,
         "param": null,
-        "code": "upstream_error",
+        "code": code,
         "job_id": job_id,
     }});
     with_job((status, Json(body)).into_response(), job_id, false)
+}
+
+/// The header an upstream names its request by, passed on to the caller.
+const REQUEST_ID: &str = "x-request-id";
+
+fn with_request_id(mut response: Response, request_id: Option<&str>) -> Response {
+    if let Some(value) = request_id.and_then(|id| HeaderValue::from_str(id).ok()) {
+        response.headers_mut().insert(REQUEST_ID, value);
+    }
+    response
 }
 
 /// Marks the error answer of a finished job (failed, cancelled) as not worth retrying: every
@@ -233,7 +243,7 @@ async fn call(state: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<
             .expect("a generated key is valid"),
         _ => idempotency_key(headers)?,
     };
-    let document = read_json(headers, body, state.max_body_bytes).await?;
+    let (document, sent) = read_json_as_sent(headers, body, state.max_body_bytes).await?;
     let Value::Object(request) = document else {
         return Err(Problem::new(
             ProblemType::InvalidRequest,
@@ -254,15 +264,7 @@ async fn call(state: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<
         .kinds()
         .by_model(&model)
         .cloned()
-        .ok_or_else(|| {
-            Problem::new(
-                ProblemType::NotFound,
-                format!(
-                    "the model {model:?} does not exist here; GET /v1/models lists the ones served"
-                ),
-            )
-            .with("models", state.jobs.kinds().models())
-        })?;
+        .ok_or_else(|| unknown_model(&model, state))?;
     check_delivery(&request)?;
     let (params, delivery) = split_request(request);
     // Registered before the job exists, so whichever attempt starts finds the reader.
@@ -278,6 +280,7 @@ async fn call(state: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<
             Submission {
                 kind: kind.name.clone(),
                 params,
+                request_body: Some(sent),
             },
         )
         .await
@@ -292,8 +295,11 @@ async fn call(state: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<
             stream_answer(state, &caller, job, replayed, delivery, wanted, deadline).await
         }
         None => {
-            let job = settled(state, &caller, job, deadline, None).await?;
-            Ok(answer(job, replayed))
+            let (job, request_id) = settled(state, &caller, job, deadline, None).await?;
+            Ok(with_request_id(
+                answer(job, replayed),
+                request_id.as_deref(),
+            ))
         }
     }
 }
@@ -336,21 +342,23 @@ fn wait_for(state: &AppState) -> Duration {
 }
 
 /// The job once it is finished or unknown, or (at `deadline`, or once `stream` has an
-/// attempt streaming into it) as it is then.
+/// attempt streaming into it) as it is then; with the upstream's id of the request whose
+/// answer it won while this call waited, where the upstream gave one.
 async fn settled(
     state: &AppState,
     caller: &Caller,
     mut job: JobRecord,
     deadline: Instant,
     stream: Option<&Wanted>,
-) -> Result<JobRecord, Problem> {
+) -> Result<(JobRecord, Option<Arc<str>>), Problem> {
     let mut watcher = state.hub.watch.subscribe();
+    let mut request_id = None;
     loop {
         if job.state.is_terminal() || job.state == JobState::Unknown {
-            return Ok(job);
+            return Ok((job, request_id));
         }
         if stream.is_some_and(|s| s.stream().attempt().is_some()) {
-            return Ok(job);
+            return Ok((job, request_id));
         }
         let started = async {
             match stream {
@@ -361,10 +369,10 @@ async fn settled(
             }
         };
         tokio::select! {
-            () = watcher.changed(job.id) => {}
+            said = watcher.changed(job.id) => request_id = said.or(request_id),
             () = tokio::time::sleep(POLL) => {}
             () = started => {}
-            () = tokio::time::sleep_until(deadline) => return Ok(job),
+            () = tokio::time::sleep_until(deadline) => return Ok((job, request_id)),
         }
         job = state
             .jobs
@@ -422,7 +430,11 @@ fn waiting(job_id: Uuid, state: JobState) -> Problem {
     problem
 }
 
-/// A failed job: its last definite upstream status and message, else 502.
+/// A failed job: its last definite upstream status and message, else 502, with the
+/// upstream's `x-request-id` where it gave one. An upstream's `401`/`403` is about onejob's
+/// own account there, not the caller's key: it is a `502` naming the provider, never the
+/// caller's authentication error. An upstream's `429` (no certified provider took the job
+/// over) keeps its `Retry-After`.
 fn failed(job: &JobRecord) -> Response {
     let last = job
         .error
@@ -442,8 +454,51 @@ fn failed(job: &JobRecord) -> Response {
         .or_else(|| last.get("message"))
         .and_then(Value::as_str)
         .unwrap_or("no attempt succeeded");
-    let message = format!("job {} failed: {said}", job.id);
-    upstream_error(status, message, job.id)
+    let provider = last
+        .get("provider")
+        .and_then(Value::as_str)
+        .unwrap_or("its upstream");
+    let request_id = last.get("request_id").and_then(Value::as_str);
+    let mut response = match status.as_u16() {
+        401 | 403 => upstream_error(
+            StatusCode::BAD_GATEWAY,
+            format!(
+                "job {} failed: the provider {provider:?} refused onejob's own credentials \
+                 (HTTP {}); this is about onejob's account with that provider, not your API \
+                 key: its operator must fix the provider's configuration",
+                job.id,
+                status.as_u16()
+            ),
+            job.id,
+            "upstream_auth_error",
+        ),
+        429 => upstream_error(
+            status,
+            format!(
+                "job {} failed: the provider {provider:?} is rate limited (HTTP 429) and no \
+                 certified provider took the job over; a retry under this Idempotency-Key \
+                 answers the same: send it again later under a new key, or recover this job \
+                 with POST /v1/jobs/{}/retry",
+                job.id, job.id
+            ),
+            job.id,
+            "upstream_rate_limited",
+        ),
+        _ => upstream_error(
+            status,
+            format!("job {} failed: {said}", job.id),
+            job.id,
+            "upstream_error",
+        ),
+    };
+    if status == StatusCode::TOO_MANY_REQUESTS
+        && let Some(seconds) = last.get("retry_after").and_then(Value::as_u64)
+    {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    with_request_id(response, request_id)
 }
 
 /// A streamed answer: the live stream of the job's attempt from its first chunk, or the
@@ -457,7 +512,7 @@ async fn stream_answer(
     wanted: Wanted,
     deadline: Instant,
 ) -> Result<Response, Problem> {
-    let job = settled(state, caller, job, deadline, Some(&wanted)).await?;
+    let (job, _) = settled(state, caller, job, deadline, Some(&wanted)).await?;
     let id = job.id;
     if wanted.stream().attempt().is_some() && !job.state.is_terminal() {
         return Ok(sse(live(wanted, id, delivery.include_usage), id, replayed));
@@ -548,6 +603,11 @@ where
     with_job(response, job_id, replayed)
 }
 
+/// A served model, as OpenAI describes one.
+fn model_object(model: &str) -> Value {
+    json!({ "id": model, "object": "model", "created": 0, "owned_by": "onejob" })
+}
+
 /// `GET /v1/models`: the model names the gateway serves, in OpenAI's list shape.
 #[utoipa::path(
     get,
@@ -569,7 +629,75 @@ pub async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
         .kinds()
         .models()
         .into_iter()
-        .map(|model| json!({ "id": model, "object": "model", "created": 0, "owned_by": "onejob" }))
+        .map(model_object)
         .collect();
     Json(json!({ "object": "list", "data": data })).into_response()
+}
+
+/// `GET /v1/models/{model}`: one served model, as in the list (an OpenAI SDK's
+/// `models.retrieve`).
+#[utoipa::path(
+    get,
+    path = "/v1/models/{model}",
+    tag = "gateway",
+    operation_id = "retrieveModel",
+    params(("model" = String, Path, description = "One of the names GET /v1/models lists")),
+    responses(
+        (status = 200, description = "The model", body = Object),
+        (status = 401, description = "Missing or invalid API key", body = OpenAiError),
+        (status = 404, description = "No kind serves this model", body = OpenAiError),
+        (status = 503, description = "The database is unavailable; retry after Retry-After", body = OpenAiError),
+    )
+)]
+pub async fn model(
+    State(state): State<Arc<AppState>>,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(problem) = Caller::from_headers(&headers, &state).await {
+        return openai_error(problem);
+    }
+    match state.jobs.kinds().by_model(&model) {
+        Some(_) => Json(model_object(&model)).into_response(),
+        None => openai_error(unknown_model(&model, &state)),
+    }
+}
+
+/// The 404 of a model no kind serves, with the ones served.
+fn unknown_model(model: &str, state: &AppState) -> Problem {
+    Problem::new(
+        ProblemType::NotFound,
+        format!("the model {model:?} does not exist here; GET /v1/models lists the ones served"),
+    )
+    .with("models", state.jobs.kinds().models())
+}
+
+/// Whether `path` is one the gateway answers for: under `/v1/` and not onejob's own API
+/// (`/v1/jobs`, `/v1/attempts`, `/v1/certificates`), whose errors stay problem+json.
+pub fn owns(path: &str) -> bool {
+    let Some(rest) = path.strip_prefix("/v1/") else {
+        return false;
+    };
+    let first = rest.split('/').next().unwrap_or_default();
+    !matches!(first, "jobs" | "attempts" | "certificates")
+}
+
+/// The answer to a `/v1` path onejob does not serve, or to a method a gateway path does not
+/// take, in OpenAI's error shape (an SDK raises it as its own `NotFoundError`).
+pub fn unserved(path: &str, method_not_allowed: bool) -> Response {
+    let problem = if method_not_allowed {
+        Problem::new(
+            ProblemType::MethodNotAllowed,
+            format!("{path} does not take that method"),
+        )
+    } else {
+        Problem::new(
+            ProblemType::NotFound,
+            format!(
+                "onejob's gateway does not serve {path}: it serves POST /v1/chat/completions, \
+                 GET /v1/models and GET /v1/models/{{model}}"
+            ),
+        )
+    };
+    openai_error(problem)
 }

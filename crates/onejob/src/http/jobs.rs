@@ -90,7 +90,11 @@ pub async fn submit(
             &caller.principal,
             &caller.actor(),
             &key,
-            Submission { kind, params },
+            Submission {
+                kind,
+                params,
+                request_body: None,
+            },
         )
         .await
         .map_err(submit_problem)?;

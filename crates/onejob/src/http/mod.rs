@@ -67,6 +67,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/certificates", get(certificates::list))
         .route("/v1/chat/completions", post(gateway::chat_completions))
         .route("/v1/models", get(gateway::models))
+        .route("/v1/models/{model}", get(gateway::model))
         .route("/openapi.json", get(openapi::document))
         .route("/metrics", get(metrics::render))
         .route("/healthz", get(health::healthz))
@@ -105,15 +106,24 @@ pub fn probes_router(state: Arc<AppState>) -> Router {
         .layer(CatchPanicLayer::custom(panic_response))
 }
 
-async fn not_found() -> Problem {
-    Problem::new(ProblemType::NotFound, "no such endpoint; see /openapi.json")
+/// A path nothing serves: in OpenAI's error shape under `/v1` outside onejob's own API (an
+/// OpenAI SDK pointed at onejob raises it as its own error), else a problem.
+async fn not_found(uri: axum::http::Uri) -> Response {
+    if gateway::owns(uri.path()) {
+        return gateway::unserved(uri.path(), false);
+    }
+    Problem::new(ProblemType::NotFound, "no such endpoint; see /openapi.json").into_response()
 }
 
-async fn method_not_allowed() -> Problem {
+async fn method_not_allowed(uri: axum::http::Uri) -> Response {
+    if gateway::owns(uri.path()) {
+        return gateway::unserved(uri.path(), true);
+    }
     Problem::new(
         ProblemType::MethodNotAllowed,
         "this endpoint does not take that method",
     )
+    .into_response()
 }
 
 fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response {

@@ -51,6 +51,7 @@ use super::{
         certificates::list,
         gateway::chat_completions,
         gateway::models,
+        gateway::model,
         health::healthz,
         health::readyz,
         metrics::render,

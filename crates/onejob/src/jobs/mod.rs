@@ -43,6 +43,9 @@ pub struct Submission {
     pub kind: String,
     /// Its params.
     pub params: Value,
+    /// The request as the caller sent it, for a gateway job: forwarded upstream as it is
+    /// (see `crate::gateway::request`); `None` for every other job.
+    pub request_body: Option<String>,
 }
 
 /// A submission that was accepted.
@@ -148,6 +151,7 @@ impl Jobs {
             kind: kind.name.clone(),
             fingerprint: kind.fingerprint(&submission.params),
             params: submission.params,
+            request_body: submission.request_body,
             actor: actor.to_owned(),
         };
         match self.store.create_or_replay(job.clone()).await? {

@@ -181,6 +181,8 @@ pub(super) const SQL: Sql = Sql {
         attempt_columns!()
     ),
     set_task_id: "UPDATE attempts SET task_id = $2 WHERE id = $1 AND task_id IS NULL",
+    extend_deadline: "UPDATE attempts SET deadline_at = now() + make_interval(secs => $2) \
+                      WHERE id = $1 AND state IN ('starting', 'running')",
     defer_dispatch: "UPDATE jobs SET dispatch_at = now() + make_interval(secs => $3) \
                      WHERE id = $1 AND version = $2 AND dispatch_at IS NOT NULL",
     next_due_in: "SELECT EXTRACT(EPOCH FROM (min(dispatch_at) - now()))::float8 AS seconds \
