@@ -324,7 +324,11 @@ async fn run_attempt(
                 Unsuccessful::FailedKeyKept
             };
             let mut recorded = error.to_json();
-            recorded["provider"] = json!(attempt.provider);
+            if matches!(error, ProviderError::Rejected { .. }) {
+                // An upstream's refusal may be about onejob's account there (401, 403, 429):
+                // the gateway names the provider to its caller.
+                recorded["provider"] = json!(attempt.provider);
+            }
             return fail(&ctx, &kind, &attempt, end, recorded).await;
         }
         Err(error) => {

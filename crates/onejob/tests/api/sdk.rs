@@ -18,8 +18,8 @@
 //! and an unserved `/v1` path in OpenAI's error shape; a stream outliving
 //! `attempt_timeout` while it produces, and a silent one ending unknown; the upstream's
 //! 401 as a 502 naming the provider, its 429 with its Retry-After, its `x-request-id`
-//! passed on. (The Python script has one case more: it checks the request id on a success
-//! and on the 401 in cases of their own.)
+//! passed on. (The Python script checks the request id of a success in a case of its own,
+//! the npm one in its 429 case: one case more in Python.)
 //!
 //! The README's "Drop-in for OpenAI SDKs" snippets are `sdk/python/quickstart.py` and
 //! `sdk/js/quickstart.mjs`, included verbatim (checked here) and run here against onejob.

@@ -592,7 +592,7 @@ mod tests {
          ARRAY['chat', 'chat'], ARRAY[sha256('7'::bytea), sha256('8'::bytea)], \
          ARRAY['{}'::jsonb, '{}'::jsonb], ARRAY[NULL::uuid, NULL::uuid], \
          ARRAY['created', 'created'], ARRAY[NULL::text, NULL::text], \
-         ARRAY['{}'::jsonb, '{}'::jsonb])";
+         ARRAY['{}'::jsonb, '{}'::jsonb], ARRAY[NULL::text, NULL::text])";
 
     /// The intake statement's lookup of the jobs already under its keys, likewise (EXPLAIN
     /// only plans it: nothing is inserted).
