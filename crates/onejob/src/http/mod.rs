@@ -16,6 +16,7 @@ mod metrics;
 pub mod openapi;
 mod openapi_links;
 pub mod problem;
+mod responses;
 pub mod server;
 mod ui;
 pub(crate) mod view;
@@ -47,10 +48,9 @@ pub struct AppState {
     pub keys: KeyRing,
     /// How long one request may take, body upload included ([`deadline`]).
     pub request_timeout: Duration,
-    /// Live streams and job notices, shared with this process's worker.
-    pub hub: crate::gateway::Hub,
-    /// The gateway's settings.
-    pub gateway: crate::config::GatewayConfig,
+    /// The gateway's use case (its live streams and job notices shared with this process's
+    /// worker).
+    pub chat: crate::jobs::gateway::ChatCalls,
 }
 
 /// Builds the API's router.

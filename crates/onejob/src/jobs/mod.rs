@@ -12,9 +12,11 @@
 //! * [`resolution`]: an operator resolves an `unknown` attempt out of band;
 //! * [`listing`]: jobs, attempts and event logs, paged, for the API and the dashboard;
 //! * [`certificates`]: the `onejob verify` runs, paged, with whether each certifies now;
+//! * [`gateway`]: an OpenAI chat call as one job, waited for, streamed or answered;
 //! * [`health`]: what the probes and metrics read (the database answers, unknown attempts).
 
 pub mod certificates;
+pub mod gateway;
 pub mod health;
 pub mod lifecycle;
 pub mod listing;
