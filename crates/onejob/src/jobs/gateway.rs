@@ -276,7 +276,25 @@ impl ChatCalls {
             Submitted::Replayed(job) => (job, true),
         };
         let deadline = Instant::now() + self.wait;
-        let (job, request_id) = self.settled(owner, job, deadline, wanted.as_ref()).await?;
+        let job_id = job.id;
+        let (settled, request_id) = self.settled(owner, job, deadline, wanted.as_ref()).await?;
+        let job = match settled {
+            Settled::Job(job) => *job,
+            // Won in this process while the call waited: answered as it was written.
+            Settled::Won(result) => {
+                let outcome = if delivery.stream {
+                    ChatOutcome::Chunks(chunks_of(&result, delivery.include_usage))
+                } else {
+                    ChatOutcome::Completion(Arc::unwrap_or_clone(result))
+                };
+                return Ok(ChatAnswer {
+                    job_id,
+                    replayed,
+                    request_id: request_id.as_deref().map(str::to_owned),
+                    outcome,
+                });
+            }
+        };
         let mut answer = ChatAnswer {
             job_id: job.id,
             replayed,
@@ -328,23 +346,24 @@ impl ChatCalls {
     }
 
     /// The job once it is finished or unknown, or (at `deadline`, or once `stream` has an
-    /// attempt streaming into it) as it is then; with the upstream's id of the request whose
-    /// answer it won while this call waited, where the upstream gave one.
+    /// attempt streaming into it) as it is then, or the answer it won in this process while
+    /// the call waited (told by the worker: no need to read the job back); with the
+    /// upstream's id of the request that won it, where the upstream gave one.
     async fn settled(
         &self,
         owner: &Principal,
         mut job: JobRecord,
         deadline: Instant,
         stream: Option<&Wanted>,
-    ) -> Result<(JobRecord, Option<Arc<str>>), StoreError> {
+    ) -> Result<(Settled, Option<Arc<str>>), StoreError> {
         let mut watcher = self.hub.watch.subscribe();
         let mut request_id = None;
         loop {
             if job.state.is_terminal() || job.state == JobState::Unknown {
-                return Ok((job, request_id));
+                return Ok((Settled::Job(Box::new(job)), request_id));
             }
             if stream.is_some_and(|s| s.stream().attempt().is_some()) {
-                return Ok((job, request_id));
+                return Ok((Settled::Job(Box::new(job)), request_id));
             }
             let started = async {
                 match stream {
@@ -355,10 +374,17 @@ impl ChatCalls {
                 }
             };
             tokio::select! {
-                said = watcher.changed(job.id) => request_id = said.or(request_id),
+                won = watcher.changed(job.id) => if let Some(won) = won {
+                    request_id = won.request_id.or(request_id);
+                    if let Some(result) = won.result {
+                        return Ok((Settled::Won(result), request_id));
+                    }
+                },
                 () = tokio::time::sleep(POLL) => {}
                 () = started => {}
-                () = tokio::time::sleep_until(deadline) => return Ok((job, request_id)),
+                () = tokio::time::sleep_until(deadline) => {
+                    return Ok((Settled::Job(Box::new(job)), request_id));
+                }
             }
             let id = job.id;
             job = self.jobs.get(owner, id).await?.ok_or_else(|| {
@@ -366,6 +392,14 @@ impl ChatCalls {
             })?;
         }
     }
+}
+
+/// Where waiting for a job ended.
+enum Settled {
+    /// The job, as read.
+    Job(Box<JobRecord>),
+    /// The result its attempt won in this process while the call waited.
+    Won(Arc<Value>),
 }
 
 /// `stream` must be a boolean and `stream_options` an object, where given.

@@ -337,10 +337,13 @@ async fn run_attempt(
         }
     };
     telemetry::provider_latency(&attempt.provider, sent_at.elapsed());
+    // A gateway caller waiting in this process is told the winning answer itself, so it
+    // answers without reading the job back (one database round trip less per call).
+    let answer = kind.is_gateway().then(|| Arc::new(output.clone()));
     let ending = finish(&ctx, &kind, &attempt, output, deadline).await;
     if ending == Ending::Won {
-        // The caller waiting for this answer gets the upstream's id of its request.
-        ctx.hub.watch.answered(job.id, upstream_request_id);
+        // The caller waiting for this answer gets it, with the upstream's id of its request.
+        ctx.hub.watch.answered(job.id, answer, upstream_request_id);
     }
     ending
 }
