@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use onejob::config::{Adapter, Config, ProviderConfig};
+use onejob::config::{Adapter, Config, KindConfig, ProviderConfig};
 use onejob_fake::{Behaviour, Rule};
 use reqwest::Response;
 use serde_json::{Value, json};
@@ -47,13 +47,18 @@ const WITHIN: Duration = Duration::from_secs(30);
 /// The gateway kind of the demo config (`chat.fast`, model `fast`) served by the primary
 /// fake only, quick.
 pub(crate) fn gateway(config: &mut Config) {
-    let kind = config
+    let kind = fast(config);
+    kind.providers = vec!["fake".into()];
+    kind.max_attempts = 1;
+}
+
+/// The demo's gateway kind, `chat.fast` (model `fast`).
+fn fast(config: &mut Config) -> &mut KindConfig {
+    config
         .kinds
         .iter_mut()
         .find(|k| k.name == "chat.fast")
-        .expect("the demo serves model fast");
-    kind.providers = vec!["fake".into()];
-    kind.max_attempts = 1;
+        .expect("the demo serves model fast")
 }
 
 fn request(text: &str) -> Value {
@@ -373,11 +378,7 @@ async fn an_unknown_outcome_is_a_409_naming_the_job(backend: Backend) {
     ));
     let app = TestApp::running(&db, &fakes, |config| {
         gateway(config);
-        let kind = config
-            .kinds
-            .iter_mut()
-            .find(|k| k.name == "chat.fast")
-            .unwrap();
+        let kind = fast(config);
         kind.attempt_timeout = Duration::from_millis(300);
     })
     .await;
@@ -457,11 +458,7 @@ async fn an_empty_completion_is_no_success(backend: Backend) {
         provider.base_url = Some(format!("http://{addr}/v1"));
         provider.model = Some("m".into());
         config.providers.push(provider);
-        let kind = config
-            .kinds
-            .iter_mut()
-            .find(|k| k.name == "chat.fast")
-            .unwrap();
+        let kind = fast(config);
         kind.providers = vec!["empty".into()];
     })
     .await;
@@ -889,11 +886,7 @@ async fn a_stream_outlives_attempt_timeout_and_a_silent_one_ends_unknown(backend
     ));
     let app = TestApp::running(&db, &fakes, |config| {
         gateway(config);
-        let kind = config
-            .kinds
-            .iter_mut()
-            .find(|k| k.name == "chat.fast")
-            .unwrap();
+        let kind = fast(config);
         kind.attempt_timeout = Duration::from_millis(500);
         kind.stream_idle_timeout = Duration::from_millis(1_000);
     })
@@ -945,11 +938,7 @@ async fn an_upstream_rate_limit_fails_over_where_certified(backend: Backend) {
     ));
     let app = TestApp::running(&db, &fakes, |config| {
         gateway(config);
-        let kind = config
-            .kinds
-            .iter_mut()
-            .find(|k| k.name == "chat.fast")
-            .unwrap();
+        let kind = fast(config);
         kind.providers = vec!["fake".into(), "fake-backup".into()];
         kind.max_attempts = 2;
         kind.retry_backoff = Duration::from_millis(50);

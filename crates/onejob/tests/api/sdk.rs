@@ -245,41 +245,33 @@ pub(crate) fn in_dir(
     command
 }
 
-async fn the_python_sdk_gets_one_job_per_key_and_onejobs_answers(backend: Backend) {
+/// Runs the unittest script `script` of `sdk/python` against onejob on `backend`, asserting
+/// that all its `cases` ran and passed.
+async fn python_suite(backend: Backend, script: &str, cases: u32) {
     let python = python();
     let db = TestDatabase::create(backend).await;
     let fakes = Fakes::spawn().await;
     let app = serving(&db, &fakes).await;
     let printed = run(
-        in_dir(&python, &sdk("python"), &["test_gateway.py"]),
+        in_dir(&python, &sdk("python"), &[script]),
         &Target::of(&app, &fakes),
     )
     .await;
-    // unittest's summary, on standard error: "Ran 21 tests in 9.1s", then "OK".
+    // unittest's summary, on standard error: "Ran 22 tests in 9.1s", then "OK".
     let ran = count_after(&printed.stderr, "Ran ");
     assert!(
-        ran == Some(PYTHON_CASES) && printed.stderr.lines().any(|l| l == "OK"),
-        "all {PYTHON_CASES} cases ran and passed:\n{}",
+        ran == Some(cases) && printed.stderr.lines().any(|l| l == "OK"),
+        "all {cases} cases of {script} ran and passed:\n{}",
         printed.stderr
     );
 }
 
+async fn the_python_sdk_gets_one_job_per_key_and_onejobs_answers(backend: Backend) {
+    python_suite(backend, "test_gateway.py", PYTHON_CASES).await;
+}
+
 async fn langchain_and_litellm_get_one_job_per_key_and_onejobs_answers(backend: Backend) {
-    let python = python();
-    let db = TestDatabase::create(backend).await;
-    let fakes = Fakes::spawn().await;
-    let app = serving(&db, &fakes).await;
-    let printed = run(
-        in_dir(&python, &sdk("python"), &["test_frameworks.py"]),
-        &Target::of(&app, &fakes),
-    )
-    .await;
-    let ran = count_after(&printed.stderr, "Ran ");
-    assert!(
-        ran == Some(FRAMEWORK_CASES) && printed.stderr.lines().any(|l| l == "OK"),
-        "all {FRAMEWORK_CASES} cases ran and passed:\n{}",
-        printed.stderr
-    );
+    python_suite(backend, "test_frameworks.py", FRAMEWORK_CASES).await;
 }
 
 async fn the_js_sdk_gets_one_job_per_key_and_onejobs_answers(backend: Backend) {
