@@ -2,6 +2,7 @@
 //
 // Run by `cargo test` (crates/onejob/tests/api/sdk.rs), which starts onejob serving model
 // `fast` (the demo's kind `chat.fast`) on a fake provider, with `[gateway] wait = "2s"`, and
+// model `brief` (the same, with `attempt_timeout` and `stream_idle_timeout` of 1 s), and
 // passes:
 //   ONEJOB_URL       the server, http://127.0.0.1:PORT (the SDK's baseURL is ONEJOB_URL/v1)
 //   ONEJOB_API_KEY   a onejob API key
@@ -15,10 +16,12 @@ import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import OpenAI, {
   APIError,
+  AuthenticationError,
   BadRequestError,
   ConflictError,
   InternalServerError,
   NotFoundError,
+  RateLimitError,
   UnprocessableEntityError,
 } from "openai";
 
@@ -73,10 +76,10 @@ function counted(options = {}) {
 }
 
 describe("onejob's gateway through the openai npm package", () => {
-  it("lists model fast", async () => {
+  it("lists models brief and fast", async () => {
     const models = [];
     for await (const model of client().models.list()) models.push(model.id);
-    assert.deepEqual(models, ["fast"]);
+    assert.deepEqual(models, ["brief", "fast"]);
   });
 
   it("answers a plain call with a completion echoing the prompt", async () => {
@@ -307,7 +310,7 @@ describe("onejob's gateway through the openai npm package", () => {
     assert.ok(missing instanceof NotFoundError, String(missing));
     assert.equal(missing.status, 404);
     assert.match(missing.message, /"gpt-9" does not exist here/);
-    assert.deepEqual(missing.error.models, ["fast"]);
+    assert.deepEqual(missing.error.models, ["brief", "fast"]);
     assert.deepEqual(await upstreamCalls(text), []);
   });
 
@@ -322,5 +325,179 @@ describe("onejob's gateway through the openai npm package", () => {
     assert.ok(refused instanceof BadRequestError, String(refused));
     assert.equal(refused.code, "idempotency-key-missing");
     assert.deepEqual(await upstreamCalls(text), []);
+  });
+
+  it("forwards the request as sent, in the caller's key order", async () => {
+    // Structured outputs emit keys in the schema's order, and a tool's parameters are read
+    // in theirs: the upstream must get the caller's JSON as sent, not re-sorted.
+    const text = prompt("Think, then answer.");
+    const schema = {
+      type: "object",
+      properties: { reasoning: { type: "string" }, final_answer: { type: "string" } },
+      required: ["reasoning", "final_answer"],
+      additionalProperties: false,
+    };
+    const tools = [
+      {
+        type: "function",
+        function: {
+          name: "book",
+          parameters: { type: "object", properties: { when: { type: "string" }, city: { type: "string" } } },
+        },
+      },
+    ];
+    await client().chat.completions.create(
+      {
+        model: "fast",
+        messages: user(text),
+        response_format: { type: "json_schema", json_schema: { name: "answer", schema, strict: true } },
+        tools,
+      },
+      key("as-sent"),
+    );
+    const [sent, ...more] = await upstreamCalls(text);
+    assert.equal(more.length, 0);
+    const body = sent.body_text;
+    assert.ok(body.indexOf('"reasoning"') < body.indexOf('"final_answer"'), body);
+    assert.ok(body.indexOf('"when"') < body.indexOf('"city"'), body);
+    assert.equal(JSON.parse(body).model, "fake", "only the model is the provider's");
+  });
+
+  it("keeps a streamed answer whole and replays it whole", async () => {
+    // A reasoning model's stream: reasoning_content first, then content, each content chunk
+    // with its logprobs. The job keeps all of it; replays give all of it back.
+    const text = prompt("Reason about a fox, streamed.");
+    const thought = "First, think about foxes.";
+    await addRule(text, { reasoning: thought, run_ms: 300 });
+    const sdk = client();
+    const ask = (stream) =>
+      sdk.chat.completions.create({ model: "fast", messages: user(text), logprobs: true, stream }, key("whole"));
+    const read = async (stream) => {
+      const choices = [];
+      for await (const chunk of stream) if (chunk.choices.length) choices.push(chunk.choices[0]);
+      return {
+        thought: choices.map((c) => c.delta.reasoning_content ?? "").join(""),
+        content: choices.map((c) => c.delta.content ?? "").join(""),
+        tokens: choices.flatMap((c) => (c.logprobs ? c.logprobs.content.map((t) => t.token) : [])),
+      };
+    };
+    const live = await read(await ask(true));
+    assert.equal(live.thought, thought);
+    assert.ok(live.content.includes(text), live.content);
+    assert.equal(live.tokens.join(""), live.content, "every content chunk's logprobs");
+    const stored = await ask(false);
+    assert.equal(stored.choices[0].message.reasoning_content, live.thought);
+    assert.equal(stored.choices[0].message.content, live.content);
+    assert.deepEqual(
+      stored.choices[0].logprobs.content.map((t) => t.token),
+      live.tokens,
+    );
+    assert.deepEqual(await read(await ask(true)), live, "replayed as a stream: all of it");
+    assert.equal((await upstreamCalls(text)).length, 1);
+  });
+
+  it("refuses a number beyond the exact range instead of rounding it", async () => {
+    const text = prompt("A seed too large.");
+    for (const seed of [10 ** 30, 2 ** 60]) {
+      const refused = await client()
+        .chat.completions.create({ model: "fast", messages: user(text), seed }, key("seed"))
+        .then(
+          () => assert.fail("a seed beyond 2^53 is refused"),
+          (error) => error,
+        );
+      assert.ok(refused instanceof BadRequestError, String(refused));
+      assert.equal(refused.code, "params-invalid");
+      assert.match(refused.message, /\/seed/);
+    }
+    assert.deepEqual(await upstreamCalls(text), []);
+  });
+
+  it("answers other /v1 paths in OpenAI's shape", async () => {
+    const sdk = client();
+    const model = await sdk.models.retrieve("fast");
+    assert.deepEqual([model.id, model.object], ["fast", "model"]);
+    const missing = await sdk.models.retrieve("gpt-9").then(
+      () => assert.fail("gpt-9 is not served"),
+      (error) => error,
+    );
+    assert.ok(missing instanceof NotFoundError, String(missing));
+    assert.equal(missing.code, "not-found");
+    const embeddings = await sdk.embeddings.create({ model: "fast", input: "a fox" }).then(
+      () => assert.fail("embeddings are not served"),
+      (error) => error,
+    );
+    assert.ok(embeddings instanceof NotFoundError, String(embeddings));
+    assert.equal(embeddings.code, "not-found");
+    assert.match(embeddings.message, /\/v1\/embeddings/);
+  });
+
+  it("lets a stream that keeps producing outlive attempt_timeout", async () => {
+    // Model `brief`: attempt_timeout and stream_idle_timeout of 1 s. A stream producing for
+    // 3 s is not cut; a stream silent for longer than 1 s is, its outcome unknown.
+    const text = prompt("A long fox story, streamed steadily for a while.");
+    await addRule(text, { run_ms: 3000 });
+    const sdk = client();
+    const chunks = [];
+    const stream = await sdk.chat.completions.create(
+      { model: "brief", messages: user(text), stream: true },
+      key("long"),
+    );
+    for await (const chunk of stream) chunks.push(chunk);
+    assert.ok(chunks.map((c) => c.choices[0]?.delta?.content ?? "").join("").includes(text));
+    assert.equal(chunks.at(-1).choices[0].finish_reason, "stop");
+    const silent = prompt("A fox that falls silent.");
+    await addRule(silent, { hang_after_ack: true });
+    const quiet = await sdk.chat.completions.create(
+      { model: "brief", messages: user(silent), stream: true },
+      key("silent"),
+    );
+    const broken = await (async () => {
+      for await (const _ of quiet);
+    })().then(
+      () => assert.fail("a silent stream ends with an error"),
+      (error) => error,
+    );
+    assert.ok(broken instanceof APIError, String(broken));
+    assert.equal(broken.code, "attempt_failed");
+    assert.match(broken.message, /unknown/);
+  });
+
+  it("answers the upstream's refusal of onejob's own key as a 502, not the caller's 401", async () => {
+    const text = prompt("The upstream refuses our key.");
+    await addRule(text, { http_status: 401 });
+    const [sdk, sent] = counted();
+    const error = await sdk.chat.completions.create({ model: "fast", messages: user(text) }, key("upstream-401")).then(
+      () => assert.fail("the upstream refused"),
+      (error) => error,
+    );
+    assert.ok(!(error instanceof AuthenticationError), String(error));
+    assert.ok(error instanceof InternalServerError, String(error));
+    assert.equal(error.status, 502);
+    assert.equal(error.code, "upstream_auth_error");
+    assert.match(error.message, /"fake"/);
+    assert.equal(sent.requests, 1, "not retried");
+    const [call] = await upstreamCalls(text);
+    assert.equal(error.headers.get("x-request-id"), call.request_id);
+  });
+
+  it("passes an upstream rate limit on with its Retry-After, and the request id", async () => {
+    const text = prompt("A rate-limited fox.");
+    await addRule(text, { http_status: 429, retry_after: 7 });
+    const limited = await client()
+      .chat.completions.create({ model: "fast", messages: user(text) }, key("upstream-429"))
+      .then(
+        () => assert.fail("the upstream is rate limited"),
+        (error) => error,
+      );
+    assert.ok(limited instanceof RateLimitError, String(limited));
+    assert.equal(limited.headers.get("retry-after"), "7");
+    assert.equal((await upstreamCalls(text)).length, 1);
+    const asked = prompt("Which request was this?");
+    const { request_id } = await client()
+      .chat.completions.create({ model: "fast", messages: user(asked) }, key("request-id"))
+      .withResponse();
+    const [call] = await upstreamCalls(asked);
+    assert.ok(call.request_id.startsWith("req_"));
+    assert.equal(request_id, call.request_id);
   });
 });

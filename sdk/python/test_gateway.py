@@ -2,6 +2,7 @@
 
 Run by `cargo test` (crates/onejob/tests/api/sdk.rs), which starts onejob serving model
 `fast` (the demo's kind `chat.fast`) on a fake provider, with `[gateway] wait = "2s"`, and
+model `brief` (the same, with `attempt_timeout` and `stream_idle_timeout` of 1 s), and
 passes:
 
   ONEJOB_URL       the server, http://127.0.0.1:PORT (the SDK's base_url is ONEJOB_URL/v1)
@@ -85,7 +86,7 @@ class Gateway(unittest.TestCase):
     maxDiff = None
 
     def test_models_lists_fast(self):
-        self.assertEqual([m.id for m in client().models.list()], ["fast"])
+        self.assertEqual([m.id for m in client().models.list()], ["brief", "fast"])
 
     def test_a_plain_call_returns_a_completion_echoing_the_prompt(self):
         text = prompt("Describe a red fox.")
@@ -314,7 +315,7 @@ class Gateway(unittest.TestCase):
         error = raised.exception
         self.assertEqual(error.status_code, 404)
         self.assertIn('"gpt-9" does not exist here', error.body["message"])
-        self.assertEqual(error.body["models"], ["fast"])
+        self.assertEqual(error.body["models"], ["brief", "fast"])
         self.assertEqual(upstream_calls(text), [])
 
     def test_a_call_without_a_key_is_refused(self):
@@ -323,6 +324,171 @@ class Gateway(unittest.TestCase):
             client().chat.completions.create(model="fast", messages=user(text))
         self.assertEqual(raised.exception.code, "idempotency-key-missing")
         self.assertEqual(upstream_calls(text), [])
+
+    def test_the_upstream_receives_the_request_as_sent(self):
+        # Structured outputs emit keys in the schema's order, and a tool's parameters are
+        # read in theirs: the upstream must get the caller's JSON as sent, not re-sorted.
+        text = prompt("Think, then answer.")
+        schema = {
+            "type": "object",
+            "properties": {"reasoning": {"type": "string"}, "final_answer": {"type": "string"}},
+            "required": ["reasoning", "final_answer"],
+            "additionalProperties": False,
+        }
+        tools = [
+            {
+                "type": "function",
+                "function": {
+                    "name": "book",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"when": {"type": "string"}, "city": {"type": "string"}},
+                    },
+                },
+            }
+        ]
+        client().chat.completions.create(
+            model="fast",
+            messages=user(text),
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "answer", "schema": schema, "strict": True},
+            },
+            tools=tools,
+            extra_headers=key("as-sent"),
+        )
+        (sent,) = upstream_calls(text)
+        body = sent["body_text"]
+        self.assertLess(body.index('"reasoning"'), body.index('"final_answer"'), body)
+        self.assertLess(body.index('"when"'), body.index('"city"'), body)
+        self.assertEqual(json.loads(body)["model"], "fake", "only the model is the provider's")
+
+    def test_a_streamed_answer_is_kept_whole_and_replayed_whole(self):
+        # A reasoning model's stream: reasoning_content first, then content, each content
+        # chunk with its logprobs. The job keeps all of it; replays give all of it back.
+        text = prompt("Reason about a fox, streamed.")
+        thought = "First, think about foxes."
+        add_rule(text, reasoning=thought, run_ms=300)
+        sdk = client()
+
+        def ask(stream):
+            return sdk.chat.completions.create(
+                model="fast",
+                messages=user(text),
+                logprobs=True,
+                stream=stream,
+                extra_headers=key("whole"),
+            )
+
+        def read(chunks):
+            choices = [c.choices[0] for c in chunks if c.choices]
+            return (
+                "".join(getattr(c.delta, "reasoning_content", None) or "" for c in choices),
+                "".join(c.delta.content or "" for c in choices),
+                [t.token for c in choices if c.logprobs for t in c.logprobs.content],
+            )
+
+        live = read(list(ask(True)))
+        self.assertEqual(live[0], thought)
+        self.assertIn(text, live[1])
+        self.assertEqual("".join(live[2]), live[1], "every content chunk's logprobs")
+        stored = ask(False)
+        message = stored.choices[0].message
+        self.assertEqual(getattr(message, "reasoning_content", None), live[0])
+        self.assertEqual(message.content, live[1])
+        self.assertEqual([t.token for t in stored.choices[0].logprobs.content], live[2])
+        self.assertEqual(read(list(ask(True))), live, "replayed as a stream: all of it")
+        self.assertEqual(len(upstream_calls(text)), 1)
+
+    def test_a_number_beyond_the_exact_range_is_refused_not_rounded(self):
+        # 10**30 and 10**30 + 1 are both the double 1e30: taken, they would share one
+        # fingerprint, and the upstream would get a rounded seed.
+        text = prompt("A seed too large.")
+        for seed in (10**30, 10**30 + 1):
+            with self.assertRaises(openai.BadRequestError) as raised:
+                client().chat.completions.create(
+                    model="fast", messages=user(text), seed=seed, extra_headers=key("seed")
+                )
+            self.assertEqual(raised.exception.code, "params-invalid")
+            self.assertIn("/seed", raised.exception.message)
+        self.assertEqual(upstream_calls(text), [])
+
+    def test_other_v1_paths_answer_in_openais_shape(self):
+        sdk = client()
+        model = sdk.models.retrieve("fast")
+        self.assertEqual((model.id, model.object), ("fast", "model"))
+        with self.assertRaises(openai.NotFoundError) as raised:
+            sdk.models.retrieve("gpt-9")
+        self.assertEqual(raised.exception.code, "not-found")
+        self.assertIn('"gpt-9"', raised.exception.message)
+        with self.assertRaises(openai.NotFoundError) as raised:
+            sdk.embeddings.create(model="fast", input="a fox")
+        self.assertEqual(raised.exception.code, "not-found")
+        self.assertIn("/v1/embeddings", raised.exception.message)
+
+    def test_a_stream_that_keeps_producing_outlives_attempt_timeout(self):
+        # Model `brief`: attempt_timeout and stream_idle_timeout of 1 s. A stream producing
+        # for 3 s is not cut; a stream silent for longer than 1 s is, its outcome unknown.
+        text = prompt("A long fox story, streamed steadily for a while.")
+        add_rule(text, run_ms=3000)
+        sdk = client()
+        stream = sdk.chat.completions.create(
+            model="brief", messages=user(text), stream=True, extra_headers=key("long")
+        )
+        chunks = list(stream)
+        self.assertIn(text, "".join(c.choices[0].delta.content or "" for c in chunks))
+        self.assertEqual(chunks[-1].choices[0].finish_reason, "stop")
+        silent = prompt("A fox that falls silent.")
+        add_rule(silent, hang_after_ack=True)
+        stream = sdk.chat.completions.create(
+            model="brief", messages=user(silent), stream=True, extra_headers=key("silent")
+        )
+        with self.assertRaises(openai.APIError) as raised:
+            for _ in stream:
+                pass
+        self.assertEqual(raised.exception.code, "attempt_failed")
+        self.assertIn("unknown", raised.exception.message)
+
+    def test_the_upstreams_account_errors_are_not_the_callers(self):
+        # The upstream refuses onejob's own key: the caller's key is fine, so the SDK must
+        # not raise its AuthenticationError; a 502 names the provider, not retried.
+        text = prompt("The upstream refuses our key.")
+        add_rule(text, http_status=401)
+        sent = []
+        http = openai.DefaultHttpxClient(event_hooks={"request": [sent.append]})
+        with self.assertRaises(openai.APIStatusError) as raised:
+            client(http_client=http).chat.completions.create(
+                model="fast", messages=user(text), extra_headers=key("upstream-401")
+            )
+        error = raised.exception
+        self.assertNotIsInstance(error, openai.AuthenticationError)
+        self.assertEqual(error.status_code, 502)
+        self.assertEqual(error.code, "upstream_auth_error")
+        self.assertIn('"fake"', error.message)
+        self.assertEqual(len(sent), 1)
+        (call,) = upstream_calls(text)
+        self.assertEqual(error.response.headers["x-request-id"], call["request_id"])
+
+    def test_an_upstream_rate_limit_keeps_its_retry_after(self):
+        text = prompt("A rate-limited fox.")
+        add_rule(text, http_status=429, retry_after=7)
+        with self.assertRaises(openai.RateLimitError) as raised:
+            client().chat.completions.create(
+                model="fast", messages=user(text), extra_headers=key("upstream-429")
+            )
+        error = raised.exception
+        self.assertEqual(error.status_code, 429)
+        self.assertEqual(error.response.headers["retry-after"], "7")
+        self.assertEqual(len(upstream_calls(text)), 1)
+
+    def test_the_upstreams_request_id_comes_through(self):
+        text = prompt("Which request was this?")
+        completion = client().chat.completions.create(
+            model="fast", messages=user(text), extra_headers=key("request-id")
+        )
+        (call,) = upstream_calls(text)
+        self.assertTrue(call["request_id"].startswith("req_"))
+        self.assertEqual(completion._request_id, call["request_id"])
 
 
 if __name__ == "__main__":

@@ -1,9 +1,12 @@
 //! The explicit limits on a job's parameters, checked before anything is stored.
 //!
 //! * Nesting depth is capped ([`ParamsLimits::max_depth`], 32 by default).
-//! * Integers must be exactly representable as IEEE 754 doubles (|n| ≤ 2^53), as I-JSON
-//!   (RFC 7493) requires: RFC 8785 canonicalises every number as a double, so two larger
-//!   integers could otherwise share one fingerprint. Send big identifiers as strings.
+//! * Numbers must lie within ±2^53, where every integer is exactly an IEEE 754 double, as
+//!   I-JSON (RFC 7493) requires: RFC 8785 canonicalises every number as a double, so two
+//!   larger integers could otherwise share one fingerprint (and be rounded on the way). This
+//!   holds however the number is spelled: `10**30` arrives as an integer too large for 64
+//!   bits, which JSON parsers read as a double, and is refused like `9007199254740993`.
+//!   Send big identifiers as strings.
 //! * Strings and object keys must not contain U+0000, which PostgreSQL cannot store in JSON;
 //!   refusing it on every store keeps the two stores answering alike.
 //! * [`parse_json_strict`] refuses duplicate object keys, which different JSON parsers
@@ -28,8 +31,8 @@ pub enum ParamsError {
         /// The configured limit.
         limit: usize,
     },
-    /// An integer that an IEEE 754 double cannot hold exactly.
-    #[error("the integer at {path} is beyond ±2^53; send it as a string")]
+    /// A number beyond ±2^53, where doubles no longer hold every integer exactly.
+    #[error("the number at {path} is beyond ±2^53, where it would be rounded; send it as a string")]
     UnsafeInteger {
         /// JSON Pointer of the number.
         path: String,
@@ -111,10 +114,13 @@ impl ParamsLimits {
                 Ok(())
             }
             Value::Number(n) => {
-                let safe = match (n.as_u64(), n.as_i64()) {
-                    (Some(u), _) => u <= MAX_SAFE_INTEGER,
-                    (None, Some(i)) => i.unsigned_abs() <= MAX_SAFE_INTEGER,
-                    (None, None) => true,
+                let safe = match (n.as_u64(), n.as_i64(), n.as_f64()) {
+                    (Some(u), _, _) => u <= MAX_SAFE_INTEGER,
+                    (None, Some(i), _) => i.unsigned_abs() <= MAX_SAFE_INTEGER,
+                    // A double: a fraction, or an integer too large for 64 bits (`1e30`,
+                    // `10**30` spelled out), which the parser already had to round.
+                    (None, None, Some(f)) => f.abs() <= MAX_SAFE_INTEGER as f64,
+                    (None, None, None) => false,
                 };
                 if safe {
                     Ok(())
@@ -266,6 +272,30 @@ mod tests {
             limits.check(&json!({"id": -9007199254740993i64})),
             Err(ParamsError::UnsafeInteger { path: "/id".into() })
         );
+    }
+
+    #[test]
+    fn refuses_integers_beyond_64_bits_and_large_doubles() {
+        let limits = ParamsLimits::default();
+        // Python's `10**30`, and one more: both parse to the double 1e30.
+        for text in [
+            r#"{"seed": 1000000000000000000000000000000}"#,
+            r#"{"seed": 1000000000000000000000000000001}"#,
+            r#"{"seed": -1e30}"#,
+            r#"{"x": [1.5e16]}"#,
+        ] {
+            let params = parse_json_strict(text.as_bytes()).unwrap();
+            assert!(
+                matches!(
+                    limits.check(&params),
+                    Err(ParamsError::UnsafeInteger { .. })
+                ),
+                "{text}"
+            );
+        }
+        let fine =
+            parse_json_strict(br#"{"t": 0.7, "big": 9007199254740992.0, "n": -2.5e-300}"#).unwrap();
+        assert_eq!(limits.check(&fine), Ok(()));
     }
 
     #[test]

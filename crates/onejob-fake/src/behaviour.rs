@@ -22,6 +22,8 @@ const RULE_FIELDS: &[&str] = &[
     "output",
     "http_status",
     "break_stream_after",
+    "retry_after",
+    "reasoning",
 ];
 
 /// One scripted behaviour and the requests it applies to.
@@ -72,6 +74,14 @@ pub struct Behaviour {
     /// under the same `Idempotency-Key` break the same way. Ignored by the tasks endpoint.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub break_stream_after: Option<u32>,
+    /// With `http_status`: sent as the answer's `Retry-After` header, in seconds (a `429`'s
+    /// wait, as a rate-limited upstream says it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after: Option<u64>,
+    /// Chat only: what the model "thought" before answering, as reasoning models send it:
+    /// the message's `reasoning_content`, streamed word by word before the content.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
 }
 
 /// How the finished work turns out.
@@ -227,6 +237,8 @@ mod tests {
                 output: Some(json!({})),
                 http_status: Some(500),
                 break_stream_after: Some(1),
+                retry_after: Some(1),
+                reasoning: Some("hm".into()),
                 ..Behaviour::default()
             },
         };

@@ -35,7 +35,7 @@ use crate::behaviour::{Behaviour, Outcome};
 use crate::completion::{Answer, Completion, DONE};
 use crate::error::{FakeError, parse_json};
 use crate::idempotency::{idempotency_key, mark_replayed};
-use crate::state::{ChatAdmission, ChatSlot, Progress, Shared, StoredReply};
+use crate::state::{ChatAdmission, ChatSlot, Progress, SentChat, Shared, StoredReply};
 use crate::submissions::canonical_text;
 use crate::task::{ECHO_CHARS, truncate};
 
@@ -67,13 +67,35 @@ impl Form {
     }
 }
 
-/// `POST /v1/chat/completions`.
+/// `POST /v1/chat/completions`. Every answer names the request in an `x-request-id`
+/// header, as OpenAI's do.
 pub(crate) async fn completions(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
     body: Bytes,
+) -> Response {
+    let request_id = format!("req_{}", uuid::Uuid::now_v7().simple());
+    let mut response = match answer_request(shared, headers, body, &request_id).await {
+        Ok(response) => response,
+        Err(error) => error.into_response(),
+    };
+    if let Ok(value) = HeaderValue::from_str(&request_id) {
+        response.headers_mut().insert("x-request-id", value);
+    }
+    response
+}
+
+async fn answer_request(
+    shared: Arc<Shared>,
+    headers: HeaderMap,
+    body: Bytes,
+    request_id: &str,
 ) -> Result<Response, FakeError> {
     let request = parse_json(&body)?;
+    let sent = SentChat {
+        body_text: String::from_utf8_lossy(&body).into_owned(),
+        request_id: request_id.to_owned(),
+    };
     let key = idempotency_key(&headers)?;
     let Some(messages) = request.get("messages").filter(|m| m.is_array()) else {
         return Err(FakeError::BadRequest(
@@ -82,11 +104,13 @@ pub(crate) async fn completions(
     };
     let tool = called_tool(&request, messages)?;
     let form = Form::of(&request);
-    match shared.admit_chat(&request, key) {
+    match shared.admit_chat(&request, &sent, key) {
         ChatAdmission::Replay(progress) => {
             Ok(mark_replayed(answer(&shared, progress, form).await?))
         }
-        ChatAdmission::Scripted(status) => Err(FakeError::ScriptedStatus(status)),
+        ChatAdmission::Scripted(status, retry_after) => {
+            Err(FakeError::ScriptedStatus(status, retry_after))
+        }
         ChatAdmission::Run { behaviour, slot } => {
             let progress = slot.subscribe();
             let outcome = outcome_of(&request, tool, &behaviour);
@@ -480,7 +504,9 @@ fn outcome_of(
         behaviour
             .break_stream_after
             .map(|pieces| usize::try_from(pieces).unwrap_or(usize::MAX)),
-    ))
+    )
+    .thinking(behaviour.reasoning.clone())
+    .with_logprobs(request.get("logprobs") == Some(&Value::Bool(true))))
 }
 
 /// The text of the last `user` message: a string content, the `text` parts of an array

@@ -16,6 +16,11 @@
 //!    `"choices": []`;
 //! 5. `data: [DONE]`.
 //!
+//! A completion with `reasoning` streams it first, word by word as `reasoning_content`
+//! deltas (its JSON form carries it as the message's `reasoning_content`); one asked for
+//! `logprobs` carries each content piece's log probability in its chunk (its JSON form, all
+//! of them in the choice's `logprobs`), as OpenAI's do.
+//!
 //! A completion scripted to break (`break_stream_after`) stops after that many pieces of
 //! step 2, without steps 3-5.
 
@@ -59,6 +64,10 @@ pub(crate) struct Completion {
     pub(crate) usage: Value,
     /// The answer is cut after this many pieces (a stream that dies mid-way).
     pub(crate) break_after: Option<usize>,
+    /// What the model thought before answering (`reasoning_content`).
+    reasoning: Option<String>,
+    /// Whether the request asked for `logprobs`.
+    logprobs: bool,
     pieces: Vec<Value>,
 }
 
@@ -72,7 +81,7 @@ impl Completion {
         usage: Value,
         break_after: Option<usize>,
     ) -> Completion {
-        let pieces = deltas(&answer);
+        let pieces = deltas(&answer, None);
         Completion {
             id,
             created,
@@ -80,8 +89,37 @@ impl Completion {
             answer,
             usage,
             break_after,
+            reasoning: None,
+            logprobs: false,
             pieces,
         }
+    }
+
+    /// The same completion, thinking `reasoning` first.
+    pub(crate) fn thinking(mut self, reasoning: Option<String>) -> Completion {
+        self.pieces = deltas(&self.answer, reasoning.as_deref());
+        self.reasoning = reasoning;
+        self
+    }
+
+    /// The same completion, with log probabilities when `asked`.
+    pub(crate) fn with_logprobs(mut self, asked: bool) -> Completion {
+        self.logprobs = asked;
+        self
+    }
+
+    /// The log probabilities of the content pieces among `pieces`, as OpenAI's `logprobs`.
+    fn logprobs_of<'a>(&self, pieces: impl Iterator<Item = &'a Value>) -> Option<Value> {
+        self.logprobs.then(|| {
+            let tokens: Vec<Value> = pieces
+                .filter_map(|piece| piece.get("content").and_then(Value::as_str))
+                .map(|token| {
+                    json!({"token": token, "logprob": -0.25, "bytes": token.as_bytes(),
+                        "top_logprobs": []})
+                })
+                .collect();
+            json!({"content": tokens, "refusal": null})
+        })
     }
 
     /// The deltas of the content chunks (step 2 of the stream), in order.
@@ -110,7 +148,9 @@ impl Completion {
     /// The non-streamed form: one `chat.completion` document.
     pub(crate) fn json(&self) -> Value {
         let message = match &self.answer {
-            Answer::Content(content) => json!({"role": "assistant", "content": content}),
+            Answer::Content(content) => {
+                json!({"role": "assistant", "content": content, "refusal": null})
+            }
             Answer::ToolCall {
                 id,
                 name,
@@ -118,6 +158,7 @@ impl Completion {
             } => json!({
                 "role": "assistant",
                 "content": null,
+                "refusal": null,
                 "tool_calls": [{
                     "id": id,
                     "type": "function",
@@ -125,16 +166,25 @@ impl Completion {
                 }],
             }),
         };
+        let mut message = message;
+        if let Some(reasoning) = &self.reasoning {
+            message["reasoning_content"] = json!(reasoning);
+        }
+        let mut choice = json!({
+            "index": 0,
+            "message": message,
+            "logprobs": null,
+            "finish_reason": self.finish_reason(),
+        });
+        if let Some(logprobs) = self.logprobs_of(self.pieces.iter()) {
+            choice["logprobs"] = logprobs;
+        }
         json!({
             "id": self.id,
             "object": "chat.completion",
             "created": self.created,
             "model": self.model,
-            "choices": [{
-                "index": 0,
-                "message": message,
-                "finish_reason": self.finish_reason(),
-            }],
+            "choices": [choice],
             "usage": self.usage,
         })
     }
@@ -166,9 +216,21 @@ impl Completion {
         self.delta_event(&json!({"role": "assistant", "content": content}), None)
     }
 
-    /// Step 2: the chunk of piece `index`.
+    /// Step 2: the chunk of piece `index` (with its log probability, where asked).
     pub(crate) fn piece_event(&self, index: usize) -> Bytes {
-        self.delta_event(&self.pieces[index], None)
+        let piece = &self.pieces[index];
+        match self
+            .logprobs_of(std::iter::once(piece))
+            .filter(|_| piece.get("content").is_some())
+        {
+            Some(logprobs) => event(&self.chunk(json!([{
+                "index": 0,
+                "delta": piece,
+                "logprobs": logprobs,
+                "finish_reason": null,
+            }]))),
+            None => self.delta_event(piece, None),
+        }
     }
 
     /// Step 3: the finish chunk.
@@ -189,8 +251,17 @@ fn event(value: &Value) -> Bytes {
     Bytes::from(format!("data: {value}\n\n"))
 }
 
-/// The content chunks' deltas of an answer.
-fn deltas(answer: &Answer) -> Vec<Value> {
+/// The content chunks' deltas of an answer, after those of its `reasoning`.
+fn deltas(answer: &Answer, reasoning: Option<&str>) -> Vec<Value> {
+    let thoughts = reasoning
+        .map(words_with_spacing)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|piece| json!({"reasoning_content": piece}));
+    thoughts.chain(answer_deltas(answer)).collect()
+}
+
+fn answer_deltas(answer: &Answer) -> Vec<Value> {
     match answer {
         Answer::Content(content) => words_with_spacing(content)
             .into_iter()

@@ -35,9 +35,9 @@ pub enum FakeError {
     /// A rule scripted the work to fail.
     #[error("scripted failure")]
     ScriptedFailure,
-    /// A rule scripted this HTTP status.
+    /// A rule scripted this HTTP status (and `Retry-After`, in seconds).
     #[error("scripted status")]
-    ScriptedStatus(u16),
+    ScriptedStatus(u16, Option<u64>),
     /// The server is stopping; a hanging request is released with this.
     #[error("the fake provider is shutting down")]
     ShuttingDown,
@@ -53,7 +53,7 @@ impl FakeError {
             | FakeError::ScriptedFailure => StatusCode::BAD_REQUEST,
             FakeError::UnknownTask(_) | FakeError::UnknownRoute(_) => StatusCode::NOT_FOUND,
             FakeError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            FakeError::ScriptedStatus(code) => {
+            FakeError::ScriptedStatus(code, _) => {
                 StatusCode::from_u16(*code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
             }
             FakeError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
@@ -69,7 +69,7 @@ impl FakeError {
             | FakeError::ScriptedFailure => "invalid_request_error",
             FakeError::UnknownTask(_) | FakeError::UnknownRoute(_) => "not_found_error",
             FakeError::MethodNotAllowed => "invalid_request_error",
-            FakeError::ScriptedStatus(_) | FakeError::ShuttingDown => "server_error",
+            FakeError::ScriptedStatus(..) | FakeError::ShuttingDown => "server_error",
         }
     }
 
@@ -81,7 +81,14 @@ impl FakeError {
 
 impl IntoResponse for FakeError {
     fn into_response(self) -> Response {
-        (self.status(), Json(self.body())).into_response()
+        let mut response = (self.status(), Json(self.body())).into_response();
+        if let FakeError::ScriptedStatus(_, Some(seconds)) = self {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(seconds),
+            );
+        }
+        response
     }
 }
 
@@ -96,7 +103,7 @@ mod tests {
 
     #[test]
     fn scripted_status_keeps_its_code_and_shape() {
-        let error = FakeError::ScriptedStatus(503);
+        let error = FakeError::ScriptedStatus(503, None);
         assert_eq!(error.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(
             error.body(),

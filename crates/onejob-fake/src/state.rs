@@ -53,8 +53,8 @@ pub(crate) type ChatSlot = Arc<watch::Sender<Progress>>;
 pub(crate) enum ChatAdmission {
     /// The key was seen: follow the first request's progress.
     Replay(watch::Receiver<Progress>),
-    /// Counted; answer with this scripted status.
-    Scripted(u16),
+    /// Counted; answer with this scripted status (and `Retry-After`, in seconds).
+    Scripted(u16, Option<u64>),
     /// Counted; run with this behaviour and publish the progress in `slot`.
     Run {
         /// The behaviour picked by the rules.
@@ -62,6 +62,14 @@ pub(crate) enum ChatAdmission {
         /// Where the progress goes (and where replays follow it).
         slot: ChatSlot,
     },
+}
+
+/// A chat request as it reached the fake: its body's text, and the id its answer names it by.
+pub(crate) struct SentChat {
+    /// The body as received.
+    pub(crate) body_text: String,
+    /// Sent back as `x-request-id`.
+    pub(crate) request_id: String,
 }
 
 /// What to do with a task submit.
@@ -129,7 +137,12 @@ impl Shared {
     }
 
     /// Admits a chat submit with this body; its input is the body's `messages`.
-    pub(crate) fn admit_chat(&self, request: &Value, key: Option<String>) -> ChatAdmission {
+    pub(crate) fn admit_chat(
+        &self,
+        request: &Value,
+        sent: &SentChat,
+        key: Option<String>,
+    ) -> ChatAdmission {
         let messages = request.get("messages").unwrap_or(&Value::Null);
         let mut inner = self.lock();
         if let Some(slot) = key.as_ref().and_then(|k| inner.chat_keys.get(k)) {
@@ -138,11 +151,12 @@ impl Shared {
             return ChatAdmission::Replay(waiting);
         }
         let behaviour = inner.rules.pick(&canonical_text(messages));
-        inner
-            .log
-            .record(record("chat", messages, request, key.clone(), None));
+        let mut side_effect = record("chat", messages, request, key.clone(), None);
+        side_effect.body_text = Some(sent.body_text.clone());
+        side_effect.request_id = Some(sent.request_id.clone());
+        inner.log.record(side_effect);
         if let Some(status) = behaviour.http_status {
-            return ChatAdmission::Scripted(status);
+            return ChatAdmission::Scripted(status, behaviour.retry_after);
         }
         let slot: ChatSlot = Arc::new(watch::Sender::new(Progress::Waiting));
         if let Some(key) = key {
@@ -227,6 +241,8 @@ fn record(
         input_hash: input_hash(input),
         input: input.clone(),
         request: request.clone(),
+        body_text: None,
+        request_id: None,
         idempotency_key,
         task_id,
     }

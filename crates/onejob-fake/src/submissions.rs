@@ -39,6 +39,13 @@ pub struct SubmissionRecord {
     /// written before it existed: it then reads as `null`.
     #[serde(default)]
     pub request: Value,
+    /// The request body's text exactly as received (chat), so a test can see the key order
+    /// and number spelling that reached the upstream. Absent from older documents.
+    #[serde(default)]
+    pub body_text: Option<String>,
+    /// The id the fake gave the request in its `x-request-id` answer header (chat).
+    #[serde(default)]
+    pub request_id: Option<String>,
     /// The `Idempotency-Key` header, if the request had one.
     pub idempotency_key: Option<String>,
     /// The task created for it (tasks endpoint only; none when a status was scripted).
@@ -96,6 +103,8 @@ mod tests {
                 input_hash: input_hash(&input),
                 input: input.clone(),
                 request: input.clone(),
+                body_text: None,
+                request_id: None,
                 idempotency_key: None,
                 task_id: None,
             });

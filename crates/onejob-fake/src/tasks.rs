@@ -48,7 +48,7 @@ pub(crate) async fn submit(
     let key = idempotency_key(&headers)?;
     match shared.admit_task(&body, key) {
         TaskAdmission::Replay(view) => Ok(mark_replayed(Json(view).into_response())),
-        TaskAdmission::Scripted(status) => Err(FakeError::ScriptedStatus(status)),
+        TaskAdmission::Scripted(status) => Err(FakeError::ScriptedStatus(status, None)),
         TaskAdmission::Accepted { task_id, behaviour } => {
             let delay = Duration::from_millis(behaviour.ack_delay_ms);
             tokio::select! {

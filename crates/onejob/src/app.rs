@@ -3,7 +3,7 @@
 //! `onejob serve` and the black-box tests go through the same [`App::open`] and
 //! [`App::serve`]; tests bind port 0 and read the address back.
 
-use std::{future::Future, net::SocketAddr, sync::Arc};
+use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
 use onejob_domain::ParamsLimits;
 use tokio::net::TcpListener;
@@ -168,8 +168,18 @@ impl App {
                 self.config.http.key_cache_ttl,
             ),
             request_timeout: self.config.http.request_timeout,
-            hub: self.hub.clone(),
-            gateway: self.config.gateway.clone(),
+            chat: crate::jobs::gateway::ChatCalls::new(
+                self.jobs.clone(),
+                self.hub.clone(),
+                self.config.gateway.allow_keyless,
+                // Kept a second inside the request deadline, so the answer is ours, not a 408.
+                self.config.gateway.wait.min(
+                    self.config
+                        .http
+                        .request_timeout
+                        .saturating_sub(Duration::from_secs(1)),
+                ),
+            ),
         })
     }
 

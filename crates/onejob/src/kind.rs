@@ -108,6 +108,10 @@ pub struct Kind {
     pub openai_models: Vec<String>,
     /// Deadline of one attempt.
     pub attempt_timeout: Duration,
+    /// A streamed attempt's longest gap between chunks.
+    pub stream_idle_timeout: Duration,
+    /// A streamed attempt's longest life.
+    pub stream_max: Duration,
     /// Most attempts per job.
     pub max_attempts: u32,
     /// Base wait before the attempt after a definite failure.
@@ -284,11 +288,14 @@ fn compile_kind(raw: &KindConfig, index: usize, config: &Config) -> Result<Kind,
             "must be at least 1",
         ));
     }
-    if raw.attempt_timeout.is_zero() {
-        return Err(ConfigError::invalid(
-            key("attempt_timeout"),
-            "must be longer than 0s",
-        ));
+    for (name, value) in [
+        ("attempt_timeout", raw.attempt_timeout),
+        ("stream_idle_timeout", raw.stream_idle_timeout),
+        ("stream_max", raw.stream_max),
+    ] {
+        if value.is_zero() {
+            return Err(ConfigError::invalid(key(name), "must be longer than 0s"));
+        }
     }
     for (i, provider) in raw.providers.iter().enumerate() {
         if !config.providers.iter().any(|p| &p.name == provider) {
@@ -342,6 +349,8 @@ fn compile_kind(raw: &KindConfig, index: usize, config: &Config) -> Result<Kind,
         providers: raw.providers.clone(),
         openai_models: raw.openai_models.clone(),
         attempt_timeout: raw.attempt_timeout,
+        stream_idle_timeout: raw.stream_idle_timeout,
+        stream_max: raw.stream_max,
         max_attempts: raw.max_attempts,
         retry_backoff: raw.retry_backoff,
         hedge_after: raw.hedge_after,

@@ -403,6 +403,7 @@ async fn round_trip(
         attempt_id: Uuid::now_v7(),
         kind,
         params,
+        request_body: None,
         idempotency_key: key.to_owned(),
         temperature: Some(VERIFY_TEMPERATURE),
     };
@@ -417,7 +418,9 @@ async fn round_trip(
         })?
         .map_err(|e| e.to_string())?;
     let task_id = match submitted {
-        Submitted::Output { output, receipt } => {
+        Submitted::Output {
+            output, receipt, ..
+        } => {
             return Ok(Trip {
                 key: key.to_owned(),
                 task_id: None,

@@ -58,9 +58,17 @@ pub struct KindConfig {
     /// Its providers must be `openai-chat` ones, each sending its own upstream `model`.
     #[serde(default)]
     pub openai_models: Vec<String>,
-    /// How long one attempt may take before its outcome is unknown.
+    /// How long one attempt may take before its outcome is unknown (an attempt streamed to
+    /// a gateway caller is bounded by `stream_idle_timeout` and `stream_max` instead).
     #[serde(default = "default_attempt_timeout", with = "humantime_serde")]
     pub attempt_timeout: Duration,
+    /// A streamed attempt's longest silence: no chunk for this long (the first one
+    /// included) ends it, its outcome unknown.
+    #[serde(default = "default_stream_idle_timeout", with = "humantime_serde")]
+    pub stream_idle_timeout: Duration,
+    /// A streamed attempt's longest life, however steadily it produces.
+    #[serde(default = "default_stream_max", with = "humantime_serde")]
+    pub stream_max: Duration,
     /// Most attempts per job (retries and failover included).
     #[serde(default = "default_max_attempts")]
     pub max_attempts: u32,
@@ -80,6 +88,14 @@ pub struct KindConfig {
 
 fn default_attempt_timeout() -> Duration {
     Duration::from_secs(30)
+}
+
+fn default_stream_idle_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+
+fn default_stream_max() -> Duration {
+    Duration::from_secs(30 * 60)
 }
 
 fn default_retry_backoff() -> Duration {

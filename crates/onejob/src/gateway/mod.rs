@@ -6,13 +6,16 @@
 //! (`openai_models`) takes the request body, less the delivery-only `stream` and
 //! `stream_options`, as the job's params, so the fingerprint is the request's intent and a
 //! retry under the same key is the same job. The job's result is the winning upstream's own
-//! `chat.completion`. The HTTP adapter is `crate::http::gateway`.
+//! `chat.completion`. The use case is `crate::jobs::gateway`, its HTTP adapter
+//! `crate::http::gateway`.
 //!
 //! * [`completion`]: assembling a streamed completion, and streaming a stored one;
+//! * [`request`]: the caller's request as sent, and the copy forwarded upstream;
 //! * [`streams`]: live streams of running attempts, which callers attach to from the start;
 //! * [`watch`]: in-process notice that a job changed, so a waiting caller answers at once.
 
 pub mod completion;
+pub mod request;
 pub mod streams;
 pub mod watch;
 

@@ -21,8 +21,8 @@ use super::{
     auth::Caller,
     body::read_json,
     jobs::parse_id,
-    openapi,
     problem::{Problem, ProblemType},
+    responses,
     view::{AttemptView, Audience, JobView},
 };
 use crate::jobs::resolution::{self, OutOfBand, ResolveError};
@@ -108,14 +108,14 @@ impl From<ResolveError> for Problem {
     request_body(content = ResolveBody, content_type = "application/json"),
     responses(
         (status = 200, description = "Resolved; the event names the operator", body = Resolved),
-        (status = 400, response = openapi::BadRequest),
-        (status = 403, response = openapi::Forbidden),
-        (status = 404, response = openapi::NotFound),
-        (status = 409, response = openapi::Conflict),
-        (status = 413, response = openapi::ContentTooLarge),
-        (status = 415, response = openapi::UnsupportedMediaType),
-        (status = 401, response = openapi::Unauthorized),
-        (status = 503, response = openapi::Unavailable),
+        (status = 400, response = responses::BadRequest),
+        (status = 403, response = responses::Forbidden),
+        (status = 404, response = responses::NotFound),
+        (status = 409, response = responses::Conflict),
+        (status = 413, response = responses::ContentTooLarge),
+        (status = 415, response = responses::UnsupportedMediaType),
+        (status = 401, response = responses::Unauthorized),
+        (status = 503, response = responses::Unavailable),
     )
 )]
 pub async fn resolve(

@@ -12,6 +12,17 @@ use super::problem::{Problem, ProblemType};
 
 /// Checks the media type, then reads at most `limit` bytes and parses them as JSON.
 pub async fn read_json(headers: &HeaderMap, body: Body, limit: usize) -> Result<Value, Problem> {
+    read_json_as_sent(headers, body, limit)
+        .await
+        .map(|(value, _)| value)
+}
+
+/// As [`read_json`], also answering the body's text as sent.
+pub async fn read_json_as_sent(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<(Value, String), Problem> {
     check_media_type(headers)?;
     let too_large = || {
         Problem::new(
@@ -39,12 +50,16 @@ pub async fn read_json(headers: &HeaderMap, body: Body, limit: usize) -> Result<
             )
         }
     })?;
-    onejob_domain::params::parse_json_strict(&bytes).map_err(|error| {
+    let invalid = |error: &dyn std::fmt::Display| {
         Problem::new(
             ProblemType::InvalidJson,
             format!("the body is not valid JSON: {error}"),
         )
-    })
+    };
+    let value = onejob_domain::params::parse_json_strict(&bytes).map_err(|e| invalid(&e))?;
+    // Valid JSON is UTF-8 (the parser checked it).
+    let text = String::from_utf8(bytes.to_vec()).map_err(|e| invalid(&e))?;
+    Ok((value, text))
 }
 
 fn check_media_type(headers: &HeaderMap) -> Result<(), Problem> {

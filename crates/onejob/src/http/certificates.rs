@@ -18,8 +18,8 @@ use super::{
     AppState,
     auth::Caller,
     jobs::{page_limit, page_query},
-    openapi,
     problem::{Problem, ProblemType},
+    responses,
 };
 use crate::{jobs::certificates::Certificate, store::StoreError};
 
@@ -78,10 +78,10 @@ pub struct CertificateList {
     ),
     responses(
         (status = 200, description = "One page of verification runs, newest first, each with whether it certifies its provider now (decided over all runs, not only this page); next_before is null on the last page", body = CertificateList),
-        (status = 400, response = openapi::BadRequest),
-        (status = 401, response = openapi::Unauthorized),
-        (status = 403, response = openapi::Forbidden),
-        (status = 503, response = openapi::Unavailable),
+        (status = 400, response = responses::BadRequest),
+        (status = 401, response = responses::Unauthorized),
+        (status = 403, response = responses::Forbidden),
+        (status = 503, response = responses::Unavailable),
     )
 )]
 pub async fn list(

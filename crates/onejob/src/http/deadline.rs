@@ -21,19 +21,25 @@ use super::{
 
 /// Runs the rest of the stack under the request deadline.
 pub async fn limit(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let gateway = super::gateway::owns(request.uri().path());
     match tokio::time::timeout(state.request_timeout, next.run(request)).await {
         Ok(response) => response,
         Err(_) => {
             tracing::info!(timeout = ?state.request_timeout, "request cut off at its deadline");
-            let mut response = Problem::new(
+            let problem = Problem::new(
                 ProblemType::RequestTimeout,
                 format!(
                     "the request took longer than {} s (request_timeout); send it again, with the \
                      same Idempotency-Key",
                     state.request_timeout.as_secs_f64()
                 ),
-            )
-            .into_response();
+            );
+            // On the gateway's paths, in OpenAI's error shape, as every answer there.
+            let mut response = if gateway {
+                super::gateway::openai_error(problem)
+            } else {
+                problem.into_response()
+            };
             response
                 .headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));

@@ -1,21 +1,23 @@
-//! `POST /v1/chat/completions` and `GET /v1/models`: the OpenAI-compatible gateway
-//! (docs/design.md §9), a thin adapter over the job use cases and [`crate::gateway`].
+//! `POST /v1/chat/completions`, `GET /v1/models` and `GET /v1/models/{model}`: the
+//! OpenAI-compatible gateway (docs/design.md §9), a thin adapter over [`crate::jobs::gateway`].
 //!
-//! A call is a job of the kind serving its `model`, under the caller's `Idempotency-Key`;
-//! the answer is the job's outcome: `200` with the winning upstream's `chat.completion` (or
-//! its stream), `409` with `Retry-After` while it still runs after `[gateway] wait` (OpenAI
-//! SDKs retry a 409 with the same headers, so the retry attaches to the same job), `409`
-//! for an outcome awaiting proof, the upstream's definite status for a failure (with
-//! `x-should-retry: false`, as for a cancelled job: retrying changes nothing). Every error
-//! is in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`, so SDKs raise
-//! it with onejob's message.
+//! It parses a call (the caller, the Idempotency-Key, the body and its text as sent), asks
+//! the use case, and shapes its answer as OpenAI's: `200` with the winning upstream's
+//! `chat.completion` (or its stream), `409` with `Retry-After` while it still runs after
+//! `[gateway] wait` (OpenAI SDKs retry a 409 with the same headers, so the retry attaches
+//! to the same job), `409` for an outcome awaiting proof, the upstream's definite status for
+//! a failure (`502` for the upstream's refusal of onejob's own credentials, the upstream's
+//! `Retry-After` on its 429), with `x-should-retry: false`, as for a cancelled job: retrying
+//! changes nothing. Every error is in OpenAI's shape, `{"error": {"message", "type",
+//! "param", "code"}}`, so SDKs raise it with onejob's message; so is the answer to a `/v1`
+//! path onejob does not serve ([`owns`], [`unserved`]).
 
-use std::{convert::Infallible, sync::Arc, time::Duration};
+use std::{convert::Infallible, sync::Arc};
 
 use axum::{
     Json,
     body::Body,
-    extract::State,
+    extract::{Path, State},
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{
         IntoResponse, Response,
@@ -23,28 +25,18 @@ use axum::{
     },
 };
 use futures::{Stream, StreamExt, stream};
-use onejob_domain::{IdempotencyKey, JobState};
+use onejob_domain::JobState;
 use serde_json::{Map, Value, json};
-use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::{
     AppState,
     auth::Caller,
-    body::read_json,
+    body::read_json_as_sent,
     jobs::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, idempotency_key, submit_problem},
     problem::{Problem, ProblemType},
 };
-use crate::{
-    gateway::{
-        Delivery,
-        completion::chunks_of,
-        split_request,
-        streams::{Next, StreamEnd, Wanted},
-    },
-    jobs::{Submission, Submitted},
-    store::JobRecord,
-};
+use crate::jobs::gateway::{ChatAnswer, ChatError, ChatOutcome, LiveEvent, UpstreamFailure};
 
 /// The header naming the job a gateway answer belongs to.
 pub const JOB_ID_HEADER: &str = "onejob-job-id";
@@ -53,14 +45,34 @@ pub const JOB_ID_HEADER: &str = "onejob-job-id";
 /// 408, 409, 429 and 5xx unless it says `false`).
 const SHOULD_RETRY: &str = "x-should-retry";
 
-/// How often a waiting call looks at its job when no notice came (a job worked by another
-/// process sends none).
-const POLL: Duration = Duration::from_millis(250);
+/// The header an upstream names its request by, passed on to the caller.
+const REQUEST_ID: &str = "x-request-id";
 
 /// An error in OpenAI's shape, with onejob's problem type as its `code` and its extension
 /// members (`job_id`, `changed`, …) beside.
-fn openai_error(problem: Problem) -> Response {
+pub(crate) fn openai_error(problem: Problem) -> Response {
     let status = problem.kind.status();
+    let mut response = error_body(
+        status,
+        &problem.detail,
+        problem.kind.slug(),
+        problem.extensions,
+    );
+    if let Some(seconds) = problem.retry_after {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    response
+}
+
+/// `{"error": {"message", "type", "param": null, "code", …extensions}}` with `status`.
+fn error_body(
+    status: StatusCode,
+    message: &str,
+    code: &str,
+    extensions: Map<String, Value>,
+) -> Response {
     let kind = match status.as_u16() {
         401 => "authentication_error",
         403 => "permission_error",
@@ -71,58 +83,14 @@ fn openai_error(problem: Problem) -> Response {
         _ => "api_error",
     };
     let mut error = Map::new();
-    error.insert("message".into(), json!(problem.detail));
+    error.insert("message".into(), json!(message));
     error.insert("type".into(), json!(kind));
     error.insert("param".into(), Value::Null);
-    error.insert("code".into(), json!(problem.kind.slug()));
-    for (key, value) in problem.extensions {
+    error.insert("code".into(), json!(code));
+    for (key, value) in extensions {
         error.entry(key).or_insert(value);
     }
-    let mut response = (status, Json(json!({ "error": error }))).into_response();
-    if let Some(seconds) = problem.retry_after {
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
-    }
-    response
-}
-
-/// The same, for an error that is not one of onejob's problem types: an upstream's status.
-fn upstream_error(status: StatusCode, message: String, job_id: Uuid) -> Response {
-    let kind = match status.as_u16() {
-        429 => "rate_limit_error",
-        400..=499 => "invalid_request_error",
-        _ => "api_error",
-    };
-    let body = json!({ "error": {
-        "message": message,
-        "type": kind,
-        "param": null,
-        "code": "upstream_error",
-        "job_id": job_id,
-    }});
-    with_job((status, Json(body)).into_response(), job_id, false)
-}
-
-/// Marks the error answer of a finished job (failed, cancelled) as not worth retrying: every
-/// retry under its key is answered the same.
-fn final_answer(mut response: Response) -> Response {
-    response
-        .headers_mut()
-        .insert(SHOULD_RETRY, HeaderValue::from_static("false"));
-    response
-}
-
-fn with_job(mut response: Response, job_id: Uuid, replayed: bool) -> Response {
-    let headers = response.headers_mut();
-    headers.insert(
-        JOB_ID_HEADER,
-        HeaderValue::try_from(job_id.to_string()).expect("a uuid is a valid header"),
-    );
-    if replayed {
-        headers.insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
-    }
-    response
+    (status, Json(json!({ "error": error }))).into_response()
 }
 
 /// The request of `POST /v1/chat/completions`, as far as onejob reads it: OpenAI's chat
@@ -222,178 +190,99 @@ pub async fn chat_completions(
     }
 }
 
+/// Parse → call → map.
 async fn call(state: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<Response, Problem> {
     let caller = Caller::from_headers(headers, state).await?;
-    let key = match (
-        headers.contains_key(IDEMPOTENCY_KEY),
-        state.gateway.allow_keyless,
-    ) {
-        // Each keyless call its own job, under a key nobody can send again.
-        (false, true) => IdempotencyKey::parse(&format!("keyless:{}", Uuid::now_v7()))
-            .expect("a generated key is valid"),
-        _ => idempotency_key(headers)?,
+    let sent_key = if headers.contains_key(IDEMPOTENCY_KEY) {
+        Some(idempotency_key(headers)?)
+    } else {
+        None
     };
-    let document = read_json(headers, body, state.max_body_bytes).await?;
-    let Value::Object(request) = document else {
-        return Err(Problem::new(
-            ProblemType::InvalidRequest,
-            "the body must be an OpenAI chat completion request (a JSON object)",
-        ));
-    };
-    let model = match request.get("model") {
-        Some(Value::String(model)) => model.clone(),
-        _ => {
-            return Err(Problem::new(
-                ProblemType::InvalidRequest,
-                "the request needs a `model` (one of GET /v1/models)",
-            ));
-        }
-    };
-    let kind = state
-        .jobs
-        .kinds()
-        .by_model(&model)
-        .cloned()
-        .ok_or_else(|| {
-            Problem::new(
-                ProblemType::NotFound,
-                format!(
-                    "the model {model:?} does not exist here; GET /v1/models lists the ones served"
-                ),
-            )
-            .with("models", state.jobs.kinds().models())
-        })?;
-    check_delivery(&request)?;
-    let (params, delivery) = split_request(request);
-    // Registered before the job exists, so whichever attempt starts finds the reader.
-    let wanted = delivery
-        .stream
-        .then(|| state.hub.streams.want(&caller.principal, &key.hash()));
-    let submitted = state
-        .jobs
-        .submit(
-            &caller.principal,
-            &caller.actor(),
-            &key,
-            Submission {
-                kind: kind.name.clone(),
-                params,
-            },
-        )
+    let key = state.chat.key(sent_key).map_err(chat_problem)?;
+    let (request, sent) = read_json_as_sent(headers, body, state.max_body_bytes).await?;
+    let answer = state
+        .chat
+        .call(&caller.principal, &caller.actor(), &key, request, sent)
         .await
-        .map_err(submit_problem)?;
-    let (job, replayed) = match submitted {
-        Submitted::Created(job) => (job, false),
-        Submitted::Replayed(job) => (job, true),
+        .map_err(chat_problem)?;
+    Ok(respond(answer))
+}
+
+/// The problem a refused call answers.
+fn chat_problem(error: ChatError) -> Problem {
+    let detail = error.to_string();
+    match error {
+        ChatError::KeyMissing => Problem::new(
+            ProblemType::IdempotencyKeyMissing,
+            format!("{detail} (an OpenAI SDK's `extra_headers`)"),
+        ),
+        ChatError::NotAnObject | ChatError::NoModel | ChatError::Delivery { .. } => {
+            Problem::new(ProblemType::InvalidRequest, detail)
+        }
+        ChatError::UnknownModel { models, .. } => {
+            Problem::new(ProblemType::NotFound, detail).with("models", models)
+        }
+        ChatError::Submit(error) => submit_problem(error),
+        ChatError::Store(error) => error.into(),
+    }
+}
+
+/// The answer for a call's outcome.
+fn respond(answer: ChatAnswer) -> Response {
+    let ChatAnswer {
+        job_id,
+        replayed,
+        request_id,
+        outcome,
+    } = answer;
+    let response = match outcome {
+        ChatOutcome::Completion(completion) => (StatusCode::OK, Json(completion)).into_response(),
+        ChatOutcome::Chunks(chunks) => {
+            sse(stream::iter(chunks.into_iter().map(data)).chain(stream::once(async { done() })))
+        }
+        ChatOutcome::Live(live) => sse(live.events().map(move |event| match event {
+            LiveEvent::Chunk(chunk) => data(chunk),
+            LiveEvent::Done => done(),
+            LiveEvent::Failed(message) => data(json!({ "error": {
+                "message": message,
+                "type": "api_error",
+                "param": null,
+                "code": "attempt_failed",
+                "job_id": job_id,
+            }})),
+        })),
+        ChatOutcome::Failed(failure) => final_answer(failed(job_id, failure)),
+        ChatOutcome::NotDone(JobState::Cancelled) => {
+            final_answer(openai_error(waiting(job_id, JobState::Cancelled)))
+        }
+        ChatOutcome::NotDone(state) => openai_error(waiting(job_id, state)),
     };
-    let deadline = Instant::now() + wait_for(state);
-    match wanted {
-        Some(wanted) => {
-            stream_answer(state, &caller, job, replayed, delivery, wanted, deadline).await
-        }
-        None => {
-            let job = settled(state, &caller, job, deadline, None).await?;
-            Ok(answer(job, replayed))
-        }
+    let mut response = with_job(response, job_id, replayed);
+    if let Some(value) = request_id.and_then(|id| HeaderValue::from_str(&id).ok()) {
+        response.headers_mut().insert(REQUEST_ID, value);
     }
+    response
 }
 
-/// `stream` must be a boolean and `stream_options` an object, where given.
-fn check_delivery(request: &Map<String, Value>) -> Result<(), Problem> {
-    let wrong = |field: &str, what: &str| {
-        Problem::new(
-            ProblemType::InvalidRequest,
-            format!("`{field}` must be {what}"),
-        )
-    };
-    if request
-        .get("stream")
-        .is_some_and(|s| !s.is_boolean() && !s.is_null())
-    {
-        return Err(wrong("stream", "true or false"));
-    }
-    if let Some(options) = request.get("stream_options").filter(|o| !o.is_null()) {
-        let Some(options) = options.as_object() else {
-            return Err(wrong("stream_options", "an object"));
-        };
-        if options
-            .get("include_usage")
-            .is_some_and(|u| !u.is_boolean() && !u.is_null())
-        {
-            return Err(wrong("stream_options.include_usage", "true or false"));
-        }
-    }
-    Ok(())
+/// Marks the error answer of a finished job (failed, cancelled) as not worth retrying: every
+/// retry under its key is answered the same.
+fn final_answer(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .insert(SHOULD_RETRY, HeaderValue::from_static("false"));
+    response
 }
 
-/// How long a call waits for its job: `[gateway] wait`, kept a second inside the request
-/// deadline so the answer is ours, not a 408.
-fn wait_for(state: &AppState) -> Duration {
-    state
-        .gateway
-        .wait
-        .min(state.request_timeout.saturating_sub(Duration::from_secs(1)))
-}
-
-/// The job once it is finished or unknown, or (at `deadline`, or once `stream` has an
-/// attempt streaming into it) as it is then.
-async fn settled(
-    state: &AppState,
-    caller: &Caller,
-    mut job: JobRecord,
-    deadline: Instant,
-    stream: Option<&Wanted>,
-) -> Result<JobRecord, Problem> {
-    let mut watcher = state.hub.watch.subscribe();
-    loop {
-        if job.state.is_terminal() || job.state == JobState::Unknown {
-            return Ok(job);
-        }
-        if stream.is_some_and(|s| s.stream().attempt().is_some()) {
-            return Ok(job);
-        }
-        let started = async {
-            match stream {
-                Some(wanted) => {
-                    wanted.stream().started().await;
-                }
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            () = watcher.changed(job.id) => {}
-            () = tokio::time::sleep(POLL) => {}
-            () = started => {}
-            () = tokio::time::sleep_until(deadline) => return Ok(job),
-        }
-        job = state
-            .jobs
-            .get(&caller.principal, job.id)
-            .await?
-            .ok_or_else(|| Problem::not_found("job"))?;
+fn with_job(mut response: Response, job_id: Uuid, replayed: bool) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(
+        JOB_ID_HEADER,
+        HeaderValue::try_from(job_id.to_string()).expect("a uuid is a valid header"),
+    );
+    if replayed {
+        headers.insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
     }
-}
-
-/// The answer for a job as it is now.
-fn answer(job: JobRecord, replayed: bool) -> Response {
-    let id = job.id;
-    match job.state {
-        JobState::Succeeded => {
-            let completion = job.result.unwrap_or(Value::Null);
-            with_job(
-                (StatusCode::OK, Json(completion)).into_response(),
-                id,
-                replayed,
-            )
-        }
-        JobState::Failed => final_answer(failed(&job)),
-        JobState::Cancelled => final_answer(with_job(
-            openai_error(waiting(id, JobState::Cancelled)),
-            id,
-            replayed,
-        )),
-        state => with_job(openai_error(waiting(id, state)), id, replayed),
-    }
+    response
 }
 
 /// The problem of a job that has no answer yet: still running, awaiting proof, cancelled.
@@ -422,55 +311,57 @@ fn waiting(job_id: Uuid, state: JobState) -> Problem {
     problem
 }
 
-/// A failed job: its last definite upstream status and message, else 502.
-fn failed(job: &JobRecord) -> Response {
-    let last = job
-        .error
-        .as_ref()
-        .and_then(|e| e.get("last_error"))
-        .cloned()
-        .unwrap_or(Value::Null);
-    let status = last
-        .get("status")
-        .and_then(Value::as_u64)
-        .and_then(|s| u16::try_from(s).ok())
-        .and_then(|s| StatusCode::from_u16(s).ok())
-        .filter(|s| s.is_client_error() || s.is_server_error())
-        .unwrap_or(StatusCode::BAD_GATEWAY);
-    let said = last
-        .get("upstream_message")
-        .or_else(|| last.get("message"))
-        .and_then(Value::as_str)
-        .unwrap_or("no attempt succeeded");
-    let message = format!("job {} failed: {said}", job.id);
-    upstream_error(status, message, job.id)
-}
-
-/// A streamed answer: the live stream of the job's attempt from its first chunk, or the
-/// stored completion as a stream once the job finished.
-async fn stream_answer(
-    state: &AppState,
-    caller: &Caller,
-    job: JobRecord,
-    replayed: bool,
-    delivery: Delivery,
-    wanted: Wanted,
-    deadline: Instant,
-) -> Result<Response, Problem> {
-    let job = settled(state, caller, job, deadline, Some(&wanted)).await?;
-    let id = job.id;
-    if wanted.stream().attempt().is_some() && !job.state.is_terminal() {
-        return Ok(sse(live(wanted, id, delivery.include_usage), id, replayed));
-    }
-    match job.state {
-        JobState::Succeeded => {
-            let completion = job.result.unwrap_or(Value::Null);
-            let chunks = chunks_of(&completion, delivery.include_usage);
-            let events =
-                stream::iter(chunks.into_iter().map(data)).chain(stream::once(async { done() }));
-            Ok(sse(events, id, replayed))
+/// A failed job's answer: the upstream's failure as OpenAI's error. An upstream's
+/// `401`/`403` is about onejob's own account there, not the caller's key: a `502` naming the
+/// provider, never the caller's authentication error. An upstream's `429` (no certified
+/// provider took the job over) keeps its `Retry-After`.
+fn failed(job_id: Uuid, failure: UpstreamFailure) -> Response {
+    let job = Map::from_iter([("job_id".to_owned(), json!(job_id))]);
+    match failure {
+        UpstreamFailure::AccountRefused { provider, status } => error_body(
+            StatusCode::BAD_GATEWAY,
+            &format!(
+                "job {job_id} failed: the provider {provider:?} refused onejob's own credentials \
+                 (HTTP {status}); this is about onejob's account with that provider, not your \
+                 API key: its operator must fix the provider's configuration"
+            ),
+            "upstream_auth_error",
+            job,
+        ),
+        UpstreamFailure::RateLimited {
+            provider,
+            retry_after,
+        } => {
+            let mut response = error_body(
+                StatusCode::TOO_MANY_REQUESTS,
+                &format!(
+                    "job {job_id} failed: the provider {provider:?} is rate limited (HTTP 429) \
+                     and no certified provider took the job over; a retry under this \
+                     Idempotency-Key answers the same: send it again later under a new key, or \
+                     recover this job with POST /v1/jobs/{job_id}/retry"
+                ),
+                "upstream_rate_limited",
+                job,
+            );
+            if let Some(seconds) = retry_after {
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+            }
+            response
         }
-        _ => Ok(answer(job, replayed)),
+        UpstreamFailure::Refused { status, message } => error_body(
+            StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+            &format!("job {job_id} failed: {message}"),
+            "upstream_error",
+            job,
+        ),
+        UpstreamFailure::NoAnswer { message } => error_body(
+            StatusCode::BAD_GATEWAY,
+            &format!("job {job_id} failed: {message}"),
+            "upstream_error",
+            job,
+        ),
     }
 }
 
@@ -482,70 +373,18 @@ fn done() -> Result<Event, Infallible> {
     Ok(Event::default().data("[DONE]"))
 }
 
-/// Whether a streamed chunk is the one that closes a stream asked with `include_usage`: no
-/// choices, only the usage. onejob always asks its upstream for it (the job's completion
-/// keeps the usage), so it is relayed only to callers that asked for it, as OpenAI does: a
-/// caller that did not reads `choices[0]` of every chunk, as OpenAI's own examples do.
-fn usage_only(chunk: &Value) -> bool {
-    chunk
-        .get("choices")
-        .and_then(Value::as_array)
-        .is_some_and(Vec::is_empty)
-        && chunk.get("usage").is_some_and(|usage| !usage.is_null())
-}
-
-/// The chunks of a live stream from the first (the usage chunk only `with_usage`), then
-/// `[DONE]`, or an error event naming the job if the attempt ended without an answer. The
-/// reader holds `wanted` while it reads; a reader that goes away (the client disconnected)
-/// stops reading, and the job goes on.
-fn live(
-    wanted: Wanted,
-    job_id: Uuid,
-    with_usage: bool,
-) -> impl Stream<Item = Result<Event, Infallible>> {
-    stream::unfold(
-        (wanted, 0usize, false),
-        move |(wanted, read, over)| async move {
-            if over {
-                return None;
-            }
-            match wanted.stream().next(read).await {
-                Next::Chunks(chunks) => {
-                    let read = read + chunks.len();
-                    let events: Vec<_> = chunks
-                        .into_iter()
-                        .filter(|chunk| with_usage || !usage_only(chunk))
-                        .map(data)
-                        .collect();
-                    Some((stream::iter(events), (wanted, read, false)))
-                }
-                Next::End(StreamEnd::Done) => {
-                    Some((stream::iter(vec![done()]), (wanted, read, true)))
-                }
-                Next::End(StreamEnd::Failed(message)) => {
-                    let error = json!({ "error": {
-                        "message": message,
-                        "type": "api_error",
-                        "param": null,
-                        "code": "attempt_failed",
-                        "job_id": job_id,
-                    }});
-                    Some((stream::iter(vec![data(error)]), (wanted, read, true)))
-                }
-            }
-        },
-    )
-    .flatten()
-}
-
-fn sse<S>(events: S, job_id: Uuid, replayed: bool) -> Response
+fn sse<S>(events: S) -> Response
 where
     S: Stream<Item = Result<Event, Infallible>> + Send + 'static,
 {
-    let response = Sse::new(events)
+    Sse::new(events)
         .keep_alive(KeepAlive::default())
-        .into_response();
-    with_job(response, job_id, replayed)
+        .into_response()
+}
+
+/// A served model, as OpenAI describes one.
+fn model_object(model: &str) -> Value {
+    json!({ "id": model, "object": "model", "created": 0, "owned_by": "onejob" })
 }
 
 /// `GET /v1/models`: the model names the gateway serves, in OpenAI's list shape.
@@ -565,11 +404,72 @@ pub async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
         return openai_error(problem);
     }
     let data: Vec<Value> = state
-        .jobs
-        .kinds()
+        .chat
         .models()
-        .into_iter()
-        .map(|model| json!({ "id": model, "object": "model", "created": 0, "owned_by": "onejob" }))
+        .iter()
+        .map(|model| model_object(model))
         .collect();
     Json(json!({ "object": "list", "data": data })).into_response()
+}
+
+/// `GET /v1/models/{model}`: one served model, as in the list (an OpenAI SDK's
+/// `models.retrieve`).
+#[utoipa::path(
+    get,
+    path = "/v1/models/{model}",
+    tag = "gateway",
+    operation_id = "retrieveModel",
+    params(("model" = String, Path, description = "One of the names GET /v1/models lists")),
+    responses(
+        (status = 200, description = "The model", body = Object),
+        (status = 401, description = "Missing or invalid API key", body = OpenAiError),
+        (status = 404, description = "No kind serves this model", body = OpenAiError),
+        (status = 503, description = "The database is unavailable; retry after Retry-After", body = OpenAiError),
+    )
+)]
+pub async fn model(
+    State(state): State<Arc<AppState>>,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(problem) = Caller::from_headers(&headers, &state).await {
+        return openai_error(problem);
+    }
+    if state.chat.serves(&model) {
+        return Json(model_object(&model)).into_response();
+    }
+    openai_error(chat_problem(ChatError::UnknownModel {
+        model,
+        models: state.chat.models(),
+    }))
+}
+
+/// Whether `path` is one the gateway answers for: under `/v1/` and not onejob's own API
+/// (`/v1/jobs`, `/v1/attempts`, `/v1/certificates`), whose errors stay problem+json.
+pub fn owns(path: &str) -> bool {
+    let Some(rest) = path.strip_prefix("/v1/") else {
+        return false;
+    };
+    let first = rest.split('/').next().unwrap_or_default();
+    !matches!(first, "jobs" | "attempts" | "certificates")
+}
+
+/// The answer to a `/v1` path onejob does not serve, or to a method a gateway path does not
+/// take, in OpenAI's error shape (an SDK raises it as its own `NotFoundError`).
+pub fn unserved(path: &str, method_not_allowed: bool) -> Response {
+    let problem = if method_not_allowed {
+        Problem::new(
+            ProblemType::MethodNotAllowed,
+            format!("{path} does not take that method"),
+        )
+    } else {
+        Problem::new(
+            ProblemType::NotFound,
+            format!(
+                "onejob's gateway does not serve {path}: it serves POST /v1/chat/completions, \
+                 GET /v1/models and GET /v1/models/{{model}}"
+            ),
+        )
+    };
+    openai_error(problem)
 }

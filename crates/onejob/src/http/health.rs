@@ -6,8 +6,9 @@ use axum::{Json, extract::State};
 use serde_json::{Value, json};
 
 use super::{
-    AppState, openapi,
+    AppState,
     problem::{Problem, ProblemType},
+    responses,
 };
 
 /// `GET /healthz`: 200 while the process serves requests.
@@ -32,7 +33,7 @@ pub async fn healthz() -> Json<Value> {
     security(()),
     responses(
         (status = 200, description = "The database answers too", body = serde_json::Value),
-        (status = 503, response = openapi::Unavailable),
+        (status = 503, response = responses::Unavailable),
     )
 )]
 pub async fn readyz(State(state): State<Arc<AppState>>) -> Result<Json<Value>, Problem> {

@@ -19,9 +19,8 @@ use super::{
     AppState,
     auth::Caller,
     body::read_json,
-    openapi,
     problem::{Problem, ProblemType},
-    view,
+    responses, view,
     view::{
         AttemptList, AttemptView, AttemptsView, Audience, EventView, EventsView, JobList, JobView,
     },
@@ -62,12 +61,12 @@ pub struct SubmitBody {
         (status = 200, description = "A replay: the key and fingerprint match an existing job; nothing new runs", body = view::JobView, headers(
             ("Idempotent-Replayed" = String, description = "Always `true`"),
             ("Retry-After" = u64, description = "Seconds before polling (while not terminal)"))),
-        (status = 400, response = openapi::BadRequest),
-        (status = 413, response = openapi::ContentTooLarge),
-        (status = 415, response = openapi::UnsupportedMediaType),
-        (status = 422, response = openapi::KeyReused),
-        (status = 401, response = openapi::Unauthorized),
-        (status = 503, response = openapi::Unavailable),
+        (status = 400, response = responses::BadRequest),
+        (status = 413, response = responses::ContentTooLarge),
+        (status = 415, response = responses::UnsupportedMediaType),
+        (status = 422, response = responses::KeyReused),
+        (status = 401, response = responses::Unauthorized),
+        (status = 503, response = responses::Unavailable),
     )
 )]
 pub async fn submit(
@@ -90,7 +89,11 @@ pub async fn submit(
             &caller.principal,
             &caller.actor(),
             &key,
-            Submission { kind, params },
+            Submission {
+                kind,
+                params,
+                request_body: None,
+            },
         )
         .await
         .map_err(submit_problem)?;
@@ -137,10 +140,10 @@ pub enum JobOrList {
     responses(
         (status = 200, description = "The job; while not terminal with poll_after_ms and Retry-After and no result", body = view::JobView, headers(
             ("Retry-After" = u64, description = "Seconds before polling again (while not terminal)"))),
-        (status = 400, response = openapi::BadRequest),
-        (status = 404, response = openapi::NotFound),
-        (status = 401, response = openapi::Unauthorized),
-        (status = 503, response = openapi::Unavailable),
+        (status = 400, response = responses::BadRequest),
+        (status = 404, response = responses::NotFound),
+        (status = 401, response = responses::Unauthorized),
+        (status = 503, response = responses::Unavailable),
     )
 )]
 pub async fn get(
@@ -222,10 +225,10 @@ pub fn page_query(
     ),
     responses(
         (status = 200, description = "With idempotency_key: the one job under it (a JobView); without: a page of the caller's jobs (a JobList)", body = JobOrList),
-        (status = 400, response = openapi::BadRequest),
-        (status = 404, response = openapi::NotFound),
-        (status = 401, response = openapi::Unauthorized),
-        (status = 503, response = openapi::Unavailable),
+        (status = 400, response = responses::BadRequest),
+        (status = 404, response = responses::NotFound),
+        (status = 401, response = responses::Unauthorized),
+        (status = 503, response = responses::Unavailable),
     )
 )]
 pub async fn by_key(
@@ -314,9 +317,9 @@ fn listing_filter(query: &HashMap<String, String>) -> Result<JobFilter, Problem>
     ),
     responses(
         (status = 200, description = "Attempts newest first: an operator's across its tenant, anyone else's across their own jobs", body = view::AttemptList),
-        (status = 400, response = openapi::BadRequest),
-        (status = 401, response = openapi::Unauthorized),
-        (status = 503, response = openapi::Unavailable),
+        (status = 400, response = responses::BadRequest),
+        (status = 401, response = responses::Unauthorized),
+        (status = 503, response = responses::Unavailable),
     )
 )]
 pub async fn list_attempts(
@@ -370,10 +373,10 @@ pub const EVENTS_PAGE: u32 = 100;
     ),
     responses(
         (status = 200, description = "One page of the job's append-only event log, oldest first; next_after is null on the last page", body = view::EventsView),
-        (status = 400, response = openapi::BadRequest),
-        (status = 404, response = openapi::NotFound),
-        (status = 401, response = openapi::Unauthorized),
-        (status = 503, response = openapi::Unavailable),
+        (status = 400, response = responses::BadRequest),
+        (status = 404, response = responses::NotFound),
+        (status = 401, response = responses::Unauthorized),
+        (status = 503, response = responses::Unavailable),
     )
 )]
 pub async fn events(
@@ -419,10 +422,10 @@ pub async fn events(
     params(("id" = uuid::Uuid, Path, description = "The job id")),
     responses(
         (status = 200, description = "The job's attempts, oldest first", body = view::AttemptsView),
-        (status = 400, response = openapi::BadRequest),
-        (status = 404, response = openapi::NotFound),
-        (status = 401, response = openapi::Unauthorized),
-        (status = 503, response = openapi::Unavailable),
+        (status = 400, response = responses::BadRequest),
+        (status = 404, response = responses::NotFound),
+        (status = 401, response = responses::Unauthorized),
+        (status = 503, response = responses::Unavailable),
     )
 )]
 pub async fn attempts(

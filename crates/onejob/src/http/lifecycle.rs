@@ -14,9 +14,8 @@ use super::{
     AppState,
     auth::Caller,
     jobs::{job_response, parse_id},
-    openapi,
     problem::{Problem, ProblemType},
-    view,
+    responses, view,
 };
 use crate::jobs::lifecycle::{CancelError, RetryError};
 
@@ -32,11 +31,11 @@ use crate::jobs::lifecycle::{CancelError, RetryError};
     params(("id" = uuid::Uuid, Path, description = "The job id")),
     responses(
         (status = 200, description = "Cancelled (now, or already before); live attempts are asked to cancel upstream", body = view::JobView),
-        (status = 400, response = openapi::BadRequest),
-        (status = 404, response = openapi::NotFound),
-        (status = 409, response = openapi::Conflict),
-        (status = 401, response = openapi::Unauthorized),
-        (status = 503, response = openapi::Unavailable),
+        (status = 400, response = responses::BadRequest),
+        (status = 404, response = responses::NotFound),
+        (status = 409, response = responses::Conflict),
+        (status = 401, response = responses::Unauthorized),
+        (status = 503, response = responses::Unavailable),
     )
 )]
 pub async fn cancel(
@@ -77,11 +76,11 @@ impl From<CancelError> for Problem {
     params(("id" = uuid::Uuid, Path, description = "The job id")),
     responses(
         (status = 200, description = "The failed job is pending again (same job, fresh attempt budget)", body = view::JobView),
-        (status = 400, response = openapi::BadRequest),
-        (status = 404, response = openapi::NotFound),
-        (status = 409, response = openapi::Conflict),
-        (status = 401, response = openapi::Unauthorized),
-        (status = 503, response = openapi::Unavailable),
+        (status = 400, response = responses::BadRequest),
+        (status = 404, response = responses::NotFound),
+        (status = 409, response = responses::Conflict),
+        (status = 401, response = responses::Unauthorized),
+        (status = 503, response = responses::Unavailable),
     )
 )]
 pub async fn retry(

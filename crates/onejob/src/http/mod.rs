@@ -16,6 +16,7 @@ mod metrics;
 pub mod openapi;
 mod openapi_links;
 pub mod problem;
+mod responses;
 pub mod server;
 mod ui;
 pub(crate) mod view;
@@ -47,10 +48,9 @@ pub struct AppState {
     pub keys: KeyRing,
     /// How long one request may take, body upload included ([`deadline`]).
     pub request_timeout: Duration,
-    /// Live streams and job notices, shared with this process's worker.
-    pub hub: crate::gateway::Hub,
-    /// The gateway's settings.
-    pub gateway: crate::config::GatewayConfig,
+    /// The gateway's use case (its live streams and job notices shared with this process's
+    /// worker).
+    pub chat: crate::jobs::gateway::ChatCalls,
 }
 
 /// Builds the API's router.
@@ -67,6 +67,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/certificates", get(certificates::list))
         .route("/v1/chat/completions", post(gateway::chat_completions))
         .route("/v1/models", get(gateway::models))
+        .route("/v1/models/{model}", get(gateway::model))
         .route("/openapi.json", get(openapi::document))
         .route("/metrics", get(metrics::render))
         .route("/healthz", get(health::healthz))
@@ -105,15 +106,24 @@ pub fn probes_router(state: Arc<AppState>) -> Router {
         .layer(CatchPanicLayer::custom(panic_response))
 }
 
-async fn not_found() -> Problem {
-    Problem::new(ProblemType::NotFound, "no such endpoint; see /openapi.json")
+/// A path nothing serves: in OpenAI's error shape under `/v1` outside onejob's own API (an
+/// OpenAI SDK pointed at onejob raises it as its own error), else a problem.
+async fn not_found(uri: axum::http::Uri) -> Response {
+    if gateway::owns(uri.path()) {
+        return gateway::unserved(uri.path(), false);
+    }
+    Problem::new(ProblemType::NotFound, "no such endpoint; see /openapi.json").into_response()
 }
 
-async fn method_not_allowed() -> Problem {
+async fn method_not_allowed(uri: axum::http::Uri) -> Response {
+    if gateway::owns(uri.path()) {
+        return gateway::unserved(uri.path(), true);
+    }
     Problem::new(
         ProblemType::MethodNotAllowed,
         "this endpoint does not take that method",
     )
+    .into_response()
 }
 
 fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response {

@@ -12,9 +12,11 @@
 //! * [`resolution`]: an operator resolves an `unknown` attempt out of band;
 //! * [`listing`]: jobs, attempts and event logs, paged, for the API and the dashboard;
 //! * [`certificates`]: the `onejob verify` runs, paged, with whether each certifies now;
+//! * [`gateway`]: an OpenAI chat call as one job, waited for, streamed or answered;
 //! * [`health`]: what the probes and metrics read (the database answers, unknown attempts).
 
 pub mod certificates;
+pub mod gateway;
 pub mod health;
 pub mod lifecycle;
 pub mod listing;
@@ -43,6 +45,9 @@ pub struct Submission {
     pub kind: String,
     /// Its params.
     pub params: Value,
+    /// The request as the caller sent it, for a gateway job: forwarded upstream as it is
+    /// (see `crate::gateway::request`); `None` for every other job.
+    pub request_body: Option<String>,
 }
 
 /// A submission that was accepted.
@@ -151,6 +156,7 @@ impl Jobs {
             kind: kind.name.clone(),
             fingerprint: kind.fingerprint(&submission.params),
             params: submission.params,
+            request_body: submission.request_body,
             actor: actor.to_owned(),
         };
         // A job retention deletes between intake's steps leaves its key naming nothing:

@@ -40,18 +40,50 @@ pub async fn read_body(
 }
 
 /// Sends `call` and reads its answer as JSON: a non-success status is classified
-/// ([`ProviderError::from_status`]), a body over `limit` is [`ProviderError::TooLarge`].
+/// ([`ProviderError::from_response`]), a body over `limit` is [`ProviderError::TooLarge`].
 pub async fn call_json(call: reqwest::RequestBuilder, limit: u64) -> Result<Value, ProviderError> {
+    call_answered(call, limit)
+        .await
+        .map(|answered| answered.body)
+}
+
+/// An upstream's JSON answer, with the id it gave the request.
+#[derive(Debug)]
+pub struct Answered {
+    /// The answer.
+    pub body: Value,
+    /// The upstream's `x-request-id`, where it sent one.
+    pub request_id: Option<String>,
+}
+
+/// The upstream's `x-request-id` header, where it sent a readable one.
+pub fn request_id(headers: &reqwest::header::HeaderMap) -> Option<String> {
+    headers
+        .get("x-request-id")
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// As [`call_json`], keeping the upstream's request id.
+pub async fn call_answered(
+    call: reqwest::RequestBuilder,
+    limit: u64,
+) -> Result<Answered, ProviderError> {
     let response = call
         .send()
         .await
         .map_err(|e| ProviderError::from_transport(&e))?;
     let status = response.status();
+    let headers = response.headers().clone();
     let body = read_body(response, limit).await?;
     let text = String::from_utf8_lossy(&body);
-    if let Some(error) = ProviderError::from_status(status, &text) {
+    if let Some(error) = ProviderError::from_response(status, &headers, &text) {
         return Err(error);
     }
-    serde_json::from_slice(&body)
-        .map_err(|e| ProviderError::BadAnswer(format!("the answer is not JSON: {e}")))
+    let body = serde_json::from_slice(&body)
+        .map_err(|e| ProviderError::BadAnswer(format!("the answer is not JSON: {e}")))?;
+    Ok(Answered {
+        body,
+        request_id: request_id(&headers),
+    })
 }

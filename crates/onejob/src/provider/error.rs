@@ -26,6 +26,10 @@ pub enum ProviderError {
         status: u16,
         /// The upstream's message, shortened.
         message: String,
+        /// The upstream's `Retry-After` in seconds, where it sent one (a `429`'s wait).
+        retry_after: Option<u64>,
+        /// The upstream's `x-request-id`, where it sent one.
+        request_id: Option<String>,
     },
     /// The upstream answered, but not with a usable result (it may have done the work; the
     /// attempt still definitely failed).
@@ -87,14 +91,27 @@ impl ProviderError {
     }
 
     /// `{"message": public, "internal": full}`: the error as an attempt records it. A refusal
-    /// also keeps its HTTP `status`, and, for a refusal of the request itself (400, 404, 413,
-    /// 422), the upstream's own `error.message` where it sent one in OpenAI's shape: that is
-    /// the upstream speaking to the caller about the caller's request (the gateway passes it
+    /// also keeps its HTTP `status`, the upstream's `retry_after` and `request_id` where it
+    /// sent them, and, for a refusal of the request itself (400, 404, 413, 422), the
+    /// upstream's own `error.message` where it sent one in OpenAI's shape: that is the
+    /// upstream speaking to the caller about the caller's request (the gateway passes it
     /// on), unlike a 401 or 429, which are about onejob's account there.
     pub fn to_json(&self) -> Value {
         let mut error = json!({ "message": self.public(), "internal": self.to_string() });
-        if let ProviderError::Rejected { status, message } = self {
+        if let ProviderError::Rejected {
+            status,
+            message,
+            retry_after,
+            request_id,
+        } = self
+        {
             error["status"] = json!(status);
+            if let Some(seconds) = retry_after {
+                error["retry_after"] = json!(seconds);
+            }
+            if let Some(id) = request_id {
+                error["request_id"] = json!(id);
+            }
             if matches!(status, 400 | 404 | 413 | 422)
                 && let Some(said) = serde_json::from_str::<Value>(message)
                     .ok()
@@ -133,10 +150,37 @@ impl ProviderError {
             ProviderError::Rejected {
                 status: status.as_u16(),
                 message,
+                retry_after: None,
+                request_id: None,
             }
         } else {
             ProviderError::Ambiguous(format!("HTTP {status}: {message}"))
         })
+    }
+}
+
+impl ProviderError {
+    /// As [`ProviderError::from_status`], keeping what the upstream's headers say about a
+    /// refusal: its `Retry-After` (in seconds) and its `x-request-id`.
+    pub fn from_response(
+        status: StatusCode,
+        headers: &reqwest::header::HeaderMap,
+        body: &str,
+    ) -> Option<Self> {
+        let mut error = Self::from_status(status, body)?;
+        if let ProviderError::Rejected {
+            retry_after,
+            request_id,
+            ..
+        } = &mut error
+        {
+            *retry_after = headers
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|value| value.to_str().ok())
+                .and_then(|value| value.trim().parse::<u64>().ok());
+            *request_id = super::answer::request_id(headers);
+        }
+        Some(error)
     }
 }
 

@@ -62,6 +62,9 @@ pub struct AttemptRequest<'a> {
     pub kind: &'a Kind,
     /// The job's params.
     pub params: &'a Value,
+    /// A gateway job's request as the caller sent it, forwarded as it is (see
+    /// `crate::gateway::request`); `None` sends a request built from `params`.
+    pub request_body: Option<&'a str>,
     /// The key forwarded upstream where the provider has an `idempotency_header`: stable
     /// per job and provider (see `worker::plan::upstream_key`).
     pub idempotency_key: String,
@@ -80,6 +83,9 @@ pub enum Submitted {
         /// one: the same id for a second send under one idempotency key proves the upstream
         /// answered from its cache instead of running the request again.
         receipt: Option<String>,
+        /// The upstream's id of the request (its `x-request-id`), where it sent one: the
+        /// gateway passes it on to the caller the answer was made for.
+        request_id: Option<String>,
     },
     /// An asynchronous API accepted the work under a task id; poll [`Provider::status`].
     Accepted {

@@ -11,12 +11,14 @@
 //! the connection.
 //!
 //! For a gateway kind (`openai_models`) the job's params *are* the caller's chat request:
-//! it is sent as it came (messages, tools, tool_choice, response_format, temperature,
-//! max_tokens, seed, …) with `model` replaced by the provider's own, and the upstream's whole
-//! `chat.completion` is the output. Such a request can also be streamed
+//! it is sent as it came, the caller's bytes as sent (key order, number spelling; see
+//! `crate::gateway::request`) with `model` replaced by the provider's own, and the
+//! upstream's whole `chat.completion` is the output. Such a request can also be streamed
 //! ([`Provider::submit_streaming`]): the upstream's server-sent chunks are relayed as they
 //! come and assembled into the completion, the whole stream counted against
-//! `max_response_bytes`.
+//! `max_response_bytes`, and bounded by the kind's `stream_idle_timeout` between chunks and
+//! `stream_max` in all (not by `attempt_timeout`: a stream that keeps producing is not cut).
+//! The upstream's `x-request-id` comes back with its answer (and its refusals).
 
 use std::path::PathBuf;
 
@@ -147,6 +149,39 @@ impl OpenAiChat {
 }
 
 impl OpenAiChat {
+    /// The bytes sent upstream for `request`, asking for a stream when `stream`: a gateway
+    /// job's request as the caller sent it, else the body built from the params.
+    fn body(&self, request: &AttemptRequest<'_>, stream: bool) -> Result<Vec<u8>, ProviderError> {
+        let invalid = |e: serde_json::Error| ProviderError::Invalid(e.to_string());
+        let stream_members = [
+            ("stream", json!(true)),
+            ("stream_options", json!({ "include_usage": true })),
+        ];
+        if request.kind.is_gateway()
+            && let Some(sent) = request.request_body
+        {
+            let mut set = vec![("model", json!(self.model))];
+            if let Some(temperature) = request.temperature {
+                set.push(("temperature", json!(temperature)));
+            }
+            if let (Some(max_tokens), false) = (self.max_tokens, limited(request.params)) {
+                set.push(("max_tokens", json!(max_tokens)));
+            }
+            if stream {
+                set.extend(stream_members);
+            }
+            return crate::gateway::request::forward(sent, &set, &crate::gateway::DELIVERY_FIELDS)
+                .map_err(invalid);
+        }
+        let mut body = self.request_body(request.kind, request.params, request.temperature)?;
+        if stream {
+            for (name, value) in stream_members {
+                body[name] = value;
+            }
+        }
+        serde_json::to_vec(&body).map_err(invalid)
+    }
+
     /// A gateway job's request: the caller's, with this provider's `model` (and, where the
     /// caller set no limit, its `max_tokens`; `onejob verify`'s temperature override).
     fn pass_through(&self, params: &Value, temperature: Option<f64>) -> Value {
@@ -155,22 +190,20 @@ impl OpenAiChat {
         if let Some(temperature) = temperature {
             body["temperature"] = json!(temperature);
         }
-        let limited =
-            body.get("max_tokens").is_some() || body.get("max_completion_tokens").is_some();
-        if let (Some(max_tokens), false) = (self.max_tokens, limited) {
+        if let (Some(max_tokens), false) = (self.max_tokens, limited(params)) {
             body["max_tokens"] = json!(max_tokens);
         }
         body
     }
 
-    /// The POST of `body` to the upstream, with its headers.
+    /// The POST of `body` to the upstream, with its headers, bounded by `timeout` in all.
     fn call(
         &self,
         request: &AttemptRequest<'_>,
-        body: Value,
+        body: Vec<u8>,
         sent: Option<Sent>,
-    ) -> Result<reqwest::RequestBuilder, ProviderError> {
-        let body = serde_json::to_vec(&body).map_err(|e| ProviderError::Invalid(e.to_string()))?;
+        timeout: std::time::Duration,
+    ) -> reqwest::RequestBuilder {
         let body = reqwest::Body::wrap(SentBody {
             data: Some(Bytes::from(body)),
             sent,
@@ -179,7 +212,7 @@ impl OpenAiChat {
             .http
             .post(&self.url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .timeout(request.kind.attempt_timeout)
+            .timeout(timeout)
             .body(body);
         if let Some(key) = &self.api_key {
             call = call.bearer_auth(key);
@@ -187,15 +220,22 @@ impl OpenAiChat {
         if let Some(header) = &self.idempotency_header {
             call = call.header(header.as_str(), &request.idempotency_key);
         }
-        Ok(call)
+        call
     }
 }
 
+/// Whether the caller's request sets its own limit on the answer's length.
+fn limited(params: &Value) -> bool {
+    params.get("max_tokens").is_some() || params.get("max_completion_tokens").is_some()
+}
+
 /// Reads an upstream's server-sent events, relaying each chunk to `sink` and assembling the
-/// completion; the whole stream is bounded by `limit` bytes.
+/// completion; the whole stream is bounded by `limit` bytes, and each wait for the next
+/// event by `idle`.
 async fn relay_stream(
     response: reqwest::Response,
     limit: u64,
+    idle: std::time::Duration,
     sink: &crate::gateway::streams::StreamSink,
 ) -> Result<Value, ProviderError> {
     use eventsource_stream::Eventsource;
@@ -213,7 +253,15 @@ async fn relay_stream(
     });
     let mut events = bytes.eventsource();
     let mut assembler = crate::gateway::completion::Assembler::default();
-    while let Some(event) = events.next().await {
+    loop {
+        let Ok(next) = tokio::time::timeout(idle, events.next()).await else {
+            return Err(ProviderError::Ambiguous(format!(
+                "the stream stalled: no event for {idle:?} (stream_idle_timeout)"
+            )));
+        };
+        let Some(event) = next else {
+            break;
+        };
         let event = match event {
             Ok(event) => event,
             Err(eventsource_stream::EventStreamError::Transport(StreamError::TooLarge)) => {
@@ -349,12 +397,20 @@ impl Provider for OpenAiChat {
         request: &AttemptRequest<'_>,
         sent: Option<Sent>,
     ) -> Result<Submitted, ProviderError> {
-        let body = self.request_body(request.kind, request.params, request.temperature)?;
-        let call = self.call(request, body, sent)?;
-        let answer = super::answer::call_json(call, self.max_response_bytes).await?;
-        let output = output_of(request.kind, &answer)?;
-        let receipt = answer.get("id").and_then(Value::as_str).map(str::to_owned);
-        Ok(Submitted::Output { output, receipt })
+        let body = self.body(request, false)?;
+        let call = self.call(request, body, sent, request.kind.attempt_timeout);
+        let answered = super::answer::call_answered(call, self.max_response_bytes).await?;
+        let output = output_of(request.kind, &answered.body)?;
+        let receipt = answered
+            .body
+            .get("id")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        Ok(Submitted::Output {
+            output,
+            receipt,
+            request_id: answered.request_id,
+        })
     }
 
     async fn submit_streaming(
@@ -366,24 +422,41 @@ impl Provider for OpenAiChat {
         if !request.kind.is_gateway() {
             return Err(ProviderError::Unsupported("streaming"));
         }
-        let mut body = self.request_body(request.kind, request.params, request.temperature)?;
-        body["stream"] = json!(true);
-        body["stream_options"] = json!({ "include_usage": true });
-        let response = self
-            .call(request, body, sent)?
-            .send()
+        let kind = request.kind;
+        let body = self.body(request, true)?;
+        // The whole stream may take up to `stream_max`; each wait, for the answer's head as
+        // for every event after it, at most `stream_idle_timeout`.
+        let call = self.call(request, body, sent, kind.stream_max);
+        let response = tokio::time::timeout(kind.stream_idle_timeout, call.send())
             .await
+            .map_err(|_| {
+                ProviderError::Ambiguous(format!(
+                    "no answer within {:?} (stream_idle_timeout)",
+                    kind.stream_idle_timeout
+                ))
+            })?
             .map_err(|e| ProviderError::from_transport(&e))?;
         let status = response.status();
+        let headers = response.headers().clone();
         if !status.is_success() {
             let text = super::answer::read_body(response, self.max_response_bytes).await?;
             let text = String::from_utf8_lossy(&text);
-            return Err(ProviderError::from_status(status, &text)
+            return Err(ProviderError::from_response(status, &headers, &text)
                 .unwrap_or_else(|| ProviderError::BadAnswer(format!("HTTP {status}"))));
         }
-        let output = relay_stream(response, self.max_response_bytes, sink).await?;
+        let output = relay_stream(
+            response,
+            self.max_response_bytes,
+            kind.stream_idle_timeout,
+            sink,
+        )
+        .await?;
         let receipt = output.get("id").and_then(Value::as_str).map(str::to_owned);
-        Ok(Submitted::Output { output, receipt })
+        Ok(Submitted::Output {
+            output,
+            receipt,
+            request_id: super::answer::request_id(&headers),
+        })
     }
 
     fn idempotency_header(&self) -> Option<&str> {

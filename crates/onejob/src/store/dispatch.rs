@@ -77,6 +77,12 @@ pub trait Dispatch: Send + Sync {
     /// whatever state the attempt is; a task id already stored is kept.
     async fn set_task_id(&self, attempt_id: Uuid, task_id: &str) -> Result<(), StoreError>;
 
+    /// Moves a live attempt's deadline to `within` from now: an attempt streamed to a
+    /// gateway caller is bounded by its stream's limits, not by `attempt_timeout`, and must
+    /// not be rescued as overdue by another node while it still streams. An attempt no
+    /// longer live is left as it is.
+    async fn extend_deadline(&self, attempt_id: Uuid, within: Duration) -> Result<(), StoreError>;
+
     /// Live attempts (id and provider) whose lease expired, or whose deadline passed more
     /// than `grace` ago.
     async fn expired_attempts(&self, grace: Duration) -> Result<Vec<(Uuid, String)>, StoreError>;
@@ -167,6 +173,11 @@ impl<B: Backend> Dispatch for B {
     async fn set_task_id(&self, attempt_id: Uuid, task_id: &str) -> Result<(), StoreError> {
         let task_id = storable_text(task_id);
         write(self, B::SQL.set_task_id, args![attempt_id, &*task_id]).await?;
+        Ok(())
+    }
+
+    async fn extend_deadline(&self, attempt_id: Uuid, within: Duration) -> Result<(), StoreError> {
+        write(self, B::SQL.extend_deadline, args![attempt_id, within]).await?;
         Ok(())
     }
 

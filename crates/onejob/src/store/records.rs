@@ -22,6 +22,9 @@ pub struct NewJob {
     pub fingerprint: Fingerprint,
     /// The parameters, already validated.
     pub params: Value,
+    /// The caller's request as sent, for a gateway job: what is forwarded upstream (see
+    /// [`JobRecord::request_body`]).
+    pub request_body: Option<String>,
     /// Who is acting, for the event log (`key:<api key id>`).
     pub actor: String,
 }
@@ -60,6 +63,7 @@ impl NewJob {
             kind: kind.into(),
             fingerprint: Fingerprint::of(kind, &params, None),
             params,
+            request_body: None,
             actor: "test".into(),
         }
     }
@@ -102,6 +106,11 @@ pub struct JobRecord {
     pub fingerprint: Fingerprint,
     /// Its parameters (never changed after creation).
     pub params: Value,
+    /// A gateway job's request as the caller sent it (never changed after creation): the
+    /// body forwarded upstream, in the caller's key order and number spelling. `params` is
+    /// the intent (and the fingerprint's source); this is only what is sent. `None` for other
+    /// jobs.
+    pub request_body: Option<String>,
     /// Its state.
     pub state: JobState,
     /// Bumped by every change; completion compares and swaps it.

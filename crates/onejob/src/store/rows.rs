@@ -47,6 +47,7 @@ pub(crate) fn job<B: Backend>(row: &Row<B>) -> Result<JobRecord, StoreError> {
         fingerprint: Fingerprint::from_slice(&B::bytes(row, "fingerprint")?)
             .ok_or_else(|| StoreError::Corrupt("fingerprint is not 32 bytes".into()))?,
         params: B::json(row, "params")?,
+        request_body: B::opt_text(row, "request_body")?,
         state: state::<B, _>(row, "state")?,
         version: B::int(row, "version")?,
         attempts: B::int32(row, "attempts")?,

@@ -86,8 +86,9 @@ impl Settled {
         if !matches!(job.state, JobState::Succeeded | JobState::Cancelled) {
             return;
         }
-        let size =
-            job.params.to_string().len() + job.result.as_ref().map_or(0, |r| r.to_string().len());
+        let size = job.params.to_string().len()
+            + job.request_body.as_ref().map_or(0, String::len)
+            + job.result.as_ref().map_or(0, |r| r.to_string().len());
         if size > MAX_SIZE {
             return;
         }
@@ -143,6 +144,7 @@ mod tests {
             kind: "chat".into(),
             fingerprint: Fingerprint([1; 32]),
             params: json!({}),
+            request_body: None,
             state,
             version: 3,
             attempts: 1,

@@ -12,7 +12,7 @@
 macro_rules! job_columns {
     () => {
         "id, tenant, user_id, key_hash, kind, fingerprint, params, state, version, attempts, \
-         recoveries, completed_by, result, error, created_at, updated_at"
+         recoveries, completed_by, result, error, created_at, updated_at, request_body"
     };
 }
 
@@ -214,6 +214,8 @@ statements! {
     recheck_unknown_later,
     /// `$1` attempt id, `$2` task id: stored unless one is.
     set_task_id,
+    /// `$1` attempt id, `$2` seconds: a live attempt's deadline moves to that long from now.
+    extend_deadline,
     /// `$1` job id, `$2` version, `$3` seconds: a due job's dispatch time moves on, if the job
     /// is still at that version.
     defer_dispatch,

@@ -136,7 +136,21 @@ async fn run_attempt(
     sink: Option<&StreamSink>,
 ) -> Ending {
     let running = ctx.live.enter(attempt.id);
-    let deadline = Instant::now() + kind.attempt_timeout;
+    // A stream relayed to a caller is bounded by its own limits (an idle gap between chunks,
+    // enforced by the adapter, and `stream_max` in all), not by `attempt_timeout`: one that
+    // keeps producing is not cut. Its deadline in the store moves too, so that no other
+    // node's rescue takes it for overdue while it streams.
+    let budget = if sink.is_some() {
+        kind.stream_max
+    } else {
+        kind.attempt_timeout
+    };
+    let deadline = Instant::now() + budget;
+    if sink.is_some()
+        && let Err(error) = ctx.store.extend_deadline(attempt.id, budget).await
+    {
+        tracing::warn!(error = %Chain(&error), "could not move the streamed attempt's deadline");
+    }
     let stops = Stops {
         deadline,
         abandon: &abandon,
@@ -166,6 +180,7 @@ async fn run_attempt(
         attempt_id: attempt.id,
         kind: &kind,
         params: &job.params,
+        request_body: job.request_body.as_deref(),
         idempotency_key: attempt
             .upstream_key
             .clone()
@@ -242,8 +257,9 @@ async fn run_attempt(
                 }
             }
             () = tokio::time::sleep_until(deadline) => {
+                let limit = if sink.is_some() { "stream_max" } else { "attempt_timeout" };
                 return unknown(&ctx, &attempt, json!({ "reason": format!(
-                    "no answer within attempt_timeout ({:?})", kind.attempt_timeout) })).await;
+                    "no answer within {limit} ({budget:?})") })).await;
             }
             () = abandon.cancelled() => {
                 return unknown(&ctx, &attempt, json!({
@@ -257,8 +273,14 @@ async fn run_attempt(
             }
         }
     };
+    let mut upstream_request_id = None;
     let output = match submitted {
-        Ok(Submitted::Output { output, .. }) => output,
+        Ok(Submitted::Output {
+            output, request_id, ..
+        }) => {
+            upstream_request_id = request_id;
+            output
+        }
         Ok(Submitted::Accepted { task_id }) => {
             match acknowledge(&ctx, &attempt, Some(&task_id), hedge_after, deadline).await {
                 Ok(Acknowledged::Running) => {}
@@ -308,7 +330,13 @@ async fn run_attempt(
             } else {
                 Unsuccessful::FailedKeyKept
             };
-            return fail(&ctx, &kind, &attempt, end, error.to_json()).await;
+            let mut recorded = error.to_json();
+            if matches!(error, ProviderError::Rejected { .. }) {
+                // An upstream's refusal may be about onejob's account there (401, 403, 429):
+                // the gateway names the provider to its caller.
+                recorded["provider"] = json!(attempt.provider);
+            }
+            return fail(&ctx, &kind, &attempt, end, recorded).await;
         }
         Err(error) => {
             let why = json!({ "reason": error.public(), "internal": error.to_string() });
@@ -316,7 +344,15 @@ async fn run_attempt(
         }
     };
     telemetry::provider_latency(&attempt.provider, sent_at.elapsed());
-    finish(&ctx, &kind, &attempt, output, deadline).await
+    // A gateway caller waiting in this process is told the winning answer itself, so it
+    // answers without reading the job back (one database round trip less per call).
+    let answer = kind.is_gateway().then(|| Arc::new(output.clone()));
+    let ending = finish(&ctx, &kind, &attempt, output, deadline).await;
+    if ending == Ending::Won {
+        // The caller waiting for this answer gets it, with the upstream's id of its request.
+        ctx.hub.watch.answered(job.id, answer, upstream_request_id);
+    }
+    ending
 }
 
 /// Records the acknowledgement (and task id), retrying while the store is unreachable.

@@ -180,6 +180,8 @@ mod tests {
             providers: providers.iter().map(|p| (*p).to_owned()).collect(),
             openai_models: Vec::new(),
             attempt_timeout: Duration::from_secs(1),
+            stream_idle_timeout: Duration::from_secs(1),
+            stream_max: Duration::from_secs(1),
             max_attempts: 3,
             retry_backoff: Duration::from_millis(10),
             hedge_after: hedge.then(|| Duration::from_millis(10)),

@@ -223,7 +223,13 @@ async fn check_within_budget(
     let budget = ITEM_BUDGET + kind.attempt_timeout;
     match tokio::time::timeout(
         budget,
-        reconcile(ctx, &kind, &job.params, attempt, certified),
+        reconcile(
+            ctx,
+            &kind,
+            (&job.params, job.request_body.as_deref()),
+            attempt,
+            certified,
+        ),
     )
     .await
     {
@@ -247,10 +253,13 @@ enum Proof {
     Nothing,
 }
 
+/// The job's params, and its request as sent (a gateway job's).
+type Intent<'a> = (&'a Value, Option<&'a str>);
+
 async fn reconcile(
     ctx: &WorkerContext,
     kind: &Kind,
-    params: &Value,
+    params: Intent<'_>,
     attempt: &AttemptRecord,
     certified: &Certified,
 ) -> Result<bool, StoreError> {
@@ -372,7 +381,7 @@ async fn status(provider: &dyn Provider, task_id: &str) -> Proof {
 async fn resend(
     ctx: &WorkerContext,
     kind: &Kind,
-    params: &Value,
+    (params, request_body): Intent<'_>,
     attempt: &AttemptRecord,
     provider: &dyn Provider,
     key: &str,
@@ -395,6 +404,7 @@ async fn resend(
         attempt_id: attempt.id,
         kind,
         params,
+        request_body,
         idempotency_key: key.to_owned(),
         temperature: None,
     };

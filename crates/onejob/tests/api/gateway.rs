@@ -1,16 +1,20 @@
-//! The OpenAI-compatible gateway (docs/design.md §9), black-box over HTTP on both stores,
-//! with the fake provider's chat endpoint as the upstream: one Idempotency-Key, one job,
-//! one upstream call; answers and errors in OpenAI's shapes. The real OpenAI SDKs drive the
-//! same server in `sdk.rs`.
+//! The OpenAI-compatible gateway (docs/design.md §9), black-box over HTTP on both stores, with the
+//! fake provider's chat endpoint as the upstream: one Idempotency-Key, one job, one
+//! upstream call; answers and errors in OpenAI's shapes, each one validated against OpenAI's
+//! own schemas (`openai_schemas.rs`) as it is read. The real OpenAI SDKs drive the same
+//! server in `sdk.rs`.
 
 use std::time::Duration;
 
-use onejob::config::{Adapter, Config, ProviderConfig};
+use onejob::config::{Adapter, Config, KindConfig, ProviderConfig};
 use onejob_fake::{Behaviour, Rule};
 use reqwest::Response;
 use serde_json::{Value, json};
 
-use crate::helpers::{Backend, Fakes, TestApp, TestDatabase, backend_tests, json};
+use crate::{
+    helpers::{Backend, Fakes, TestApp, TestDatabase, backend_tests, json},
+    openai_schemas::{conforms, conforms_as_answer, conforms_as_event},
+};
 
 backend_tests!(
     the_models_are_listed_in_openai_shape,
@@ -30,6 +34,12 @@ backend_tests!(
     a_live_stream_carries_the_usage_chunk_only_when_asked,
     a_client_that_disconnects_does_not_cancel_the_job,
     a_stream_whose_attempt_breaks_off_ends_with_an_error_naming_the_job,
+    the_upstream_receives_the_callers_bytes_with_only_the_model_changed,
+    a_v1_path_onejob_does_not_serve_answers_in_openais_shape,
+    a_number_beyond_the_exact_range_is_refused,
+    a_stream_outlives_attempt_timeout_and_a_silent_one_ends_unknown,
+    an_upstream_rate_limit_fails_over_where_certified,
+    upstream_account_errors_are_a_502_naming_the_provider,
 );
 
 const WITHIN: Duration = Duration::from_secs(30);
@@ -37,13 +47,18 @@ const WITHIN: Duration = Duration::from_secs(30);
 /// The gateway kind of the demo config (`chat.fast`, model `fast`) served by the primary
 /// fake only, quick.
 pub(crate) fn gateway(config: &mut Config) {
-    let kind = config
+    let kind = fast(config);
+    kind.providers = vec!["fake".into()];
+    kind.max_attempts = 1;
+}
+
+/// The demo's gateway kind, `chat.fast` (model `fast`).
+fn fast(config: &mut Config) -> &mut KindConfig {
+    config
         .kinds
         .iter_mut()
         .find(|k| k.name == "chat.fast")
-        .expect("the demo serves model fast");
-    kind.providers = vec!["fake".into()];
-    kind.max_attempts = 1;
+        .expect("the demo serves model fast")
 }
 
 fn request(text: &str) -> Value {
@@ -73,10 +88,12 @@ impl TestApp {
     }
 }
 
-/// The answer's status, headers and JSON body.
+/// The answer's status, headers and JSON body, which is checked to be what OpenAI answers
+/// there (a `chat.completion`, or an error).
 async fn answered(response: Response) -> (u16, reqwest::header::HeaderMap, Value) {
     let headers = response.headers().clone();
     let (status, body) = json(response).await;
+    conforms_as_answer(status, &body);
     (status, headers, body)
 }
 
@@ -94,11 +111,13 @@ async fn the_models_are_listed_in_openai_shape(backend: Backend) {
     let app = TestApp::running(&db, &fakes, gateway).await;
     let (status, body) = json(app.get("/v1/models").send().await.unwrap()).await;
     assert_eq!(status, 200);
+    conforms("ListModelsResponse", &body);
     assert_eq!(body["object"], "list");
     assert_eq!(body["data"][0]["id"], "fast");
     assert_eq!(body["data"][0]["object"], "model");
     let (status, body) = json(app.client.get(app.url("/v1/models")).send().await.unwrap()).await;
     assert_eq!(status, 401);
+    conforms("ErrorResponse", &body);
     assert_eq!(body["error"]["type"], "authentication_error");
 }
 
@@ -215,6 +234,7 @@ async fn bad_calls_get_openai_errors(backend: Backend) {
         .unwrap();
     let (status, body) = json(raw).await;
     assert_eq!(status, 400);
+    conforms("ErrorResponse", &body);
     assert_eq!(body["error"]["code"], "invalid-json");
     let unauthorized = app
         .client
@@ -225,6 +245,7 @@ async fn bad_calls_get_openai_errors(backend: Backend) {
         .unwrap();
     let (status, body) = json(unauthorized).await;
     assert_eq!(status, 401);
+    conforms("ErrorResponse", &body);
     assert_eq!(body["error"]["type"], "authentication_error");
     // Nothing was created or sent for any of them.
     assert_eq!(chat_side_effects(&fakes), 0);
@@ -357,11 +378,7 @@ async fn an_unknown_outcome_is_a_409_naming_the_job(backend: Backend) {
     ));
     let app = TestApp::running(&db, &fakes, |config| {
         gateway(config);
-        let kind = config
-            .kinds
-            .iter_mut()
-            .find(|k| k.name == "chat.fast")
-            .unwrap();
+        let kind = fast(config);
         kind.attempt_timeout = Duration::from_millis(300);
     })
     .await;
@@ -441,11 +458,7 @@ async fn an_empty_completion_is_no_success(backend: Backend) {
         provider.base_url = Some(format!("http://{addr}/v1"));
         provider.model = Some("m".into());
         config.providers.push(provider);
-        let kind = config
-            .kinds
-            .iter_mut()
-            .find(|k| k.name == "chat.fast")
-            .unwrap();
+        let kind = fast(config);
         kind.providers = vec!["empty".into()];
     })
     .await;
@@ -494,7 +507,8 @@ async fn keyless_calls_are_refused_unless_allowed(backend: Backend) {
     );
 }
 
-/// The `data:` payloads of a server-sent event stream, read to its end.
+/// The `data:` payloads of a server-sent event stream, read to its end, each checked to be
+/// what OpenAI streams (a chunk, an error, or `[DONE]`).
 async fn events(response: Response) -> Vec<String> {
     assert_eq!(
         response.headers()["content-type"],
@@ -502,13 +516,18 @@ async fn events(response: Response) -> Vec<String> {
         "a stream"
     );
     let text = response.text().await.unwrap();
-    text.lines()
+    let events: Vec<String> = text
+        .lines()
         .filter_map(|line| {
             line.strip_prefix("data: ")
                 .or_else(|| line.strip_prefix("data:"))
         })
         .map(|data| data.trim().to_owned())
-        .collect()
+        .collect();
+    for event in &events {
+        conforms_as_event(event);
+    }
+    events
 }
 
 /// The text a stream's chunks add up to.
@@ -571,6 +590,9 @@ async fn two_concurrent_streams_get_the_same_live_chunks_from_one_upstream_call(
         .filter_map(|line| line.strip_prefix("data: "))
         .map(|d| d.trim().to_owned())
         .collect();
+    for event in &first {
+        conforms_as_event(event);
+    }
     assert_eq!(first.last().map(String::as_str), Some("[DONE]"));
     assert_eq!(
         first, second,
@@ -717,4 +739,266 @@ async fn a_stream_whose_attempt_breaks_off_ends_with_an_error_naming_the_job(bac
         .wait_attempts(&job_id, WITHIN, |a| a[0]["state"] == "unknown")
         .await;
     assert_eq!(attempts.len(), 1);
+}
+
+impl TestApp {
+    /// `POST /v1/chat/completions` under `key` with `body` as it is, byte for byte.
+    pub async fn chat_text(&self, key: &str, body: &str) -> Response {
+        self.client
+            .post(self.url("/v1/chat/completions"))
+            .bearer_auth(&self.token)
+            .header("Idempotency-Key", key)
+            .header("Content-Type", "application/json")
+            .body(body.to_owned())
+            .send()
+            .await
+            .unwrap()
+    }
+}
+
+async fn the_upstream_receives_the_callers_bytes_with_only_the_model_changed(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, gateway).await;
+    // Keys out of alphabetical order, numbers spelled as the caller chose.
+    let sent = r#"{"model": "fast", "messages": [{"role": "user", "content": "order, please"}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema":
+        {"type": "object", "properties": {"reasoning": {"type": "string"},
+        "final_answer": {"type": "string"}}}}}, "seed": 4.20e1, "temperature": 0.50,
+        "stream": false}"#;
+    let (status, _, _) = answered(app.chat_text("as-sent", sent).await).await;
+    assert_eq!(status, 200);
+    let seen = fakes.primary.submissions();
+    let forwarded = seen.requests[0].body_text.clone().unwrap();
+    let reasoning = forwarded.find(r#""reasoning""#).unwrap();
+    assert!(
+        reasoning < forwarded.find(r#""final_answer""#).unwrap(),
+        "{forwarded}"
+    );
+    assert!(
+        forwarded.contains(r#""seed":4.20e1,"temperature":0.50"#),
+        "{forwarded}"
+    );
+    assert!(
+        forwarded.starts_with(r#"{"model":"fake","messages":"#),
+        "{forwarded}"
+    );
+    assert!(
+        !forwarded.contains(r#""stream""#),
+        "delivery is the gateway's: {forwarded}"
+    );
+    // The same call in another key order is the same job (a replay), not a conflict.
+    let reordered = r#"{"stream": false, "temperature": 0.5, "seed": 42,
+        "response_format": {"json_schema": {"schema": {"properties": {"final_answer":
+        {"type": "string"}, "reasoning": {"type": "string"}}, "type": "object"}, "name": "a"},
+        "type": "json_schema"}, "messages": [{"content": "order, please", "role": "user"}],
+        "model": "fast"}"#;
+    let (status, headers, _) = answered(app.chat_text("as-sent", reordered).await).await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["idempotent-replayed"], "true");
+    assert_eq!(chat_side_effects(&fakes), 1);
+}
+
+async fn a_v1_path_onejob_does_not_serve_answers_in_openais_shape(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, gateway).await;
+    let (status, model) = json(app.get("/v1/models/fast").send().await.unwrap()).await;
+    assert_eq!(status, 200);
+    conforms("Model", &model);
+    assert_eq!(model["id"], "fast");
+    let (status, body) = json(app.get("/v1/models/gpt-9").send().await.unwrap()).await;
+    assert_eq!(status, 404);
+    conforms("ErrorResponse", &body);
+    assert_eq!(body["error"]["type"], "not_found_error");
+    for path in ["/v1/embeddings", "/v1/responses", "/v1/no/such/thing"] {
+        let response = app
+            .client
+            .post(app.url(path))
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            response.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("application/json"),
+            "{path}"
+        );
+        let (status, body) = json(response).await;
+        assert_eq!(status, 404, "{path}: {body}");
+        conforms("ErrorResponse", &body);
+        assert!(body["error"]["message"].as_str().unwrap().contains(path));
+    }
+    let (status, body) = json(app.get("/v1/chat/completions").send().await.unwrap()).await;
+    assert_eq!(status, 405, "{body}");
+    conforms("ErrorResponse", &body);
+    // onejob's own API keeps its problem documents.
+    let response = app.get("/v1/jobs/not-a-uuid/nothing").send().await.unwrap();
+    assert_eq!(response.status(), 404);
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+}
+
+async fn a_number_beyond_the_exact_range_is_refused(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, gateway).await;
+    for seed in [
+        "1000000000000000000000000000000",
+        "1000000000000000000000000000001",
+    ] {
+        let body = format!(
+            r#"{{"model": "fast", "messages": [{{"role": "user", "content": "big"}}], "seed": {seed}}}"#
+        );
+        let (status, _, answer) = answered(app.chat_text("big-seed", &body).await).await;
+        assert_eq!(status, 400, "{answer}");
+        assert_eq!(answer["error"]["code"], "params-invalid");
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("/seed")
+        );
+    }
+    assert_eq!(chat_side_effects(&fakes), 0);
+}
+
+async fn a_stream_outlives_attempt_timeout_and_a_silent_one_ends_unknown(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(rule(
+        "steadily",
+        Behaviour {
+            run_ms: 2_500,
+            ..Default::default()
+        },
+    ));
+    fakes.primary.add_rule(rule(
+        "silent",
+        Behaviour {
+            hang_after_ack: true,
+            ..Default::default()
+        },
+    ));
+    let app = TestApp::running(&db, &fakes, |config| {
+        gateway(config);
+        let kind = fast(config);
+        kind.attempt_timeout = Duration::from_millis(500);
+        kind.stream_idle_timeout = Duration::from_millis(1_000);
+    })
+    .await;
+    let response = app
+        .chat(
+            Some("long"),
+            &streaming("a story told steadily, word by word"),
+        )
+        .await;
+    let job_id = response.headers()["onejob-job-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let long = events(response).await;
+    assert_eq!(long.last().map(String::as_str), Some("[DONE]"), "{long:?}");
+    assert!(streamed_text(&long).contains("a story told steadily"));
+    let job = app
+        .wait_job(&job_id, WITHIN, |j| j["state"] == "succeeded")
+        .await;
+    assert_eq!(job["attempts"], 1);
+    // Its deadline in the store moved with the stream: no rescue took it for overdue.
+    let attempts = app.attempts(&job_id).await;
+    assert_eq!(attempts[0]["state"], "succeeded");
+    let response = app
+        .chat(Some("quiet"), &streaming("silent after the role"))
+        .await;
+    let job_id = response.headers()["onejob-job-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let quiet = events(response).await;
+    let error: Value = serde_json::from_str(quiet.last().unwrap()).unwrap();
+    assert_eq!(error["error"]["code"], "attempt_failed", "{quiet:?}");
+    app.wait_attempts(&job_id, WITHIN, |a| a[0]["state"] == "unknown")
+        .await;
+}
+
+async fn an_upstream_rate_limit_fails_over_where_certified(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(rule(
+        "limited",
+        Behaviour {
+            http_status: Some(429),
+            retry_after: Some(7),
+            ..Default::default()
+        },
+    ));
+    let app = TestApp::running(&db, &fakes, |config| {
+        gateway(config);
+        let kind = fast(config);
+        kind.providers = vec!["fake".into(), "fake-backup".into()];
+        kind.max_attempts = 2;
+        kind.retry_backoff = Duration::from_millis(50);
+    })
+    .await;
+    assert!(
+        app.certify("fake-backup", "chat.fast").await,
+        "the backup passes"
+    );
+    let (status, headers, body) =
+        answered(app.chat(Some("limited"), &request("limited")).await).await;
+    assert_eq!(status, 200, "{body}");
+    let job_id = headers["onejob-job-id"].to_str().unwrap();
+    let attempts = app.attempts(job_id).await;
+    assert_eq!(attempts.len(), 2, "{attempts:?}");
+    assert_eq!(attempts[1]["provider"], "fake-backup");
+    // Without a provider to fail over to, the 429 reaches the caller with its Retry-After.
+    let db = TestDatabase::create(backend).await;
+    let app = TestApp::running(&db, &fakes, gateway).await;
+    let (status, headers, body) = answered(
+        app.chat(Some("limited-alone"), &request("limited alone"))
+            .await,
+    )
+    .await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(headers["retry-after"], "7");
+    assert_eq!(body["error"]["type"], "rate_limit_error");
+    assert!(
+        headers["x-request-id"]
+            .to_str()
+            .unwrap()
+            .starts_with("req_")
+    );
+}
+
+async fn upstream_account_errors_are_a_502_naming_the_provider(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    for status in [401, 403] {
+        fakes.primary.add_rule(rule(
+            &format!("refused {status}"),
+            Behaviour {
+                http_status: Some(status),
+                ..Default::default()
+            },
+        ));
+    }
+    let app = TestApp::running(&db, &fakes, gateway).await;
+    for upstream in [401, 403] {
+        let text = format!("refused {upstream}");
+        let key = format!("refused-{upstream}");
+        let (status, headers, body) = answered(app.chat(Some(&key), &request(&text)).await).await;
+        assert_eq!(status, 502, "{body}");
+        assert_eq!(body["error"]["type"], "api_error");
+        assert_eq!(body["error"]["code"], "upstream_auth_error");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("\"fake\"") && message.contains(&upstream.to_string()),
+            "{message}"
+        );
+        assert_eq!(headers["x-should-retry"], "false");
+    }
 }

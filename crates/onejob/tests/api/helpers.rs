@@ -579,6 +579,7 @@ pub fn new_job(key: &str, prompt: &str) -> onejob::store::NewJob {
         kind: "chat.completion".into(),
         fingerprint: onejob_domain::Fingerprint::of("chat.completion", &params, None),
         params,
+        request_body: None,
         actor: "test".into(),
     }
 }

@@ -23,6 +23,7 @@ mod keys;
 mod logs;
 mod metrics;
 mod online_migration;
+mod openai_schemas;
 mod openapi;
 mod openapi_client;
 mod paging;

@@ -1,14 +1,25 @@
-//! The gateway (docs/design.md §9) driven by clients nobody here wrote: OpenAI's own SDKs,
-//! the `openai` package from PyPI (`sdk/python/test_gateway.py`) and from npm
-//! (`sdk/js/gateway.test.mjs`), against a real onejob on both databases serving the demo's
-//! model `fast` on a fake provider. The two scripts have the same cases, each through the
-//! SDK's own calls, errors and retries: a plain completion; one job (one upstream call) for
-//! a repeated key; a changed body raised as the SDK's 422 error with onejob's message; the
-//! SDK's timeouts and its retries of a 409 re-attaching to the one job; a failed job raised
-//! at once, not retried; streams as OpenAI's example loop reads them, two concurrent
-//! streams of one upstream call, a broken stream raised with onejob's error; tools and
-//! `response_format` reaching the upstream; an unknown model as the SDK's 404 error; a
-//! keyless call refused.
+//! The gateway (docs/design.md §9) driven by clients nobody here wrote: OpenAI's own SDKs, the
+//! `openai` package from PyPI (`sdk/python/test_gateway.py`) and from npm
+//! (`sdk/js/gateway.test.mjs`), and two frameworks over OpenAI's protocol, LangChain's
+//! `ChatOpenAI` and `litellm.completion` (`sdk/python/test_frameworks.py`: a call, a
+//! stream, a replay and a 422 each), against a real onejob on both databases serving the
+//! demo's model `fast` on a fake provider (and `brief`, the same with 1 s timeouts).
+//!
+//! The two SDK scripts have the same cases, each through the SDK's own calls, errors and
+//! retries: a plain completion; one job (one upstream call) for a repeated key; a changed
+//! body raised as the SDK's 422 error with onejob's message; the SDK's timeouts and its
+//! retries of a 409 re-attaching to the one job; a failed job raised at once, not retried;
+//! streams as OpenAI's example loop reads them, two concurrent streams of one upstream
+//! call, a broken stream raised with onejob's error; tools and `response_format` reaching
+//! the upstream; an unknown model as the SDK's 404 error; a keyless call refused. And the
+//! "faithful" ones: the upstream receiving the request as sent (key order); a reasoning
+//! model's stream kept whole (reasoning_content, every chunk's logprobs) and replayed whole
+//! as JSON and as a stream; a number beyond ±2^53 refused, not rounded; `models.retrieve`
+//! and an unserved `/v1` path in OpenAI's error shape; a stream outliving
+//! `attempt_timeout` while it produces, and a silent one ending unknown; the upstream's
+//! 401 as a 502 naming the provider, its 429 with its Retry-After, its `x-request-id`
+//! passed on. (The Python script checks the request id of a success in a case of its own,
+//! the npm one in its 429 case: one case more in Python.)
 //!
 //! The README's "Drop-in for OpenAI SDKs" snippets are `sdk/python/quickstart.py` and
 //! `sdk/js/quickstart.mjs`, included verbatim (checked here) and run here against onejob.
@@ -33,13 +44,20 @@ use crate::{
 backend_tests!(
     the_python_sdk_gets_one_job_per_key_and_onejobs_answers,
     the_js_sdk_gets_one_job_per_key_and_onejobs_answers,
+    langchain_and_litellm_get_one_job_per_key_and_onejobs_answers,
 );
 
 /// `[gateway] wait` for these tests: short, so that a `409` still running is cheap to see.
 const WAIT: Duration = Duration::from_secs(2);
 
-/// The cases each language's script has: the same ones, in both.
-const CASES: u32 = 14;
+/// The cases of `sdk/python/test_gateway.py`.
+const PYTHON_CASES: u32 = 22;
+
+/// The cases of `sdk/python/test_frameworks.py` (LangChain's ChatOpenAI and litellm).
+const FRAMEWORK_CASES: u32 = 8;
+
+/// The cases of `sdk/js/gateway.test.mjs`.
+const JS_CASES: u32 = 21;
 
 /// How long one script may take.
 const WITHIN: Duration = Duration::from_secs(180);
@@ -125,11 +143,24 @@ fn node_sdk() -> PathBuf {
     dir
 }
 
-/// onejob serving the demo's `chat.fast` (model `fast`) on the primary fake.
+/// onejob serving the demo's `chat.fast` (model `fast`) on the primary fake, and model
+/// `brief`: the same kind as `chat.brief`, whose `attempt_timeout` and
+/// `stream_idle_timeout` are 1 s.
 async fn serving(db: &TestDatabase, fakes: &Fakes) -> TestApp {
     TestApp::running(db, fakes, |config| {
         gateway(config);
         config.gateway.wait = WAIT;
+        let mut brief = config
+            .kinds
+            .iter()
+            .find(|k| k.name == "chat.fast")
+            .expect("the demo serves model fast")
+            .clone();
+        brief.name = "chat.brief".into();
+        brief.openai_models = vec!["brief".into()];
+        brief.attempt_timeout = Duration::from_secs(1);
+        brief.stream_idle_timeout = Duration::from_secs(1);
+        config.kinds.push(brief);
     })
     .await
 }
@@ -214,23 +245,33 @@ pub(crate) fn in_dir(
     command
 }
 
-async fn the_python_sdk_gets_one_job_per_key_and_onejobs_answers(backend: Backend) {
+/// Runs the unittest script `script` of `sdk/python` against onejob on `backend`, asserting
+/// that all its `cases` ran and passed.
+async fn python_suite(backend: Backend, script: &str, cases: u32) {
     let python = python();
     let db = TestDatabase::create(backend).await;
     let fakes = Fakes::spawn().await;
     let app = serving(&db, &fakes).await;
     let printed = run(
-        in_dir(&python, &sdk("python"), &["test_gateway.py"]),
+        in_dir(&python, &sdk("python"), &[script]),
         &Target::of(&app, &fakes),
     )
     .await;
-    // unittest's summary, on standard error: "Ran 14 tests in 9.1s", then "OK".
+    // unittest's summary, on standard error: "Ran 22 tests in 9.1s", then "OK".
     let ran = count_after(&printed.stderr, "Ran ");
     assert!(
-        ran == Some(CASES) && printed.stderr.lines().any(|l| l == "OK"),
-        "all {CASES} cases ran and passed:\n{}",
+        ran == Some(cases) && printed.stderr.lines().any(|l| l == "OK"),
+        "all {cases} cases of {script} ran and passed:\n{}",
         printed.stderr
     );
+}
+
+async fn the_python_sdk_gets_one_job_per_key_and_onejobs_answers(backend: Backend) {
+    python_suite(backend, "test_gateway.py", PYTHON_CASES).await;
+}
+
+async fn langchain_and_litellm_get_one_job_per_key_and_onejobs_answers(backend: Backend) {
+    python_suite(backend, "test_frameworks.py", FRAMEWORK_CASES).await;
 }
 
 async fn the_js_sdk_gets_one_job_per_key_and_onejobs_answers(backend: Backend) {
@@ -246,8 +287,8 @@ async fn the_js_sdk_gets_one_job_per_key_and_onejobs_answers(backend: Backend) {
     // node --test's summary: "# pass 14", "# fail 0".
     let passed = count_after(&printed.stdout, "# pass ");
     assert!(
-        passed == Some(CASES) && count_after(&printed.stdout, "# fail ") == Some(0),
-        "all {CASES} cases ran and passed:\n{}",
+        passed == Some(JS_CASES) && count_after(&printed.stdout, "# fail ") == Some(0),
+        "all {JS_CASES} cases ran and passed:\n{}",
         printed.stdout
     );
 }

@@ -326,6 +326,7 @@ pub fn new_job_of(owner: Principal, kind: &str, key: &str, prompt: &str) -> onej
         kind: kind.into(),
         fingerprint: onejob_domain::Fingerprint::of(kind, &params, None),
         params,
+        request_body: None,
         actor: "test".into(),
     }
 }

@@ -331,7 +331,8 @@ struct Written {
     found: HashMap<Key, JobRecord>,
 }
 
-/// The intake statement: `$1`–`$7` the jobs' columns, `$8`–`$11` their `created` events'.
+/// The intake statement: `$1`–`$7` and `$12` the jobs' columns, `$8`–`$11` their `created`
+/// events'.
 ///
 /// `found` looks up once in the unique index (`LIMIT 1`, as the read-back does) each key
 /// whose submission was not inserted, its `NOT IN` filter applied before the lookup (the
@@ -342,9 +343,10 @@ macro_rules! intake_sql {
     () => {
         concat!(
             "WITH inserted AS (\
-               INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params) \
+               INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params, request_body) \
                SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::text[], \
-               $6::bytea[], $7::jsonb[]) AS batch (id, tenant, user_id, key_hash, kind, fingerprint, params) \
+               $6::bytea[], $7::jsonb[], $12::text[]) \
+               AS batch (id, tenant, user_id, key_hash, kind, fingerprint, params, request_body) \
                ORDER BY key_hash, tenant, user_id \
                ON CONFLICT DO NOTHING RETURNING ",
             job_columns!(),
@@ -388,6 +390,11 @@ async fn insert_new(connection: &mut PgConnection, jobs: &[NewJob]) -> Result<Wr
         .bind(created.kinds)
         .bind(created.actors)
         .bind(created.details)
+        .bind(
+            jobs.iter()
+                .map(|j| j.request_body.as_deref())
+                .collect::<Vec<_>>(),
+        )
         .fetch_all(connection)
         .await?;
     let ids: HashSet<Uuid> = jobs.iter().map(|j| j.id).collect();
@@ -604,7 +611,7 @@ mod tests {
          ARRAY['chat', 'chat'], ARRAY[sha256('7'::bytea), sha256('8'::bytea)], \
          ARRAY['{}'::jsonb, '{}'::jsonb], ARRAY[NULL::uuid, NULL::uuid], \
          ARRAY['created', 'created'], ARRAY[NULL::text, NULL::text], \
-         ARRAY['{}'::jsonb, '{}'::jsonb])";
+         ARRAY['{}'::jsonb, '{}'::jsonb], ARRAY[NULL::text, NULL::text])";
 
     /// The intake statement's lookup of the jobs already under its keys, likewise (EXPLAIN
     /// only plans it: nothing is inserted).

@@ -185,6 +185,8 @@ pub(super) const SQL: Sql = Sql {
          LEAST($3 * power(2, LEAST(GREATEST(reconcile_checks - 1, 0), 20)), $4)) \
          WHERE id = $1 AND state = 'unknown' AND reconcile_checks = $2",
     set_task_id: "UPDATE attempts SET task_id = $2 WHERE id = $1 AND task_id IS NULL",
+    extend_deadline: "UPDATE attempts SET deadline_at = now() + make_interval(secs => $2) \
+                      WHERE id = $1 AND state IN ('starting', 'running')",
     defer_dispatch: "UPDATE jobs SET dispatch_at = now() + make_interval(secs => $3) \
                      WHERE id = $1 AND version = $2 AND dispatch_at IS NOT NULL",
     next_due_in: "SELECT EXTRACT(EPOCH FROM (min(dispatch_at) - now()))::float8 AS seconds \

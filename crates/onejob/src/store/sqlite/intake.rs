@@ -20,11 +20,11 @@ use crate::store::{
 /// Most submissions one intake transaction carries.
 const MAX_BATCH: usize = 256;
 
-/// The insert of one submission: `?1`–`?7` the job's columns → job columns, or no row when
+/// The insert of one submission: `?1`–`?8` the job's columns → job columns, or no row when
 /// its key is taken.
 const INSERT_JOB: &str = concat!(
-    "INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT DO NOTHING RETURNING ",
+    "INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params, request_body) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT DO NOTHING RETURNING ",
     job_columns!()
 );
 
@@ -129,6 +129,7 @@ async fn write_one(tx: &mut Tx<SqliteStore>, job: &NewJob) -> Result<Intake, Sto
         &job.kind,
         &job.fingerprint.0[..],
         &job.params,
+        job.request_body.as_deref(),
     ];
     if let Some(row) = tx.optional(INSERT_JOB, values).await? {
         let record = rows::job::<SqliteStore>(&row)?;

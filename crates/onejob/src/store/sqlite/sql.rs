@@ -337,6 +337,11 @@ pub(super) const SQL: Sql = Sql {
         " WHERE id = ?1 AND state = 'unknown' AND reconcile_checks = ?2"
     ),
     set_task_id: "UPDATE attempts SET task_id = ?2 WHERE id = ?1 AND task_id IS NULL",
+    extend_deadline: concat!(
+        "UPDATE attempts SET deadline_at = ",
+        later!("?2"),
+        " WHERE id = ?1 AND state IN ('starting', 'running')"
+    ),
     defer_dispatch: concat!(
         "UPDATE jobs SET dispatch_at = ",
         later!("?3"),

@@ -1,0 +1,536 @@
+//! The gateway's use case (docs/design.md §9): one OpenAI chat call as one job.
+//!
+//! A call names a model; the kind serving it (`openai_models`) takes the request, less its
+//! delivery (`stream`, `stream_options`), as a job's params under the caller's
+//! Idempotency-Key, and the request's text as sent as what its upstream receives. The call
+//! then waits, at most `[gateway] wait`, for the job's outcome: its completion, a live
+//! stream of its attempt (a caller asking for a stream registers before the job exists,
+//! so whichever attempt starts finds it), the stored completion as a stream, a failure
+//! told as the upstream's, or the job still running. [`ChatCalls`] decides all of this;
+//! the HTTP adapter (`crate::http::gateway`) only parses the call and shapes the answer.
+
+use std::{sync::Arc, time::Duration};
+
+use futures::{Stream, StreamExt, stream};
+use onejob_domain::{IdempotencyKey, JobState, Principal};
+use serde_json::{Map, Value};
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::{Jobs, Submission, SubmitError, Submitted};
+use crate::{
+    gateway::{
+        Hub,
+        completion::chunks_of,
+        split_request,
+        streams::{Next, StreamEnd, Wanted},
+    },
+    kind::Kind,
+    store::{JobRecord, StoreError},
+};
+
+/// How often a waiting call looks at its job when no notice came (a job worked by another
+/// process sends none).
+const POLL: Duration = Duration::from_millis(250);
+
+/// The gateway's calls, over the job use cases and this process's live streams and job
+/// notices.
+#[derive(Clone)]
+pub struct ChatCalls {
+    jobs: Jobs,
+    hub: Hub,
+    allow_keyless: bool,
+    wait: Duration,
+}
+
+/// Why a call was refused. Nothing was created.
+#[derive(Debug, thiserror::Error)]
+pub enum ChatError {
+    /// No Idempotency-Key, and keyless calls are not allowed.
+    #[error("send an Idempotency-Key header naming this call, the same on every retry of it")]
+    KeyMissing,
+    /// The body is not a JSON object.
+    #[error("the body must be an OpenAI chat completion request (a JSON object)")]
+    NotAnObject,
+    /// The request names no model.
+    #[error("the request needs a `model` (one of GET /v1/models)")]
+    NoModel,
+    /// No kind serves the model.
+    #[error("the model {model:?} does not exist here; GET /v1/models lists the ones served")]
+    UnknownModel {
+        /// The model asked for.
+        model: String,
+        /// The models served.
+        models: Vec<String>,
+    },
+    /// A delivery field has the wrong type.
+    #[error("`{field}` must be {expected}")]
+    Delivery {
+        /// The field.
+        field: &'static str,
+        /// What it must be.
+        expected: &'static str,
+    },
+    /// The submission was refused (limits, schema, a reused key).
+    #[error(transparent)]
+    Submit(#[from] SubmitError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What a call is answered.
+pub struct ChatAnswer {
+    /// The job.
+    pub job_id: Uuid,
+    /// Whether the key already named the job.
+    pub replayed: bool,
+    /// The upstream's id of the request that made the answer, where it gave one (a live
+    /// success, or a failure's last refusal).
+    pub request_id: Option<String>,
+    /// The outcome.
+    pub outcome: ChatOutcome,
+}
+
+/// The outcome a call is answered with.
+pub enum ChatOutcome {
+    /// The winning completion, as JSON.
+    Completion(Value),
+    /// The winning completion, as the chunks of a stream (the stored one, replayed).
+    Chunks(Vec<Value>),
+    /// The live stream of the job's attempt, from its first chunk.
+    Live(LiveStream),
+    /// The job failed.
+    Failed(UpstreamFailure),
+    /// The job is not finished after the wait (`Running`, `Pending`), awaits proof
+    /// (`Unknown`), or was cancelled.
+    NotDone(JobState),
+}
+
+/// Why a job failed, as its caller is told: its last definite upstream error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamFailure {
+    /// The upstream refused onejob's own credentials (`401`, `403`): about onejob's account
+    /// with the provider, never the caller's key.
+    AccountRefused {
+        /// The provider.
+        provider: String,
+        /// Its status.
+        status: u16,
+    },
+    /// The upstream's rate limit (`429`), and no certified provider took the job over.
+    RateLimited {
+        /// The provider.
+        provider: String,
+        /// Its `Retry-After`, in seconds.
+        retry_after: Option<u64>,
+    },
+    /// Another definite status, with what the upstream or onejob said of it.
+    Refused {
+        /// The status.
+        status: u16,
+        /// The message.
+        message: String,
+    },
+    /// No definite status (unreachable, unusable answers, …).
+    NoAnswer {
+        /// What happened.
+        message: String,
+    },
+}
+
+/// A live stream being read: its chunks (the usage chunk only where asked), then its end.
+pub struct LiveStream {
+    wanted: Wanted,
+    include_usage: bool,
+}
+
+/// One event of a live stream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LiveEvent {
+    /// A `chat.completion.chunk`.
+    Chunk(Value),
+    /// Every chunk was relayed and the answer recorded.
+    Done,
+    /// The attempt ended without an answer to relay; the message names the job.
+    Failed(String),
+}
+
+impl LiveStream {
+    /// The events, read as they come. The reader holds the stream while it reads; one that
+    /// goes away (the client disconnected) stops reading, and the job goes on.
+    pub fn events(self) -> impl Stream<Item = LiveEvent> + Send + 'static {
+        let LiveStream {
+            wanted,
+            include_usage,
+        } = self;
+        stream::unfold(
+            (wanted, 0usize, false),
+            move |(wanted, read, over)| async move {
+                if over {
+                    return None;
+                }
+                match wanted.stream().next(read).await {
+                    Next::Chunks(chunks) => {
+                        let read = read + chunks.len();
+                        let events: Vec<LiveEvent> = chunks
+                            .into_iter()
+                            .filter(|chunk| include_usage || !usage_only(chunk))
+                            .map(LiveEvent::Chunk)
+                            .collect();
+                        Some((stream::iter(events), (wanted, read, false)))
+                    }
+                    Next::End(StreamEnd::Done) => {
+                        Some((stream::iter(vec![LiveEvent::Done]), (wanted, read, true)))
+                    }
+                    Next::End(StreamEnd::Failed(message)) => Some((
+                        stream::iter(vec![LiveEvent::Failed(message)]),
+                        (wanted, read, true),
+                    )),
+                }
+            },
+        )
+        .flatten()
+    }
+}
+
+/// Whether a streamed chunk is the one that closes a stream asked with `include_usage`: no
+/// choices, only the usage. onejob always asks its upstream for it (the job's completion
+/// keeps the usage), so it is relayed only to callers that asked for it, as OpenAI does: a
+/// caller that did not reads `choices[0]` of every chunk, as OpenAI's own examples do.
+fn usage_only(chunk: &Value) -> bool {
+    chunk
+        .get("choices")
+        .and_then(Value::as_array)
+        .is_some_and(Vec::is_empty)
+        && chunk.get("usage").is_some_and(|usage| !usage.is_null())
+}
+
+impl ChatCalls {
+    /// The calls over `jobs` and `hub`; a call waits at most `wait` for its job, and a call
+    /// without a key is served (as its own job) only if `allow_keyless`.
+    pub fn new(jobs: Jobs, hub: Hub, allow_keyless: bool, wait: Duration) -> Self {
+        Self {
+            jobs,
+            hub,
+            allow_keyless,
+            wait,
+        }
+    }
+
+    /// The key a call runs under: the caller's, or, for a call without one where keyless
+    /// calls are allowed, a key of its own that nobody can send again.
+    pub fn key(&self, sent: Option<IdempotencyKey>) -> Result<IdempotencyKey, ChatError> {
+        match (sent, self.allow_keyless) {
+            (Some(key), _) => Ok(key),
+            (None, true) => Ok(
+                IdempotencyKey::parse(&format!("keyless:{}", Uuid::now_v7()))
+                    .expect("a generated key is valid"),
+            ),
+            (None, false) => Err(ChatError::KeyMissing),
+        }
+    }
+
+    /// The model names served, sorted.
+    pub fn models(&self) -> Vec<String> {
+        self.jobs
+            .kinds()
+            .models()
+            .into_iter()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Whether `model` is served.
+    pub fn serves(&self, model: &str) -> bool {
+        self.jobs.kinds().by_model(model).is_some()
+    }
+
+    /// Makes `request` (its text as `sent`) the job of the kind serving its model under
+    /// `key`, or finds the job the key names, and answers its outcome after the wait.
+    pub async fn call(
+        &self,
+        owner: &Principal,
+        actor: &str,
+        key: &IdempotencyKey,
+        request: Value,
+        sent: String,
+    ) -> Result<ChatAnswer, ChatError> {
+        let Value::Object(request) = request else {
+            return Err(ChatError::NotAnObject);
+        };
+        let kind = self.kind_of(&request)?;
+        check_delivery(&request)?;
+        let (params, delivery) = split_request(request);
+        // Registered before the job exists, so whichever attempt starts finds the reader.
+        let wanted = delivery
+            .stream
+            .then(|| self.hub.streams.want(owner, &key.hash()));
+        let submission = Submission {
+            kind: kind.name.clone(),
+            params,
+            request_body: Some(sent),
+        };
+        let (job, replayed) = match self.jobs.submit(owner, actor, key, submission).await? {
+            Submitted::Created(job) => (job, false),
+            Submitted::Replayed(job) => (job, true),
+        };
+        let deadline = Instant::now() + self.wait;
+        let job_id = job.id;
+        let (settled, request_id) = self.settled(owner, job, deadline, wanted.as_ref()).await?;
+        let job = match settled {
+            Settled::Job(job) => *job,
+            // Won in this process while the call waited: answered as it was written.
+            Settled::Won(result) => {
+                let outcome = if delivery.stream {
+                    ChatOutcome::Chunks(chunks_of(&result, delivery.include_usage))
+                } else {
+                    ChatOutcome::Completion(Arc::unwrap_or_clone(result))
+                };
+                return Ok(ChatAnswer {
+                    job_id,
+                    replayed,
+                    request_id: request_id.as_deref().map(str::to_owned),
+                    outcome,
+                });
+            }
+        };
+        let mut answer = ChatAnswer {
+            job_id: job.id,
+            replayed,
+            request_id: request_id.as_deref().map(str::to_owned),
+            outcome: ChatOutcome::NotDone(job.state),
+        };
+        if let Some(wanted) = wanted
+            && wanted.stream().attempt().is_some()
+            && !job.state.is_terminal()
+        {
+            answer.outcome = ChatOutcome::Live(LiveStream {
+                wanted,
+                include_usage: delivery.include_usage,
+            });
+            return Ok(answer);
+        }
+        answer.outcome = match job.state {
+            JobState::Succeeded => {
+                let completion = job.result.unwrap_or(Value::Null);
+                if delivery.stream {
+                    ChatOutcome::Chunks(chunks_of(&completion, delivery.include_usage))
+                } else {
+                    ChatOutcome::Completion(completion)
+                }
+            }
+            JobState::Failed => {
+                let (failure, request_id) = failure_of(job.error.as_ref());
+                answer.request_id = request_id;
+                ChatOutcome::Failed(failure)
+            }
+            state => ChatOutcome::NotDone(state),
+        };
+        Ok(answer)
+    }
+
+    /// The kind serving the request's `model`.
+    fn kind_of(&self, request: &Map<String, Value>) -> Result<Arc<Kind>, ChatError> {
+        let Some(Value::String(model)) = request.get("model") else {
+            return Err(ChatError::NoModel);
+        };
+        self.jobs
+            .kinds()
+            .by_model(model)
+            .cloned()
+            .ok_or_else(|| ChatError::UnknownModel {
+                model: model.clone(),
+                models: self.models(),
+            })
+    }
+
+    /// The job once it is finished or unknown, or (at `deadline`, or once `stream` has an
+    /// attempt streaming into it) as it is then, or the answer it won in this process while
+    /// the call waited (told by the worker: no need to read the job back); with the
+    /// upstream's id of the request that won it, where the upstream gave one.
+    async fn settled(
+        &self,
+        owner: &Principal,
+        mut job: JobRecord,
+        deadline: Instant,
+        stream: Option<&Wanted>,
+    ) -> Result<(Settled, Option<Arc<str>>), StoreError> {
+        let mut watcher = self.hub.watch.subscribe();
+        let mut request_id = None;
+        loop {
+            if job.state.is_terminal() || job.state == JobState::Unknown {
+                return Ok((Settled::Job(Box::new(job)), request_id));
+            }
+            if stream.is_some_and(|s| s.stream().attempt().is_some()) {
+                return Ok((Settled::Job(Box::new(job)), request_id));
+            }
+            let started = async {
+                match stream {
+                    Some(wanted) => {
+                        wanted.stream().started().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                won = watcher.changed(job.id) => if let Some(won) = won {
+                    request_id = won.request_id.or(request_id);
+                    if let Some(result) = won.result {
+                        return Ok((Settled::Won(result), request_id));
+                    }
+                },
+                () = tokio::time::sleep(POLL) => {}
+                () = started => {}
+                () = tokio::time::sleep_until(deadline) => {
+                    return Ok((Settled::Job(Box::new(job)), request_id));
+                }
+            }
+            let id = job.id;
+            job = self.jobs.get(owner, id).await?.ok_or_else(|| {
+                StoreError::Corrupt(format!("job {id} vanished while its caller waited"))
+            })?;
+        }
+    }
+}
+
+/// Where waiting for a job ended.
+enum Settled {
+    /// The job, as read.
+    Job(Box<JobRecord>),
+    /// The result its attempt won in this process while the call waited.
+    Won(Arc<Value>),
+}
+
+/// `stream` must be a boolean and `stream_options` an object, where given.
+fn check_delivery(request: &Map<String, Value>) -> Result<(), ChatError> {
+    let wrong = |field, expected| Err(ChatError::Delivery { field, expected });
+    if request
+        .get("stream")
+        .is_some_and(|s| !s.is_boolean() && !s.is_null())
+    {
+        return wrong("stream", "true or false");
+    }
+    if let Some(options) = request.get("stream_options").filter(|o| !o.is_null()) {
+        let Some(options) = options.as_object() else {
+            return wrong("stream_options", "an object");
+        };
+        if options
+            .get("include_usage")
+            .is_some_and(|u| !u.is_boolean() && !u.is_null())
+        {
+            return wrong("stream_options.include_usage", "true or false");
+        }
+    }
+    Ok(())
+}
+
+/// A failed job's last definite upstream error (from the job's `error`), as its caller is
+/// told, with the upstream's id of that request.
+fn failure_of(error: Option<&Value>) -> (UpstreamFailure, Option<String>) {
+    let last = error
+        .and_then(|e| e.get("last_error"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    let text = |field: &str| last.get(field).and_then(Value::as_str).map(str::to_owned);
+    let status = last
+        .get("status")
+        .and_then(Value::as_u64)
+        .and_then(|s| u16::try_from(s).ok())
+        .filter(|s| (400..600).contains(s));
+    let provider = text("provider").unwrap_or_else(|| "its upstream".to_owned());
+    let message = text("upstream_message")
+        .or_else(|| text("message"))
+        .unwrap_or_else(|| "no attempt succeeded".to_owned());
+    let failure = match status {
+        Some(status @ (401 | 403)) => UpstreamFailure::AccountRefused { provider, status },
+        Some(429) => UpstreamFailure::RateLimited {
+            provider,
+            retry_after: last.get("retry_after").and_then(Value::as_u64),
+        },
+        Some(status) => UpstreamFailure::Refused { status, message },
+        None => UpstreamFailure::NoAnswer { message },
+    };
+    (failure, text("request_id"))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn failed_with(last_error: Value) -> (UpstreamFailure, Option<String>) {
+        failure_of(Some(&json!({ "last_error": last_error })))
+    }
+
+    #[test]
+    fn a_failure_is_told_as_the_upstreams_with_its_request_id() {
+        let (failure, id) =
+            failed_with(json!({"status": 401, "provider": "primary", "request_id": "req_1"}));
+        assert_eq!(
+            failure,
+            UpstreamFailure::AccountRefused {
+                provider: "primary".into(),
+                status: 401
+            }
+        );
+        assert_eq!(id.as_deref(), Some("req_1"));
+        let (failure, _) = failed_with(json!({"status": 429, "provider": "p", "retry_after": 7}));
+        assert_eq!(
+            failure,
+            UpstreamFailure::RateLimited {
+                provider: "p".into(),
+                retry_after: Some(7)
+            }
+        );
+        let (failure, id) = failed_with(
+            json!({"status": 400, "message": "refused", "upstream_message": "bad seed"}),
+        );
+        assert_eq!(
+            failure,
+            UpstreamFailure::Refused {
+                status: 400,
+                message: "bad seed".into()
+            }
+        );
+        assert_eq!(id, None);
+        let (failure, _) = failure_of(None);
+        assert_eq!(
+            failure,
+            UpstreamFailure::NoAnswer {
+                message: "no attempt succeeded".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_delivery_field_of_the_wrong_type_is_refused() {
+        for (body, field) in [
+            (json!({"stream": "yes"}), "stream"),
+            (json!({"stream_options": 1}), "stream_options"),
+            (
+                json!({"stream_options": {"include_usage": 1}}),
+                "stream_options.include_usage",
+            ),
+        ] {
+            let refused = check_delivery(body.as_object().unwrap()).unwrap_err();
+            assert!(
+                matches!(refused, ChatError::Delivery { field: f, .. } if f == field),
+                "{body}"
+            );
+        }
+        assert!(check_delivery(json!({"stream": null}).as_object().unwrap()).is_ok());
+    }
+
+    #[test]
+    fn only_a_chunk_without_choices_and_with_usage_is_the_usage_chunk() {
+        assert!(usage_only(
+            &json!({"choices": [], "usage": {"total_tokens": 1}})
+        ));
+        assert!(!usage_only(
+            &json!({"choices": [{"index": 0}], "usage": {"total_tokens": 1}})
+        ));
+        assert!(!usage_only(&json!({"choices": [], "usage": null})));
+    }
+}
