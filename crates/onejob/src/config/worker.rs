@@ -8,7 +8,10 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkerConfig {
-    /// Attempts one process runs at once.
+    /// Attempts one process runs at once. An attempt mostly waits on its provider, so the
+    /// default (256) keeps a small machine busy; against a provider with a rate limit, size
+    /// it by Little's law: the requests per second the provider allows you, times how many
+    /// seconds an answer takes.
     #[serde(default = "default_concurrency")]
     pub concurrency: usize,
     /// How long an attempt's lease lasts without a heartbeat; workers renew it at a third.
@@ -40,7 +43,7 @@ impl Default for WorkerConfig {
 }
 
 fn default_concurrency() -> usize {
-    16
+    256
 }
 
 fn default_lease() -> Duration {
