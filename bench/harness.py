@@ -223,8 +223,7 @@ listen = "{listen}"
 database = "{database}"
 
 [worker]
-concurrency = {concurrency}
-poll_interval = "{poll_interval}"
+{concurrency_line}poll_interval = "{poll_interval}"
 
 [[provider]]
 name = "upstream"
@@ -293,7 +292,9 @@ class Server:
 def start_onejob(url: str, *, worker: bool, provider_url: str, tag: str, concurrency=16,
                  poll_interval="2s", listen: str = ONEJOB_ADDR) -> Server:
     config = WORK / f"{tag}.toml"
-    config.write_text(CONFIG.format(listen=listen, database=url, concurrency=concurrency,
+    # concurrency None: the setting left out, onejob's default.
+    concurrency_line = "" if concurrency is None else f"concurrency = {concurrency}\n"
+    config.write_text(CONFIG.format(listen=listen, database=url, concurrency_line=concurrency_line,
                                     poll_interval=poll_interval, provider_url=provider_url))
     cmd = [ONEJOB, "serve", "--config", config] + ([] if worker else ["--no-worker"])
     server = Server("onejob", cmd, tag)
@@ -1148,15 +1149,19 @@ class Poller:
 
 
 def wait_worked(poller: Poller, sql: str, jobs: int, timeout: float, queued=lambda: True,
-                failed_sql: str | None = None) -> float:
+                failed_sql: str | None = None, quarters: list | None = None) -> float:
     """Polls until `sql` counts `jobs` finished jobs (and `queued()` says all are in); returns
     the monotonic time of the poll that saw it. Every 100 ms until 90 % are done, then every
     10 ms, so that the polling itself costs the database little while the end is seen
-    within 10 ms."""
+    within 10 ms. `quarters`, if given, gets the time of the first poll that saw each quarter
+    of the jobs finished (whether the run slows as it goes)."""
     deadline = time.monotonic() + timeout
     while True:
         done = poller.number(sql) if queued() else 0
         now = time.monotonic()
+        if quarters is not None:
+            while len(quarters) < 4 and done >= jobs * (len(quarters) + 1) / 4:
+                quarters.append(now)
         if queued() and done >= jobs:
             return now
         if now > deadline:
@@ -1231,7 +1236,13 @@ def worked_onejob(opts, rec: dict, run_index: int, workers: int, concurrency: in
             before = pg_snapshot(name)
             t0 = time.monotonic()
             procs = [Server("worker", cmd, f"{tag}-{i}") for i, cmd in enumerate(worker_cmds)]
-            t1 = wait_worked(poller, done_sql, jobs, opts.worked_timeout, failed_sql=failed_sql)
+            quarters: list = []
+            t1 = wait_worked(poller, done_sql, jobs, opts.worked_timeout, failed_sql=failed_sql,
+                             quarters=quarters)
+            # Jobs per second in each quarter of the run: a run that slows as it goes (plans
+            # made on empty tables) shows a last quarter far below its first.
+            edges = [t0, *quarters]
+            r["quarter_jobs_per_s"] = [jobs / 4 / (b - a) if b > a else None for a, b in zip(edges, edges[1:])]
         else:
             procs = [Server("worker", cmd, f"{tag}-{i}") for i, cmd in enumerate(worker_cmds)]
             for i, w in enumerate(procs):
@@ -1363,13 +1374,13 @@ def worked_grid(opts) -> dict:
     """The knobs swept per contender (--quick: two settings each)."""
     if opts.quick:
         return {
-            "onejob": [{"concurrency": c} for c in (16, 64)],
+            "onejob": [{"concurrency": c} for c in (256, 1024)],
             "pgboss": [{"batch_size": 1000, "workers": 2, "polling_s": 0.5}, {"batch_size": 200, "workers": 4, "polling_s": 0.5}],
             "graphile": [{"concurrency": 32, "poll_ms": 100, "local_queue": 0},
                          {"concurrency": 32, "poll_ms": 100, "local_queue": 500, "complete_batch_delay": 5}],
         }
     return {
-        "onejob": [{"concurrency": c} for c in (64, 256, 1024)],  # onejob-3w takes onejob-2w's best
+        "onejob": [{"concurrency": c} for c in (64, 256, 1024, 2048)],  # onejob-3w takes onejob-2w's best
         "pgboss": [{"batch_size": b, "workers": w, "polling_s": 0.5} for b in (200, 1000, 5000) for w in (2, 4)]
         + [{"batch_size": 1000, "workers": 2, "polling_s": 2.0}],
         "graphile": [{"concurrency": 10, "poll_ms": 2000, "local_queue": 0},
@@ -1426,6 +1437,9 @@ def part_worked(opts) -> None:
         base = contender.removesuffix("-http")
         if base != contender and base in best:
             best[contender] = best[base]  # the no-op handler's best setting, not swept again
+            continue
+        if contender.endswith("-default"):
+            best[contender] = {"concurrency": None}  # onejob as a user starts it: nothing tuned
             continue
         if contender == "onejob-3w" and "onejob-2w" in best:
             best[contender] = best["onejob-2w"]  # not swept again: the best of 2 processes
@@ -1702,8 +1716,11 @@ def main() -> None:
     p.add_argument("--worked-concurrent-runs", type=int, help="rounds of the concurrent mode (default: --runs)")
     p.add_argument("--worked-clients", type=int, default=32, help="submitting clients in the worked part")
     p.add_argument("--worked-timeout", type=float, default=600, help="seconds one worked run may take")
-    p.add_argument("--worked-contenders", default="onejob-1w,onejob-2w,onejob-3w,pgboss,graphile",
-                   help="onejob-<N>w (N worker processes), pgboss, graphile; pgboss-http, graphile-http: "
+    p.add_argument("--worked-contenders",
+                   default="onejob-1w-default,onejob-2w-default,onejob-1w,onejob-2w,onejob-3w,pgboss,graphile,"
+                           "pgboss-http,graphile-http",
+                   help="onejob-<N>w (N worker processes, [worker] concurrency swept), onejob-<N>w-default "
+                        "(nothing tuned), pgboss, graphile; pgboss-http, graphile-http: "
                         "the peer with a handler that makes onejob's call to the fake provider for each job")
     p.add_argument("--worked-best", help='skip the sweep for these contenders: JSON {"pgboss": {"batch_size": 1000, ...}, ...}')
     p.add_argument("--nodes-url-queries", default=None,

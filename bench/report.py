@@ -18,7 +18,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 RESULTS = BENCH / "results"
 PEER_NAMES = {"graphile": "graphile-worker", "pgboss": "pg-boss", "procrastinate": "Procrastinate"}
-WORKED_NAMES = {"onejob-1w": "onejob, 1 worker process", "onejob-2w": "onejob, 2 worker processes",
+WORKED_NAMES = {"onejob-1w-default": "onejob at its defaults, 1 worker process",
+                "onejob-2w-default": "onejob at its defaults, 2 worker processes",
+                "onejob-1w": "onejob, 1 worker process", "onejob-2w": "onejob, 2 worker processes",
                 "onejob-3w": "onejob, 3 worker processes", **PEER_NAMES,
                 "pgboss-http": "pg-boss, handler calls the provider",
                 "graphile-http": "graphile-worker, handler calls the provider"}
@@ -29,7 +31,14 @@ def knobs(settings):
     names = {"concurrency": "concurrency", "worker_processes": None, "batch_size": "batchSize", "workers": "workers",
              "polling_s": "pollingIntervalSeconds", "poll_ms": "pollInterval", "local_queue": "localQueue.size",
              "complete_batch_delay": "completeJobBatchDelay"}
+    if settings.get("concurrency", 0) is None:
+        return "defaults (nothing set)"
     return ", ".join(f"{names.get(k, k)} {v}" for k, v in settings.items() if names.get(k, k) and not (k == "local_queue" and not v))
+
+
+def worked_order(contender):
+    """onejob at its defaults first, then tuned onejob, then the peers."""
+    return (not contender.endswith("-default"), not contender.startswith("onejob"), contender)
 
 
 def load(part):
@@ -262,6 +271,28 @@ class Report:
                              verdict(a50 <= 3 and a99 <= 10 if a50 is not None and a99 is not None else None)))
                 rows.append((f"gateway replays ≥ 2× new calls ({backend}, {clients} clients)",
                              f"{fmt(rr, 2)}×", verdict(rr >= 2 if rr is not None else None)))
+        if self.worked:
+            measured = [r for r in self.worked["runs"] if r.get("stage") == "measured" and r["mode"] == "queued"]
+            by = group(measured, "contender")
+            same_work = max((med([r["jobs_per_s"] for r in rs]) or 0 for (c,), rs in by.items()
+                             if c.endswith("-http")), default=None)
+            for workers in (1, 2):
+                default = by.get((f"onejob-{workers}w-default",))
+                tuned = by.get((f"onejob-{workers}w",))
+                if not default:
+                    continue
+                d = med([r["jobs_per_s"] for r in default])
+                if same_work:
+                    rows.append((f"jobs worked at the defaults ≥ 2× the best peer doing the same work "
+                                 f"({workers} worker process{'es' if workers > 1 else ''}, queued)",
+                                 f"{fmt(d)} /s vs {fmt(same_work)} /s = {ratio(d, same_work)}",
+                                 verdict(d / same_work >= 2.0 if d and same_work else None)))
+                if tuned:
+                    t = med([r["jobs_per_s"] for r in tuned])
+                    rows.append((f"jobs worked at the defaults within 20 % of the best tuned setting "
+                                 f"({workers} worker process{'es' if workers > 1 else ''}, queued)",
+                                 f"{fmt(d)} /s vs {fmt(t)} /s ({knobs(tuned[0]['settings'])}) = {ratio(d, t)}",
+                                 verdict(d >= 0.8 * t if d and t else None)))
         self.w("| target | measured (medians) | |")
         self.w("|---|---|---|")
         for r in rows:
@@ -640,7 +671,7 @@ class Report:
                                  if not c.startswith("onejob") and not c.endswith("-http")), default=None)
                 http_best = max((med([r["jobs_per_s"] for r in rs]) or 0 for (c,), rs in rows.items()
                                  if c.endswith("-http")), default=None)
-                for (cont,), rs in sorted(rows.items()):
+                for (cont,), rs in sorted(rows.items(), key=lambda kv: worked_order(kv[0][0])):
                     jps = med([r["jobs_per_s"] for r in rs])
                     pg = [r.get("pg") or {} for r in rs]
                     per = lambda k: med([(x.get(k) or 0) / r["jobs"] if x.get(k) is not None else None for x, r in zip(pg, rs)])  # noqa: E731
@@ -651,6 +682,13 @@ class Report:
                            f"{fmt(per('write_xacts'), 2)} | "
                            f"{fmt(per('wal_syncs'), 2)} | {fmt(per('wal_bytes'))} | {spread([r['loadavg'][0] for r in rs], 2)} |")
             self.w()
+            slowing = [r for r in measured if r["contender"].startswith("onejob") and r["mode"] == "queued"
+                       and r.get("quarter_jobs_per_s") and all(r["quarter_jobs_per_s"])]
+            if slowing:
+                self.w("Whether a run slows as it goes (queued; jobs/s in its last quarter over its first, median): " + "; ".join(
+                    f"{WORKED_NAMES.get(c, c)} {fmt(med([r['quarter_jobs_per_s'][3] / r['quarter_jobs_per_s'][0] for r in rs]), 2)}×"
+                    for (c,), rs in sorted(group(slowing, "contender").items(), key=lambda kv: worked_order(kv[0][0]))) + ".")
+                self.w()
             onejob_q = [r for r in measured if r["contender"].startswith("onejob") and r["mode"] == "queued" and r.get("db_span_s")]
             if onejob_q:
                 self.w("onejob's figure without its process start: first attempt started → last job updated, by the "
