@@ -67,6 +67,33 @@ impl Drop for Database {
     }
 }
 
+/// A free port for a cluster: the first free one of `$ONEJOB_PG_PORTS` (`FIRST-LAST`, for
+/// machines where each user of the PostgreSQL binaries keeps to a range of ports), else any
+/// free port.
+pub fn cluster_port() -> u16 {
+    let range = std::env::var("ONEJOB_PG_PORTS").ok().and_then(|range| {
+        let (first, last) = range.split_once('-')?;
+        Some(first.trim().parse::<u16>().ok()?..=last.trim().parse::<u16>().ok()?)
+    });
+    // Handed out once per process: clusters made side by side must not pick the same one
+    // before either has started.
+    static TAKEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let Some(range) = range else {
+        return crate::node::free_port();
+    };
+    let mut taken = TAKEN.lock().expect("never poisoned");
+    let port = range
+        .into_iter()
+        .find(|&port| {
+            !taken.contains(&port)
+                && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+                && std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
+        })
+        .expect("a free port in ONEJOB_PG_PORTS");
+    taken.push(port);
+    port
+}
+
 /// A PostgreSQL cluster of our own.
 pub struct Cluster {
     /// Its port on 127.0.0.1.
@@ -108,7 +135,7 @@ impl Cluster {
             .expect("cluster directory");
         let bin = Self::bin_dir();
         let cluster = Cluster {
-            port: crate::node::free_port(),
+            port: cluster_port(),
             dir,
             bin,
         };
@@ -211,7 +238,7 @@ impl Cluster {
             .tempdir()
             .expect("cluster directory");
         let standby = Cluster {
-            port: crate::node::free_port(),
+            port: cluster_port(),
             dir,
             bin: primary.bin.clone(),
         };

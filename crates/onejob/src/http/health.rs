@@ -1,4 +1,5 @@
-//! `/healthz` (the process answers) and `/readyz` (and its database does too).
+//! `/healthz` (the process answers) and `/readyz` (and its database does too, and takes
+//! its commits).
 
 use std::sync::Arc;
 
@@ -24,7 +25,8 @@ pub async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
 
-/// `GET /readyz`: 200 when the database answers, 503 problem otherwise.
+/// `GET /readyz`: 200 when the database answers and takes this node's commits, 503 problem
+/// otherwise.
 #[utoipa::path(
     get,
     path = "/readyz",
@@ -32,16 +34,18 @@ pub async fn healthz() -> Json<Value> {
     operation_id = "getReadiness",
     security(()),
     responses(
-        (status = 200, description = "The database answers too", body = serde_json::Value),
+        (status = 200, description = "The database answers, and takes this node's commits", body = serde_json::Value),
         (status = 503, response = responses::Unavailable),
     )
 )]
 pub async fn readyz(State(state): State<Arc<AppState>>) -> Result<Json<Value>, Problem> {
     let backend = state.jobs.ping().await.map_err(|error| {
-        let mut problem = Problem::new(
-            ProblemType::Unavailable,
-            format!("the database does not answer: {error}"),
-        );
+        let detail = if error.is_unclear() {
+            format!("this node cannot commit to its database right now: {error}")
+        } else {
+            format!("the database does not answer: {error}")
+        };
+        let mut problem = Problem::new(ProblemType::Unavailable, detail);
         problem.retry_after = Some(1);
         problem
     })?;

@@ -13,7 +13,8 @@
 use std::{future::Future, time::Duration};
 
 use serde_json::Value;
-use sqlx::{Database, Pool};
+use sqlx::{Database, Pool, SqlSafeStr};
+use sqlx_core::transaction::TransactionManager;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -21,6 +22,7 @@ use super::{
     Acknowledged, AttemptRecord, Completion, FirstAttempts, Intake, JobRecord, NewEvent, NewJob,
     StoreError, Woken,
     batch::Batcher,
+    bound::{Bound, Bounded},
     grouped::Fence,
     settled::Settled,
     sql::Sql,
@@ -129,15 +131,24 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
     /// The pool single-statement writes run on (SQLite: this process's one writer).
     fn writers(&self) -> &Pool<Self::Db>;
 
-    /// Begins a write transaction on `pool` (its [`Backend::writers`]) that excludes other
-    /// writers of the rows it locks (PostgreSQL: row locks taken by the statements; SQLite:
-    /// `BEGIN IMMEDIATE`, the database's write lock from the first statement).
-    fn begin_on(pool: &Pool<Self::Db>)
-    -> impl Future<Output = Result<Tx<Self>, StoreError>> + Send;
+    /// The statement that begins a write transaction ([`Tx::begin`]), one that excludes
+    /// other writers of the rows it locks: `None` for the database's plain `BEGIN`
+    /// (PostgreSQL: row locks taken by the statements); SQLite's `BEGIN IMMEDIATE` takes the
+    /// database's write lock from the first statement.
+    const BEGIN: Option<&'static str>;
 
-    /// Begins a write transaction (see [`Backend::begin_on`]).
+    /// How long each statement and commit may take (`bound.rs`).
+    fn bound(&self) -> &Bound;
+
+    /// Begins a write transaction on [`Backend::writers`].
     fn begin(&self) -> impl Future<Output = Result<Tx<Self>, StoreError>> + Send {
-        Self::begin_on(self.writers())
+        Tx::begin(self.writers(), self.bound())
+    }
+
+    /// Checks that the database answers and that this node can use it (`/readyz`); where
+    /// writes can stall without an error (PostgreSQL), also that this node can commit.
+    fn ready(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        async { read_one(self, Self::SQL.ping, args![]).await.map(drop) }
     }
 
     /// The settled jobs this process keeps for replays (`settled.rs`).
@@ -223,25 +234,71 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
     fn opt_time(row: &Row<Self>, column: &str) -> Result<Option<OffsetDateTime>, StoreError>;
 }
 
-/// A write transaction of backend `B`, begun by [`Backend::begin`]; dropped without a commit,
-/// it rolls back.
-pub(crate) struct Tx<B: Backend>(sqlx::Transaction<'static, B::Db>);
+/// A write transaction of backend `B` ([`Tx::begin`]); dropped without a commit, it rolls
+/// back.
+///
+/// It owns its pooled connection ([`Bounded`]), unlike sqlx's `Transaction`, so that a
+/// statement or commit that ran out of its bound can discard the connection (its outcome
+/// unknown) instead of handing it back to the pool.
+pub(crate) struct Tx<B: Backend> {
+    connection: Bounded<B::Db>,
+    /// Begun and neither committed nor rolled back.
+    open: bool,
+}
+
+/// The database's transaction manager, as sqlx's `Transaction` drives it.
+type Manager<B> = <<B as Backend>::Db as Database>::TransactionManager;
 
 impl<B: Backend> Tx<B> {
-    /// Wraps a transaction the backend began.
-    pub(crate) fn new(tx: sqlx::Transaction<'static, B::Db>) -> Self {
-        Self(tx)
+    /// Begins a write transaction ([`Backend::BEGIN`]) on a connection from `pool`, its
+    /// statements and commit bounded by `bound`.
+    pub(crate) async fn begin(pool: &Pool<B::Db>, bound: &Bound) -> Result<Self, StoreError> {
+        let mut tx = Self {
+            connection: Bounded::acquire(pool, bound).await?,
+            // As sqlx's: should `BEGIN` fail halfway, the drop rolls back what it began.
+            open: true,
+        };
+        let statement = B::BEGIN.map(SqlSafeStr::into_sql_str);
+        tx.connection
+            .run("a BEGIN", async |connection| {
+                Ok(Manager::<B>::begin(connection, statement).await?)
+            })
+            .await?;
+        Ok(tx)
     }
 
-    /// Commits.
-    pub(crate) async fn commit(self) -> Result<(), StoreError> {
-        Ok(self.0.commit().await?)
+    /// Commits; [`StoreError::TimedOut`] when the commit did not answer within the bound
+    /// (it may still land: the write is then not acknowledged, and the connection is
+    /// discarded).
+    pub(crate) async fn commit(mut self) -> Result<(), StoreError> {
+        self.connection
+            .run("a commit", async |connection| {
+                Ok(Manager::<B>::commit(connection).await?)
+            })
+            .await?;
+        self.open = false;
+        Ok(())
     }
 
     /// Rolls back now, releasing the row locks (PostgreSQL) or the write lock (SQLite) at
     /// once instead of whenever the dropped transaction's deferred rollback runs.
-    pub(crate) async fn rollback(self) -> Result<(), StoreError> {
-        Ok(self.0.rollback().await?)
+    pub(crate) async fn rollback(mut self) -> Result<(), StoreError> {
+        self.connection
+            .run("a rollback", async |connection| {
+                Ok(Manager::<B>::rollback(connection).await?)
+            })
+            .await?;
+        self.open = false;
+        Ok(())
+    }
+
+    /// Runs `work` on the transaction's connection within the bound (for statements not in
+    /// the backend's [`Sql`]).
+    pub(crate) async fn run<T>(
+        &mut self,
+        work: impl AsyncFnOnce(&mut Conn<B>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        self.connection.run("a statement", work).await
     }
 
     /// Every row of a statement.
@@ -250,7 +307,8 @@ impl<B: Backend> Tx<B> {
         sql: &'static str,
         args: &[Arg<'_>],
     ) -> Result<Vec<Row<B>>, StoreError> {
-        fetch_all::<B>(&mut *self.0, sql, args).await
+        self.run(async |connection| fetch_all::<B>(connection, sql, args).await)
+            .await
     }
 
     /// The first row of a statement, if any.
@@ -259,7 +317,8 @@ impl<B: Backend> Tx<B> {
         sql: &'static str,
         args: &[Arg<'_>],
     ) -> Result<Option<Row<B>>, StoreError> {
-        fetch_optional::<B>(&mut *self.0, sql, args).await
+        self.run(async |connection| fetch_optional::<B>(connection, sql, args).await)
+            .await
     }
 
     /// The one row of a statement.
@@ -279,7 +338,20 @@ impl<B: Backend> Tx<B> {
         sql: &'static str,
         args: &[Arg<'_>],
     ) -> Result<u64, StoreError> {
-        execute::<B>(&mut *self.0, sql, args).await
+        self.run(async |connection| execute::<B>(connection, sql, args).await)
+            .await
+    }
+}
+
+impl<B: Backend> Drop for Tx<B> {
+    fn drop(&mut self) {
+        if self.open
+            && let Some(connection) = self.connection.idle()
+        {
+            // Queued, as sqlx's `Transaction` does: it runs before the connection's next use,
+            // at the latest when the pool checks it on its return.
+            Manager::<B>::start_rollback(connection);
+        }
     }
 }
 
@@ -325,17 +397,22 @@ pub(crate) async fn read_all<B: Backend>(
     sql: &'static str,
     args: &[Arg<'_>],
 ) -> Result<Vec<Row<B>>, StoreError> {
-    read_all_on::<B>(store.readers(), sql, args).await
+    read_all_on::<B>(store.readers(), store.bound(), sql, args).await
 }
 
-/// Every row of a read on `pool`.
+/// Every row of a read on `pool`, within `bound`.
 pub(crate) async fn read_all_on<B: Backend>(
     pool: &Pool<B::Db>,
+    bound: &Bound,
     sql: &'static str,
     args: &[Arg<'_>],
 ) -> Result<Vec<Row<B>>, StoreError> {
-    let mut conn = pool.acquire().await?;
-    fetch_all::<B>(&mut *conn, sql, args).await
+    Bounded::acquire(pool, bound)
+        .await?
+        .run("a statement", async |connection| {
+            fetch_all::<B>(connection, sql, args).await
+        })
+        .await
 }
 
 /// The first row of a read, if any.
@@ -344,8 +421,12 @@ pub(crate) async fn read_optional<B: Backend>(
     sql: &'static str,
     args: &[Arg<'_>],
 ) -> Result<Option<Row<B>>, StoreError> {
-    let mut conn = store.readers().acquire().await?;
-    fetch_optional::<B>(&mut *conn, sql, args).await
+    Bounded::acquire(store.readers(), store.bound())
+        .await?
+        .run("a statement", async |connection| {
+            fetch_optional::<B>(connection, sql, args).await
+        })
+        .await
 }
 
 /// The one row of a read.
@@ -365,8 +446,12 @@ pub(crate) async fn write_all<B: Backend>(
     sql: &'static str,
     args: &[Arg<'_>],
 ) -> Result<Vec<Row<B>>, StoreError> {
-    let mut conn = store.writers().acquire().await?;
-    fetch_all::<B>(&mut *conn, sql, args).await
+    Bounded::acquire(store.writers(), store.bound())
+        .await?
+        .run("a statement", async |connection| {
+            fetch_all::<B>(connection, sql, args).await
+        })
+        .await
 }
 
 /// The row a single-statement write returns, if any.
@@ -375,8 +460,12 @@ pub(crate) async fn write_optional<B: Backend>(
     sql: &'static str,
     args: &[Arg<'_>],
 ) -> Result<Option<Row<B>>, StoreError> {
-    let mut conn = store.writers().acquire().await?;
-    fetch_optional::<B>(&mut *conn, sql, args).await
+    Bounded::acquire(store.writers(), store.bound())
+        .await?
+        .run("a statement", async |connection| {
+            fetch_optional::<B>(connection, sql, args).await
+        })
+        .await
 }
 
 /// A single-statement write; how many rows it changed.
@@ -385,6 +474,10 @@ pub(crate) async fn write<B: Backend>(
     sql: &'static str,
     args: &[Arg<'_>],
 ) -> Result<u64, StoreError> {
-    let mut conn = store.writers().acquire().await?;
-    execute::<B>(&mut *conn, sql, args).await
+    Bounded::acquire(store.writers(), store.bound())
+        .await?
+        .run("a statement", async |connection| {
+            execute::<B>(connection, sql, args).await
+        })
+        .await
 }

@@ -48,6 +48,23 @@ pub enum StoreError {
     /// can succeed; HTTP answers 503.
     #[error("no database host accepts writes: {0}")]
     NotWritable(String),
+    /// A statement or commit did not finish within the store's bound (`write_timeout`): the
+    /// database host may have stopped committing (an old primary whose synchronous standby
+    /// is gone) or vanished. Its outcome is unknown (the commit may still land on that
+    /// server), so it is not acknowledged, and its connection was discarded. Retrying later
+    /// can succeed (the same idempotency key finds the job if it was written); HTTP answers
+    /// 503.
+    #[error("the database did not finish {what} within {within:?}; its outcome is unknown")]
+    TimedOut {
+        /// What ran out: "a statement", "a commit"…
+        what: &'static str,
+        /// The bound it ran out of.
+        within: std::time::Duration,
+    },
+    /// The connection a transaction ran on was discarded after a call on it ran out of time
+    /// ([`StoreError::TimedOut`]); nothing more can be done in that transaction. Retryable.
+    #[error("the database connection was discarded after a call on it ran out of time")]
+    Discarded,
     /// The database URL cannot be read (a bad host list or port, an unknown
     /// `target_session_attrs`); `reason` says what, and `url` has its password redacted.
     #[error("invalid database URL {url:?}: {reason}")]
@@ -77,8 +94,19 @@ impl StoreError {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            StoreError::Unavailable(_) | StoreError::Contended(_) | StoreError::NotWritable(_)
+            StoreError::Unavailable(_)
+                | StoreError::Contended(_)
+                | StoreError::NotWritable(_)
+                | StoreError::TimedOut { .. }
+                | StoreError::Discarded
         )
+    }
+
+    /// True when a write that failed this way may still have been written: its call ran
+    /// out of time ([`StoreError::TimedOut`]) after the statement or commit had left.
+    /// Retrying it is safe only where the write is idempotent or checked again first.
+    pub fn is_unclear(&self) -> bool {
+        matches!(self, StoreError::TimedOut { .. } | StoreError::Discarded)
     }
 
     /// The database cannot be reached: `error` says how.

@@ -29,6 +29,7 @@ use super::{
     StoreError, WorkSignal,
     backend::{Arg, Backend, Tx, read_all_on},
     batch::{Batcher, WriteBatch},
+    bound::Bound,
 };
 
 /// Most changes one group carries.
@@ -70,6 +71,7 @@ pub(crate) trait Change<B: Backend>: Send + Sync + 'static {
 /// every node).
 pub(crate) struct Writer<B: Backend> {
     pool: Pool<B::Db>,
+    bound: Bound,
     wake: Option<WorkSignal>,
 }
 
@@ -77,20 +79,21 @@ impl<B: Backend> Clone for Writer<B> {
     fn clone(&self) -> Self {
         Self {
             pool: self.pool.clone(),
+            bound: self.bound.clone(),
             wake: self.wake.clone(),
         }
     }
 }
 
 impl<B: Backend> Writer<B> {
-    /// Writes through `pool`, waking `wake` when a job became due.
-    pub(crate) fn new(pool: Pool<B::Db>, wake: Option<WorkSignal>) -> Self {
-        Self { pool, wake }
+    /// Writes through `pool` within `bound`, waking `wake` when a job became due.
+    pub(crate) fn new(pool: Pool<B::Db>, bound: Bound, wake: Option<WorkSignal>) -> Self {
+        Self { pool, bound, wake }
     }
 
     /// Begins a write transaction.
     pub(crate) async fn begin(&self) -> Result<Tx<B>, StoreError> {
-        B::begin_on(&self.pool).await
+        Tx::begin(&self.pool, &self.bound).await
     }
 
     /// A queue of changes of one kind, written in shared transactions.
@@ -193,18 +196,19 @@ pub(crate) struct Fence {
     pub margin: Duration,
 }
 
-/// A queue of send fences, checked many in one statement on `readers`: each answer is the
-/// one a fence checked alone would get at the moment the statement runs.
-pub(crate) fn fences<B: Backend>(readers: Pool<B::Db>) -> Batcher<Fence, bool> {
+/// A queue of send fences, checked many in one statement on `readers` within `bound`: each
+/// answer is the one a fence checked alone would get at the moment the statement runs.
+pub(crate) fn fences<B: Backend>(readers: Pool<B::Db>, bound: Bound) -> Batcher<Fence, bool> {
     let check: WriteBatch<Fence, bool> = Arc::new(move |fences| {
-        let readers = readers.clone();
-        async move { check_fences::<B>(&readers, fences).await }.boxed()
+        let (readers, bound) = (readers.clone(), bound.clone());
+        async move { check_fences::<B>(&readers, &bound, fences).await }.boxed()
     });
     Batcher::spawn(WRITERS, MAX_GROUP, check)
 }
 
 async fn check_fences<B: Backend>(
     readers: &Pool<B::Db>,
+    bound: &Bound,
     fences: Vec<Fence>,
 ) -> Vec<Result<bool, StoreError>> {
     let mut answers: Vec<Option<Result<bool, StoreError>>> = fences.iter().map(|_| None).collect();
@@ -218,6 +222,7 @@ async fn check_fences<B: Backend>(
         let ids: Vec<Uuid> = ours.iter().map(|&at| fences[at].attempt_id).collect();
         let owned = read_all_on::<B>(
             readers,
+            bound,
             B::SQL.owned_attempts,
             args![&ids[..], worker.as_str(), margin],
         )

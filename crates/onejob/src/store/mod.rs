@@ -18,6 +18,7 @@ mod sql;
 #[macro_use]
 mod backend;
 mod batch;
+mod bound;
 mod certificates;
 mod dispatch;
 mod error;
@@ -56,7 +57,7 @@ pub use retention::Retention;
 pub use transitions::Transitions;
 pub use wake::{Woken, WorkSignal};
 
-use backend::{Backend, read_all, read_one, read_optional};
+use backend::{Backend, read_all, read_optional};
 
 /// Everything onejob keeps durably: the jobs and their intake here, the rest by noun in the
 /// supertraits. One implementation per database; the state changes come with it, written
@@ -71,7 +72,8 @@ pub trait Store:
     /// Applies the pending schema migrations.
     async fn migrate(&self) -> Result<(), StoreError>;
 
-    /// Checks that the database answers.
+    /// Checks that the database answers and, where writes can stall without an error
+    /// (PostgreSQL: a primary whose synchronous standby is gone), that this node can commit.
     async fn ping(&self) -> Result<(), StoreError>;
 
     /// Creates the job, or finds the one already under its `(owner, key_hash)`.
@@ -141,7 +143,7 @@ impl<B: Backend + Retention> Store for B {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        read_one(self, B::SQL.ping, args![]).await.map(drop)
+        self.ready().await
     }
 
     async fn create_or_replay(&self, job: NewJob) -> Result<Intake, StoreError> {
@@ -230,6 +232,11 @@ pub struct StoreOptions {
     /// database): replays are never answered from memory for a job retention may delete
     /// meanwhile (`settled.rs`).
     pub finished_after: Option<Duration>,
+    /// How long one statement or commit may take on PostgreSQL before its outcome counts as
+    /// unknown: the caller is answered retryably (HTTP 503), the connection is discarded,
+    /// and `/readyz` reports that this node cannot commit (see `bound.rs`). SQLite is not
+    /// bounded this way (its `busy_timeout` bounds its waits).
+    pub write_timeout: Duration,
 }
 
 impl Default for StoreOptions {
@@ -238,6 +245,7 @@ impl Default for StoreOptions {
             max_connections: 16,
             acquire_timeout: Duration::from_secs(5),
             finished_after: None,
+            write_timeout: bound::WRITE_TIMEOUT,
         }
     }
 }

@@ -17,3 +17,4 @@ mod keys;
 mod lifecycle;
 mod listing;
 mod support;
+mod wedged;

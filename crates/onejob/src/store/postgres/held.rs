@@ -9,8 +9,10 @@
 //! only after it sat idle for [`IDLE_CHECK`] (a database restarted while nobody wrote would
 //! otherwise fail the next batch), and discards it after an error that may have broken it
 //! ([`HeldConnection::run`], [`HeldConnection::discard_if_broken`]), so the next use gets a
-//! fresh connection from the pool. [`Spare`] keeps
-//! them for a batcher's writers, which take one per batch and put it back after.
+//! fresh connection from the pool. Each use is bounded in time (`store/bound.rs`: a use that
+//! runs out discards the connection too), and a connection taken before the pools last
+//! moved to another host (a failover) is not used again. [`Spare`] keeps them for a
+//! batcher's writers, which take one per batch and put it back after.
 //!
 //! The shared pool, whose connections many tasks take in turn, applies the same rule on
 //! acquire ([`checked_after_idle`]): a connection is pinged only if it sat idle in the pool
@@ -22,12 +24,13 @@ use std::{
     time::{Duration, Instant},
 };
 
-use sqlx::{
-    Connection, PgConnection, PgPool, Postgres, pool::PoolConnection, postgres::PgPoolOptions,
-};
+use sqlx::{Connection, PgConnection, PgPool, Postgres, postgres::PgPoolOptions};
 
 use super::hosts::Switches;
-use crate::store::StoreError;
+use crate::store::{
+    StoreError,
+    bound::{Bound, Bounded},
+};
 
 /// How long a held connection may sit unused before its next use checks it first.
 pub(super) const IDLE_CHECK: Duration = Duration::from_secs(1);
@@ -58,27 +61,55 @@ pub(super) fn checked_after_idle(
         })
 }
 
-/// One writer's connection, held between its uses.
+/// One writer's connection, held between its uses, each bounded ([`Bound`]).
 #[derive(Debug)]
 pub(super) struct HeldConnection {
     pool: PgPool,
-    /// The connection, and when it was last handed out.
-    held: Option<(PoolConnection<Postgres>, Instant)>,
+    bound: Bound,
+    /// When the pools last moved to another host (a failover), if they follow hosts.
+    switches: Option<Arc<Switches>>,
+    /// The connection, when it was taken from the pool, and when it was last used.
+    held: Option<Held>,
+}
+
+/// A held connection and its times.
+#[derive(Debug)]
+struct Held {
+    connection: Bounded<Postgres>,
+    taken: Instant,
+    last_used: Instant,
 }
 
 impl HeldConnection {
-    /// Nothing held yet: the first [`HeldConnection::get`] acquires from `pool`.
-    pub(super) fn new(pool: PgPool) -> Self {
-        Self { pool, held: None }
+    /// Nothing held yet: the first use acquires from `pool`; each use is bounded by `bound`,
+    /// and a connection taken before the pools last moved (`switches`) is not used again.
+    pub(super) fn new(pool: PgPool, bound: Bound, switches: Option<Arc<Switches>>) -> Self {
+        Self {
+            pool,
+            bound,
+            switches,
+            held: None,
+        }
     }
 
-    /// The held connection, checked first if it sat idle for [`IDLE_CHECK`] (and replaced
-    /// if the check failed), or a new one from the pool.
-    pub(super) async fn get(&mut self) -> Result<&mut PgConnection, StoreError> {
+    /// The held connection, ready for a use: checked first if it sat idle for
+    /// [`IDLE_CHECK`] (and replaced if the check failed), replaced if it was taken before
+    /// the pools moved to another host, or a new one from the pool.
+    async fn ready(&mut self) -> Result<&mut Bounded<Postgres>, StoreError> {
+        let moved = match (&self.held, &self.switches) {
+            (Some(held), Some(switches)) => switches.outdated(held.taken.elapsed()),
+            _ => false,
+        };
+        if moved {
+            tracing::info!("the database moved; a held connection to the old host is dropped");
+            self.discard();
+        }
         let broken = match &mut self.held {
-            Some((connection, last_used)) if last_used.elapsed() >= IDLE_CHECK => {
-                connection.ping().await.is_err()
-            }
+            Some(held) if held.last_used.elapsed() >= IDLE_CHECK => held
+                .connection
+                .run("a ping", async |connection| Ok(connection.ping().await?))
+                .await
+                .is_err(),
             _ => false,
         };
         if broken {
@@ -86,21 +117,27 @@ impl HeldConnection {
             self.discard();
         }
         if self.held.is_none() {
-            self.held = Some((self.pool.acquire().await?, Instant::now()));
+            let now = Instant::now();
+            self.held = Some(Held {
+                connection: Bounded::acquire(&self.pool, &self.bound).await?,
+                taken: now,
+                last_used: now,
+            });
         }
-        let (connection, last_used) = self.held.as_mut().expect("held or just acquired");
-        *last_used = Instant::now();
-        Ok(&mut **connection)
+        let held = self.held.as_mut().expect("held or just acquired");
+        held.last_used = Instant::now();
+        Ok(&mut held.connection)
     }
 
-    /// Runs `work` on the connection ([`HeldConnection::get`]), and discards the connection
-    /// if that failed in a way that may have broken it.
+    /// Runs `work` (one statement, or several that must share the connection) on the held
+    /// connection within the bound, and discards the connection if that failed in a way that
+    /// may have broken it.
     pub(super) async fn run<T>(
         &mut self,
         work: impl AsyncFnOnce(&mut PgConnection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let result = match self.get().await {
-            Ok(connection) => work(connection).await,
+        let result = match self.ready().await {
+            Ok(connection) => connection.run("a statement", work).await,
             Err(error) => Err(error),
         };
         if let Err(error) = &result {
@@ -110,8 +147,8 @@ impl HeldConnection {
     }
 
     /// Discards the connection if `error` may have broken it (a retryable error: the
-    /// database unavailable, the connection lost, the server read-only after a failover), so
-    /// the next use gets a fresh one.
+    /// database unavailable, the connection lost, the server read-only after a failover, a
+    /// call that ran out of time), so the next use gets a fresh one.
     pub(super) fn discard_if_broken(&mut self, error: &StoreError) {
         if error.is_retryable() {
             self.discard();
@@ -121,7 +158,9 @@ impl HeldConnection {
     /// Closes the connection instead of giving it back to the pool: one on a server that
     /// turned read-only still answers the pool's release check, and must not be reused.
     fn discard(&mut self) {
-        if let Some((mut connection, _)) = self.held.take() {
+        if let Some(held) = self.held.take()
+            && let Some(mut connection) = held.connection.into_pooled()
+        {
             connection.close_on_drop();
         }
     }
@@ -132,14 +171,19 @@ impl HeldConnection {
 #[derive(Debug, Clone)]
 pub(super) struct Spare {
     pool: PgPool,
+    bound: Bound,
+    switches: Option<Arc<Switches>>,
     spare: Arc<Mutex<Vec<HeldConnection>>>,
 }
 
 impl Spare {
-    /// None yet: connections come from `pool` as writers first need them.
-    pub(super) fn new(pool: PgPool) -> Self {
+    /// None yet: connections come from `pool` as writers first need them (see
+    /// [`HeldConnection::new`] for `bound` and `switches`).
+    pub(super) fn new(pool: PgPool, bound: Bound, switches: Option<Arc<Switches>>) -> Self {
         Self {
             pool,
+            bound,
+            switches,
             spare: Arc::default(),
         }
     }
@@ -150,7 +194,9 @@ impl Spare {
             .lock()
             .expect("the spare connections are never poisoned")
             .pop()
-            .unwrap_or_else(|| HeldConnection::new(self.pool.clone()))
+            .unwrap_or_else(|| {
+                HeldConnection::new(self.pool.clone(), self.bound.clone(), self.switches.clone())
+            })
     }
 
     /// Keeps `held` for the next batch.

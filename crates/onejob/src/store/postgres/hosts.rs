@@ -21,7 +21,15 @@
 //! connections opened from then on, including those a waiting acquire is retrying, go
 //! there) and records the switch ([`Switches`]). A pooled connection opened before the last
 //! switch is closed instead of handed out (the pools' `before_acquire`), so no connection to
-//! the old server is reused. One that meets a read-only server before the watcher sees it
+//! the old server is reused.
+//!
+//! A host whose commits did not complete in time is *wedged*: it still says it accepts
+//! writes, so by `target_session_attrs` alone it would be chosen again and again. Choosing
+//! tries the other hosts first, and tries a wedged host again only [`RECHECK_WEDGED`] after
+//! it was found so (each try of it costs [`COMMIT_WITHIN`]), so that a standby promoted
+//! meanwhile is found within about [`RETRY_EVERY`]. The store's statements notice a wedged
+//! host before the watcher's next check does: each of them is bounded (`store/bound.rs`),
+//! and one that runs out wakes the watcher at once, as a read-only refusal does. One that meets a read-only server before the watcher sees it
 //! gets SQLSTATE 25006, which the store answers as unavailable (HTTP 503 with `Retry-After`);
 //! that error is noted ([`saw_read_only`]), so it and every connection opened before it are
 //! closed instead of handed out again, and the watcher checks its host at once.
@@ -39,7 +47,7 @@ use std::{
 
 use sqlx::{Connection, PgConnection, PgPool, postgres::PgConnectOptions};
 
-use crate::store::StoreError;
+use crate::store::{StoreError, bound::Stalls};
 
 /// How often the watcher checks the host the pools use.
 pub(super) const WATCH_EVERY: Duration = Duration::from_millis(500);
@@ -47,9 +55,12 @@ pub(super) const WATCH_EVERY: Duration = Duration::from_millis(500);
 /// How long the watcher waits before trying the hosts again when none matched.
 const RETRY_EVERY: Duration = Duration::from_millis(250);
 
-/// How long an empty write's commit may take before the host counts as one that does not
-/// commit (see [`Hosts::choose`]).
+/// How long a host's check (its session's state, and an empty write's commit) may take
+/// before the host counts as one that does not commit, wedged (see [`Hosts::choose`]).
 const COMMIT_WITHIN: Duration = Duration::from_secs(5);
+
+/// How long a wedged host is passed over before it is checked again.
+const RECHECK_WEDGED: Duration = Duration::from_secs(10);
 
 /// The default PostgreSQL port, for a host listed without one.
 const DEFAULT_PORT: u16 = 5432;
@@ -257,12 +268,27 @@ pub struct Hosts {
     connect_timeout: Duration,
     /// Told on every switch (the LISTEN connection reconnects).
     moved: tokio::sync::watch::Sender<usize>,
+    /// Per host, when a check last found it wedged (not committing in time), until a check
+    /// finds it committing again.
+    wedged: Mutex<Vec<Option<Instant>>>,
+    /// Per host, the last reason it was not used that was logged.
+    noted: Mutex<Vec<Option<String>>>,
+}
+
+/// Why a host's session does not match.
+#[derive(Debug)]
+struct Refused {
+    why: String,
+    /// Its check did not complete in time: the host is wedged.
+    wedged: bool,
 }
 
 impl Hosts {
     /// The hosts of `list`, none chosen yet (the first until [`Hosts::choose`]).
     pub fn new(list: HostList, connect_timeout: Duration) -> Arc<Self> {
         Arc::new(Self {
+            wedged: Mutex::new(vec![None; list.targets.len()]),
+            noted: Mutex::new(vec![None; list.targets.len()]),
             list,
             current: AtomicUsize::new(0),
             switches: Arc::default(),
@@ -309,27 +335,55 @@ impl Hosts {
         self.moved.subscribe()
     }
 
-    /// Tries the hosts in order and makes the first that matches the one in use; returns a
-    /// connection to it, or the last host's error when none matched.
+    /// Tries the hosts in order, those found wedged last (and those found so within
+    /// [`RECHECK_WEDGED`] not at all), and makes the first that matches the one in use;
+    /// returns a connection to it, or the last host's error when none matched.
     pub async fn choose(&self) -> Result<PgConnection, StoreError> {
         let mut last = None;
-        for (index, target) in self.list.targets.iter().enumerate() {
-            match self.try_host(target).await {
+        for index in self.order() {
+            let target = &self.list.targets[index];
+            match self.try_host(index).await {
                 Ok(connection) => {
                     self.use_host(index);
                     return Ok(connection);
                 }
                 Err(error) => {
-                    tracing::info!(host = %target.label, %error, "database host not used");
+                    // Once per change: the watcher tries again every few hundred ms.
+                    let said = error.to_string();
+                    let mut noted = self.noted.lock().expect("never poisoned");
+                    if noted[index].as_ref() != Some(&said) {
+                        tracing::info!(host = %target.label, %error, "database host not used");
+                        noted[index] = Some(said);
+                    }
                     last = Some(error);
                 }
             }
         }
-        Err(last.expect("a URL names at least one host"))
+        Err(last.unwrap_or_else(|| {
+            StoreError::NotWritable(
+                "every host was found not committing a moment ago; checking again soon".into(),
+            )
+        }))
     }
 
-    /// Opens a connection to `target` and keeps it if its session matches.
-    async fn try_host(&self, target: &Target) -> Result<PgConnection, StoreError> {
+    /// The hosts to try, in order: those not wedged in the URL's order, then the wedged ones
+    /// last found so at least [`RECHECK_WEDGED`] ago.
+    fn order(&self) -> Vec<usize> {
+        let wedged = self.wedged.lock().expect("never poisoned");
+        let healthy = (0..wedged.len()).filter(|&at| wedged[at].is_none());
+        let due = (0..wedged.len())
+            .filter(|&at| wedged[at].is_some_and(|since| since.elapsed() >= RECHECK_WEDGED));
+        healthy.chain(due).collect()
+    }
+
+    /// Notes whether host `index`'s check found it wedged.
+    fn mark(&self, index: usize, wedged: bool) {
+        self.wedged.lock().expect("never poisoned")[index] = wedged.then(Instant::now);
+    }
+
+    /// Opens a connection to host `index` and keeps it if its session matches.
+    async fn try_host(&self, index: usize) -> Result<PgConnection, StoreError> {
+        let target = &self.list.targets[index];
         let mut connection = tokio::time::timeout(
             self.connect_timeout,
             PgConnection::connect_with(&target.options),
@@ -337,11 +391,19 @@ impl Hosts {
         .await
         .map_err(|_| StoreError::unavailable(sqlx::Error::PoolTimedOut))??;
         match self.refusal(&mut connection).await {
-            Ok(None) => Ok(connection),
-            Ok(Some(why)) => {
+            Ok(None) => {
+                self.mark(index, false);
+                self.noted.lock().expect("never poisoned")[index] = None;
+                Ok(connection)
+            }
+            Ok(Some(refused)) => {
+                self.mark(index, refused.wedged);
                 // Dropped, not closed: a connection whose commit hangs would hang its close.
                 drop(connection);
-                Err(StoreError::NotWritable(format!("{}: {why}", target.label)))
+                Err(StoreError::NotWritable(format!(
+                    "{}: {}",
+                    target.label, refused.why
+                )))
             }
             Err(error) => Err(error),
         }
@@ -349,8 +411,25 @@ impl Hosts {
 
     /// Why the session on `connection` does not match, if it does not: a standby, a
     /// read-only session, or a server whose commits do not complete (two round trips, none
-    /// for `any`).
-    async fn refusal(&self, connection: &mut PgConnection) -> Result<Option<String>, StoreError> {
+    /// for `any`), the whole check within [`COMMIT_WITHIN`].
+    async fn refusal(&self, connection: &mut PgConnection) -> Result<Option<Refused>, StoreError> {
+        match tokio::time::timeout(COMMIT_WITHIN, self.check(connection)).await {
+            Ok(Ok(None)) => Ok(None),
+            Ok(Ok(Some(why))) => Ok(Some(Refused { why, wedged: false })),
+            Ok(Err(error)) => Err(error),
+            Err(_) => Ok(Some(Refused {
+                why: format!(
+                    "its check did not complete within {COMMIT_WITHIN:?} (a write did not \
+                     commit: a synchronous standby it waits for is gone; or the host stopped \
+                     answering)"
+                ),
+                wedged: true,
+            })),
+        }
+    }
+
+    /// [`Hosts::refusal`], unbounded: why the session does not match, if it does not.
+    async fn check(&self, connection: &mut PgConnection) -> Result<Option<String>, StoreError> {
         let (recovery, read_only): (bool, bool) =
             match self.list.attrs {
                 SessionAttrs::Any => return Ok(None),
@@ -370,7 +449,8 @@ impl Hosts {
         if refused.is_some() {
             return Ok(refused);
         }
-        commits(connection).await
+        probe_write(connection).await?;
+        Ok(None)
     }
 
     /// Points every pool at host `index` (if it is not already the one in use).
@@ -397,49 +477,41 @@ impl Hosts {
         self.moved.send_replace(index);
     }
 
-    /// Starts the watcher (ends when the store's last handle on `hosts` is dropped).
-    pub fn watch(hosts: &Arc<Self>) {
-        tokio::spawn(watch(Arc::downgrade(hosts)));
+    /// Starts the watcher (ends when the store's last handle on `hosts` is dropped); a call
+    /// of the store that runs out of time (`stalls`) has it check its host at once.
+    pub(crate) fn watch(hosts: &Arc<Self>, stalls: Arc<Stalls>) {
+        tokio::spawn(watch(Arc::downgrade(hosts), stalls));
     }
 }
 
-/// Why a write on `connection` does not commit, if it does not within [`COMMIT_WITHIN`]: an
-/// old primary that was not stopped keeps accepting sessions and writes, but with its
+/// A write on `connection` that must commit (unbounded: the caller bounds it). An old
+/// primary that was not stopped keeps accepting sessions and writes, but with its
 /// synchronous standby promoted away, every commit waits for it for ever.
 ///
 /// The write is a transactional logical message (`pg_logical_emit_message`, prefix
 /// `onejob.host-check`, empty): it needs no table and writes WAL, so its commit waits for the
 /// synchronous standby like any other (a transaction that only took an id writes none and
-/// would not wait). Where the function is refused (a role without the right to it), the
+/// would not wait); any role may emit one. Where the function is refused nonetheless, the
 /// check is skipped rather than the host refused.
-async fn commits(connection: &mut PgConnection) -> Result<Option<String>, StoreError> {
-    let write = async {
-        let mut transaction = connection.begin().await?;
-        let message = sqlx::query("SELECT pg_logical_emit_message(true, 'onejob.host-check', '')")
-            .execute(&mut *transaction)
-            .await;
-        match message {
-            Ok(_) => transaction.commit().await,
-            Err(sqlx::Error::Database(refused)) => {
-                tracing::debug!(error = %refused, "cannot check that commits complete here");
-                transaction.rollback().await
-            }
-            Err(error) => Err(error),
+pub(super) async fn probe_write(connection: &mut PgConnection) -> Result<(), StoreError> {
+    let mut transaction = connection.begin().await?;
+    let message = sqlx::query("SELECT pg_logical_emit_message(true, 'onejob.host-check', '')")
+        .execute(&mut *transaction)
+        .await;
+    match message {
+        Ok(_) => transaction.commit().await?,
+        Err(sqlx::Error::Database(refused)) => {
+            tracing::debug!(error = %refused, "cannot check that commits complete here");
+            transaction.rollback().await?;
         }
-    };
-    match tokio::time::timeout(COMMIT_WITHIN, write).await {
-        Ok(Ok(())) => Ok(None),
-        Ok(Err(error)) => Err(error.into()),
-        Err(_) => Ok(Some(format!(
-            "a write did not commit within {COMMIT_WITHIN:?} (a synchronous standby it waits \
-             for is gone)"
-        ))),
+        Err(error) => return Err(error.into()),
     }
+    Ok(())
 }
 
 /// The watcher: checks the host in use every [`WATCH_EVERY`] on a connection of its own,
 /// and when that fails or no longer matches, chooses again.
-async fn watch(hosts: Weak<Hosts>) {
+async fn watch(hosts: Weak<Hosts>, stalls: Arc<Stalls>) {
     let mut sentinel: Option<PgConnection> = None;
     loop {
         let Some(strong) = hosts.upgrade() else {
@@ -451,8 +523,11 @@ async fn watch(hosts: Weak<Hosts>) {
         let pause = match sentinel.as_mut() {
             Some(connection) => match strong.refusal(connection).await {
                 Ok(None) => WATCH_EVERY,
-                Ok(Some(why)) => {
+                Ok(Some(refused)) => {
+                    let why = refused.why;
                     tracing::warn!(%why, "the database host in use no longer accepts writes");
+                    let current = strong.current.load(Ordering::Acquire);
+                    strong.mark(current, refused.wedged);
                     sentinel = None;
                     Duration::ZERO
                 }
@@ -474,6 +549,7 @@ async fn watch(hosts: Weak<Hosts>) {
         tokio::select! {
             () = tokio::time::sleep(pause) => {}
             () = READ_ONLY_NOTICE.notified() => {}
+            () = stalls.noticed() => {}
         }
     }
 }

@@ -50,13 +50,13 @@ use super::{
     PgStore,
     held::{HeldConnection, Spare},
     hosts::Hosts,
-    nodelay,
     relaxed::Relaxed,
-    side_pool, statistics,
+    side_pool, statistics, tcp,
 };
 use crate::store::{
     Intake, JobRecord, NewEvent, NewJob, StoreError,
     batch::{Batcher, WriteBatch},
+    bound::Bound,
     rows,
 };
 
@@ -78,10 +78,15 @@ pub(super) const WRITERS: usize = 1;
 pub(super) fn intake_batcher(
     pool: &PgPool,
     hosts: Option<&Arc<Hosts>>,
+    bound: &Bound,
     relaxed: Relaxed,
     watch: statistics::Watch,
 ) -> Batcher<NewJob, Intake> {
-    let spare = Spare::new(intake_pool(pool, hosts, watch.clone()));
+    let spare = Spare::new(
+        intake_pool(pool, hosts, watch.clone()),
+        bound.clone(),
+        hosts.map(|hosts| hosts.switches()),
+    );
     let write: WriteBatch<NewJob, Intake> = Arc::new(move |jobs| {
         let mut held = spare.take();
         let spare = spare.clone();
@@ -116,7 +121,7 @@ fn intake_pool(pool: &PgPool, hosts: Option<&Arc<Hosts>>, watch: statistics::Wat
     let base = PgPoolOptions::new().after_connect(move |connection, _| {
         let watch = watch.clone();
         Box::pin(async move {
-            nodelay::set(connection).await?;
+            tcp::set(connection).await?;
             watch.poke();
             Ok(())
         })
@@ -130,17 +135,15 @@ fn intake_pool(pool: &PgPool, hosts: Option<&Arc<Hosts>>, watch: statistics::Wat
     )
 }
 
-/// Writes one batch on `held`'s connection, and discards that connection if a failure may
-/// have broken it (a retryable error: the database unavailable, the connection lost).
+/// Writes one batch on `held`'s connection, each statement bounded in time, and discards
+/// that connection if a failure may have broken it (a retryable error: the database
+/// unavailable, the connection lost, a statement that ran out of time).
 async fn write_intake(
     held: &mut HeldConnection,
     relaxed: &Relaxed,
     jobs: Vec<NewJob>,
 ) -> Vec<Result<Intake, StoreError>> {
-    let results = match held.get().await {
-        Ok(connection) => write_or_split(connection, relaxed, jobs).await,
-        Err(error) => fail_all(error, jobs.len()),
-    };
+    let results = write_or_split(held, relaxed, jobs).await;
     for error in results.iter().filter_map(|result| result.as_ref().err()) {
         held.discard_if_broken(error);
     }
@@ -150,11 +153,11 @@ async fn write_intake(
 /// Writes one batch; if it fails for another reason than the database being unavailable,
 /// writes its submissions one by one, so that a bad one fails alone.
 async fn write_or_split(
-    connection: &mut PgConnection,
+    held: &mut HeldConnection,
     relaxed: &Relaxed,
     jobs: Vec<NewJob>,
 ) -> Vec<Result<Intake, StoreError>> {
-    match write_batch(connection, relaxed, &jobs).await {
+    match write_batch(held, relaxed, &jobs).await {
         Ok(results) => results,
         Err(error) if jobs.len() == 1 || error.is_retryable() => fail_all(error, jobs.len()),
         Err(_) => {
@@ -163,7 +166,7 @@ async fn write_or_split(
             let mut results = Vec::with_capacity(jobs.len());
             for job in jobs {
                 results.push(
-                    match write_batch(connection, relaxed, std::slice::from_ref(&job)).await {
+                    match write_batch(held, relaxed, std::slice::from_ref(&job)).await {
                         Ok(mut r) => r.pop().expect("one result per job"),
                         Err(error) => Err(error),
                     },
@@ -259,15 +262,19 @@ async fn taken(
 /// Inserts one batch with its `created` events, reads back what it neither inserted nor
 /// found, and hands the rest to [`Relaxed`].
 ///
-/// `Err` only when the insert failed, and so nothing was written. Once it committed, each
-/// created job is answered `Created` whatever happens next; a failed read-back fails only
-/// the submissions it was for (their clients retry and are answered by key).
+/// `Err` only when the insert failed, and so was not acknowledged: nothing was written, or,
+/// when it ran out of time ([`StoreError::TimedOut`]), its outcome is unknown and its
+/// clients' retries find out by key. Once it committed, each created job is answered
+/// `Created` whatever happens next; a failed read-back fails only the submissions it was
+/// for (their clients retry and are answered by key).
 async fn write_batch(
-    connection: &mut PgConnection,
+    held: &mut HeldConnection,
     relaxed: &Relaxed,
     jobs: &[NewJob],
 ) -> Result<Vec<Result<Intake, StoreError>>, StoreError> {
-    let Written { created, found } = insert_new(connection, jobs).await?;
+    let Written { created, found } = held
+        .run(async |connection| insert_new(connection, jobs).await)
+        .await?;
     if !created.is_empty() {
         relaxed.wake_workers();
     }
@@ -280,7 +287,8 @@ async fn write_batch(
     let raced = if rest.is_empty() {
         Ok(HashMap::new())
     } else {
-        taken(connection, &rest).await
+        held.run(async |connection| taken(connection, &rest).await)
+            .await
     };
     let mut results = Vec::with_capacity(jobs.len());
     let mut replayed = Vec::new();
@@ -316,9 +324,15 @@ async fn write_batch(
     // Events the relaxed queue cannot take (the database is slow to take writes) are written
     // here before the batch is answered, so that intake slows down instead of memory growing.
     let refused = relaxed.log(replayed);
-    for result in super::relaxed::write_events(connection, &refused).await {
-        if let Err(error) = result {
-            tracing::warn!(error = %crate::store::Chain(&error), "a replayed event was not written");
+    if !refused.is_empty() {
+        let written = held
+            .run(async |connection| Ok(super::relaxed::write_events(connection, &refused).await))
+            .await
+            .unwrap_or_else(|error| vec![Err(error); refused.len()]);
+        for result in written {
+            if let Err(error) = result {
+                tracing::warn!(error = %crate::store::Chain(&error), "a replayed event was not written");
+            }
         }
     }
     Ok(results)
@@ -468,6 +482,7 @@ mod tests {
     use super::{intake_pool, statistics};
     use crate::store::{
         Intake, NewJob, Store,
+        bound::{Bound, WRITE_TIMEOUT},
         postgres::{PgStore, fresh, held::IDLE_CHECK},
     };
 
@@ -637,7 +652,8 @@ mod tests {
         add_jobs_of_one_owner_planned_through_their_index(&mut db).await;
 
         let pool = PgPool::connect_with(options).await.unwrap();
-        let intake = intake_pool(&pool, None, statistics::Watch::new(pool.clone()));
+        let watch = statistics::Watch::new(pool.clone(), Bound::within(WRITE_TIMEOUT));
+        let intake = intake_pool(&pool, None, watch);
         drop(intake.acquire().await.unwrap());
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         while believed_rows(&mut db).await < 0.0 {

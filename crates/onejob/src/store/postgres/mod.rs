@@ -19,8 +19,9 @@ use uuid::Uuid;
 use super::{
     Acknowledged, AttemptRecord, Completion, FirstAttempts, Intake, JobRecord, NewEvent, NewJob,
     StoreError, StoreOptions, Woken,
-    backend::{Arg, Backend, Tx},
+    backend::{Arg, Backend},
     batch::Batcher,
+    bound::{Bound, Bounded, WRITE_TIMEOUT},
     grouped::{Fence, Writer, fences},
     settled::Settled,
     sql::Sql,
@@ -31,12 +32,12 @@ mod first;
 mod held;
 pub mod hosts;
 mod intake;
-mod nodelay;
 pub mod online;
 mod relaxed;
 mod retention;
 mod sql;
 mod statistics;
+mod tcp;
 mod tls;
 mod wake;
 
@@ -44,6 +45,14 @@ mod wake;
 /// payload: the sending store's id), and a trigger when a job's dispatch time is set again
 /// (failover, retry, recovery; an empty payload).
 pub const DISPATCH_CHANNEL: &str = "onejob_dispatch";
+
+/// How long `/readyz`'s probe write may take to commit before the node reports that it
+/// cannot commit.
+const PROBE_WITHIN: Duration = Duration::from_secs(2);
+
+/// How long after a statement or commit ran out of its bound `/readyz` reports that the node
+/// cannot commit, without probing.
+const STALLED_RECENTLY: Duration = Duration::from_secs(3);
 
 /// A [`Store`] on PostgreSQL.
 #[derive(Debug, Clone)]
@@ -57,6 +66,8 @@ pub struct PgStore {
     relaxed: relaxed::Relaxed,
     /// Send fences, checked many at once.
     fences: Arc<Batcher<Fence, bool>>,
+    /// How long each statement and commit may take, and those that did not finish in time.
+    bound: Bound,
     /// Group commit of acknowledgements.
     acks: Arc<Batcher<Ack, Acknowledged>>,
     /// Group commit of completions.
@@ -102,33 +113,47 @@ impl PgStore {
             None => first.options.clone(),
         };
         let pool = held::checked_after_idle(
-            nodelay::pool_options(),
+            tcp::pool_options(),
             followed.as_ref().map(|hosts| hosts.switches()),
         )
         .max_connections(options.max_connections)
         .acquire_timeout(options.acquire_timeout)
         .connect_with(connect)
         .await?;
+        let bound = Bound::within(options.write_timeout);
         if let Some(hosts) = &followed {
             hosts.follow(&pool, &[]);
-            hosts::Hosts::watch(hosts);
+            hosts::Hosts::watch(hosts, bound.stalls().clone());
         }
-        Ok(Self::following(pool, followed, options))
+        Ok(Self::following(pool, followed, options, bound))
     }
 
-    /// Wraps an existing pool (inside a Tokio runtime: it starts the intake writers).
+    /// Wraps an existing pool (inside a Tokio runtime: it starts the intake writers); its
+    /// statements and commits are bounded by the default `write_timeout`.
     pub fn from_pool(pool: PgPool) -> Self {
-        Self::following(pool, None, &StoreOptions::default())
+        Self::following(
+            pool,
+            None,
+            &StoreOptions::default(),
+            Bound::within(WRITE_TIMEOUT),
+        )
     }
 
-    /// Wraps `pool`, whose side pools follow `hosts` when given.
-    fn following(pool: PgPool, hosts: Option<Arc<hosts::Hosts>>, options: &StoreOptions) -> Self {
-        let writer = Writer::<Self>::new(pool.clone(), None);
+    /// Wraps `pool`, whose side pools follow `hosts` when given, every statement and commit
+    /// bounded by `bound`.
+    fn following(
+        pool: PgPool,
+        hosts: Option<Arc<hosts::Hosts>>,
+        options: &StoreOptions,
+        bound: Bound,
+    ) -> Self {
+        let writer = Writer::<Self>::new(pool.clone(), bound.clone(), None);
         let wake = wake::Wake::new(pool.clone(), hosts.as_ref().map(|h| h.moved()));
-        let relaxed = relaxed::Relaxed::spawn(&pool, hosts.as_ref(), wake.signal(), wake.sender());
-        let statistics = statistics::Watch::new(pool.clone());
+        let relaxed =
+            relaxed::Relaxed::spawn(&pool, hosts.as_ref(), &bound, wake.signal(), wake.sender());
+        let statistics = statistics::Watch::new(pool.clone(), bound.clone());
         Self {
-            fences: Arc::new(fences::<Self>(pool.clone())),
+            fences: Arc::new(fences::<Self>(pool.clone(), bound.clone())),
             acks: Arc::new(writer.batcher()),
             offers: Arc::new(writer.batcher()),
             settled: Arc::new(Settled::new(options.finished_after)),
@@ -136,11 +161,13 @@ impl PgStore {
             intake: Arc::new(intake::intake_batcher(
                 &pool,
                 hosts.as_ref(),
+                &bound,
                 relaxed.clone(),
                 statistics.clone(),
             )),
             statistics,
             relaxed,
+            bound,
             pool,
             _hosts: hosts,
         }
@@ -216,8 +243,29 @@ impl Backend for PgStore {
         &self.pool
     }
 
-    async fn begin_on(pool: &PgPool) -> Result<Tx<Self>, StoreError> {
-        Ok(Tx::new(pool.begin().await?))
+    const BEGIN: Option<&'static str> = None;
+
+    fn bound(&self) -> &Bound {
+        &self.bound
+    }
+
+    /// Ready when the database answers and this node can commit: no statement or commit ran
+    /// out of its bound in the last [`STALLED_RECENTLY`], and a probe write commits within
+    /// [`PROBE_WITHIN`] (an old primary whose synchronous standby is gone answers reads,
+    /// but commits nothing).
+    async fn ready(&self) -> Result<(), StoreError> {
+        if self.bound.stalls().within(STALLED_RECENTLY).is_some() {
+            return Err(StoreError::TimedOut {
+                what: "a recent statement or commit",
+                within: self.bound.limit().unwrap_or(WRITE_TIMEOUT),
+            });
+        }
+        Bounded::acquire(&self.pool, &self.bound.with(PROBE_WITHIN))
+            .await?
+            .run("a probe write", async |connection| {
+                hosts::probe_write(connection).await
+            })
+            .await
     }
 
     fn settled(&self) -> &Settled {
@@ -269,7 +317,12 @@ impl Backend for PgStore {
         batch: &FirstAttempts,
     ) -> Result<Vec<(JobRecord, AttemptRecord)>, StoreError> {
         self.statistics.poke();
-        first::start_first(&mut *self.pool.acquire().await?, batch).await
+        Bounded::acquire(&self.pool, &self.bound)
+            .await?
+            .run("a statement", async |connection| {
+                first::start_first(connection, batch).await
+            })
+            .await
     }
 
     fn exec(conn: &mut PgConnection) -> &mut PgConnection {

@@ -37,11 +37,12 @@ use super::{
     held::{HeldConnection, Spare},
     hosts::Hosts,
     intake::insert_events,
-    nodelay, side_pool,
+    side_pool, tcp,
 };
 use crate::store::{
     NewEvent, StoreError, WorkSignal,
     batch::{self, Batcher, WriteBatch},
+    bound::Bound,
 };
 
 /// Connections of the relaxed pool: one for events, one for notifications.
@@ -62,16 +63,18 @@ pub(super) struct Relaxed {
 
 impl Relaxed {
     /// Starts the writers on a relaxed copy of `pool`'s connection settings (connections
-    /// open on first use), following `hosts` if given; `local` wakes this process's workers,
-    /// and the notifications for the others carry `sender`.
+    /// open on first use), following `hosts` if given, each write bounded by `bound`;
+    /// `local` wakes this process's workers, and the notifications for the others carry
+    /// `sender`.
     pub(super) fn spawn(
         pool: &PgPool,
         hosts: Option<&Arc<Hosts>>,
+        bound: &Bound,
         local: WorkSignal,
         sender: Arc<str>,
     ) -> Self {
         let relaxed = side_pool(
-            nodelay::pool_options(),
+            tcp::pool_options(),
             pool,
             hosts,
             CONNECTIONS,
@@ -80,7 +83,8 @@ impl Relaxed {
                 ("plan_cache_mode", "force_generic_plan"),
             ],
         );
-        let spare = Spare::new(relaxed.clone());
+        let switches = hosts.map(|hosts| hosts.switches());
+        let spare = Spare::new(relaxed.clone(), bound.clone(), switches.clone());
         let write: WriteBatch<NewEvent, ()> = Arc::new(move |events| {
             let mut held = spare.take();
             let spare = spare.clone();
@@ -97,7 +101,8 @@ impl Relaxed {
             .boxed()
         });
         let (wake, requests) = mpsc::channel(1);
-        tokio::spawn(notify_loop(relaxed, requests, sender));
+        let notifier = HeldConnection::new(relaxed, bound.clone(), switches);
+        tokio::spawn(notify_loop(notifier, requests, sender));
         Self {
             events: Arc::new(Batcher::bounded(
                 "replayed event",
@@ -154,8 +159,7 @@ pub(super) async fn write_events(
 
 /// Sends one notification per wake-up request, folding the requests made while one is
 /// sent, with `sender` as its payload; ends when the store is dropped.
-async fn notify_loop(pool: PgPool, mut requests: mpsc::Receiver<()>, sender: Arc<str>) {
-    let mut held = HeldConnection::new(pool);
+async fn notify_loop(mut held: HeldConnection, mut requests: mpsc::Receiver<()>, sender: Arc<str>) {
     while requests.recv().await.is_some() {
         let sent = held
             .run(async |connection| {
@@ -178,7 +182,7 @@ mod tests {
     use std::{sync::Arc, time::Duration};
 
     use super::Relaxed;
-    use crate::store::{Woken, WorkSignal};
+    use crate::store::{Woken, WorkSignal, bound::Bound};
 
     /// A wake-up after a batch committed reaches a worker of the same process at once, not
     /// only through PostgreSQL's `NOTIFY` (the pool here never connects).
@@ -189,7 +193,8 @@ mod tests {
             .connect_lazy("postgres://nobody@127.0.0.1:9/none")
             .unwrap();
         let local = WorkSignal::default();
-        let relaxed = Relaxed::spawn(&pool, None, local.clone(), Arc::from("this store"));
+        let bound = Bound::within(crate::store::bound::WRITE_TIMEOUT);
+        let relaxed = Relaxed::spawn(&pool, None, &bound, local.clone(), Arc::from("this store"));
         relaxed.wake_workers();
         assert_eq!(local.wait(Duration::from_secs(30)).await, Woken::NewJobs);
     }

@@ -23,10 +23,14 @@ const RETENTION_LOCK: i64 = 0x6f6e_656a_6f62;
 #[async_trait]
 impl Retention for PgStore {
     async fn prune_finished(&self, older_than: Duration, limit: u32) -> Result<Pruned, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let ours: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
-            .bind(RETENTION_LOCK)
-            .fetch_one(&mut *tx)
+        let mut tx = self.begin().await?;
+        let ours: bool = tx
+            .run(async |connection| {
+                Ok(sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
+                    .bind(RETENTION_LOCK)
+                    .fetch_one(connection)
+                    .await?)
+            })
             .await?;
         if !ours {
             tx.rollback().await?;
@@ -35,29 +39,34 @@ impl Retention for PgStore {
                 ..Pruned::default()
             });
         }
-        sqlx::query("INSERT INTO onejob_retention_pass DEFAULT VALUES")
-            .execute(&mut *tx)
-            .await?;
         // One row per deleted job, its key (for the replay cache), with the batch's counts of
         // attempts and events (none deleted when no job is).
-        let deleted = sqlx::query(
-            "WITH doomed AS (SELECT id FROM jobs \
-                 WHERE state IN ('succeeded', 'failed', 'cancelled') \
-                 AND updated_at < now() - make_interval(secs => $1) \
-                 ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED), \
-             events AS (DELETE FROM job_events e USING doomed d WHERE e.job_id = d.id RETURNING 1), \
-             attempts AS (DELETE FROM attempts a USING doomed d WHERE a.job_id = d.id RETURNING 1), \
-             jobs AS (DELETE FROM jobs j USING doomed d WHERE j.id = d.id \
-                      RETURNING j.tenant, j.user_id, j.key_hash) \
-             SELECT tenant, user_id, key_hash, (SELECT count(*) FROM attempts) AS attempts, \
-                    (SELECT count(*) FROM events) AS events FROM jobs",
-        )
-        .bind(older_than.as_secs_f64())
-        .bind(i64::from(limit))
-        .fetch_all(&mut *tx)
-        .await?;
-        sqlx::query("DELETE FROM onejob_retention_pass")
-            .execute(&mut *tx)
+        let deleted = tx
+            .run(async |connection| {
+                sqlx::query("INSERT INTO onejob_retention_pass DEFAULT VALUES")
+                    .execute(&mut *connection)
+                    .await?;
+                let deleted = sqlx::query(
+                    "WITH doomed AS (SELECT id FROM jobs \
+                         WHERE state IN ('succeeded', 'failed', 'cancelled') \
+                         AND updated_at < now() - make_interval(secs => $1) \
+                         ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED), \
+                     events AS (DELETE FROM job_events e USING doomed d WHERE e.job_id = d.id RETURNING 1), \
+                     attempts AS (DELETE FROM attempts a USING doomed d WHERE a.job_id = d.id RETURNING 1), \
+                     jobs AS (DELETE FROM jobs j USING doomed d WHERE j.id = d.id \
+                              RETURNING j.tenant, j.user_id, j.key_hash) \
+                     SELECT tenant, user_id, key_hash, (SELECT count(*) FROM attempts) AS attempts, \
+                            (SELECT count(*) FROM events) AS events FROM jobs",
+                )
+                .bind(older_than.as_secs_f64())
+                .bind(i64::from(limit))
+                .fetch_all(&mut *connection)
+                .await?;
+                sqlx::query("DELETE FROM onejob_retention_pass")
+                    .execute(&mut *connection)
+                    .await?;
+                Ok(deleted)
+            })
             .await?;
         tx.commit().await?;
         let count = |column: &str| -> Result<u64, StoreError> {

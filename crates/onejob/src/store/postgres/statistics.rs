@@ -27,6 +27,15 @@ use std::{
 
 use sqlx::PgPool;
 
+use crate::store::{
+    StoreError,
+    bound::{Bound, Bounded},
+};
+
+/// How long an `ANALYZE` may take (it samples a fixed number of rows, whatever the table's
+/// size; on a cold cache that is still many random reads).
+const ANALYZE_WITHIN: Duration = Duration::from_secs(60);
+
 /// The tables watched, each with the statement that analyzes it.
 const TABLES: [(&str, &str); 3] = [
     ("jobs", "ANALYZE jobs"),
@@ -59,6 +68,8 @@ const SIZES: &str = "SELECT \
 #[derive(Clone)]
 pub(super) struct Watch {
     analyzer: PgPool,
+    /// The bound of its statements.
+    bound: Bound,
     state: Arc<Mutex<WatchState>>,
 }
 
@@ -86,10 +97,12 @@ impl Watch {
     /// Rows a table's statistics must have been taken from for it to be no longer watched.
     pub(super) const ENOUGH: i64 = 1000;
 
-    /// A watch that has tables analyzed on a connection of `analyzer`.
-    pub(super) fn new(analyzer: PgPool) -> Self {
+    /// A watch that has tables analyzed on a connection of `analyzer`, its statements
+    /// bounded by `bound` (an `ANALYZE` by [`ANALYZE_WITHIN`]).
+    pub(super) fn new(analyzer: PgPool, bound: Bound) -> Self {
         Self {
             analyzer,
+            bound,
             state: Arc::default(),
         }
     }
@@ -137,7 +150,19 @@ impl Watch {
                 rows = held,
                 "a table holds rows its statistics do not account for: analyzing it"
             );
-            if let Err(error) = sqlx::query(*statement).execute(&self.analyzer).await {
+            let analyzed =
+                match Bounded::acquire(&self.analyzer, &self.bound.with(ANALYZE_WITHIN)).await {
+                    Ok(mut connection) => {
+                        connection
+                            .run("an ANALYZE", async |connection| {
+                                sqlx::query(*statement).execute(connection).await?;
+                                Ok(())
+                            })
+                            .await
+                    }
+                    Err(error) => Err(error),
+                };
+            if let Err(error) = analyzed {
                 tracing::warn!(%error, table, "could not analyze");
                 continue;
             }
@@ -158,7 +183,7 @@ impl Watch {
 
     /// What the planner believes each table holds, and the rows it holds up to
     /// [`Self::ENOUGH`], in the order of [`TABLES`].
-    async fn sizes(&self) -> Result<[(f64, i64); 3], sqlx::Error> {
+    async fn sizes(&self) -> Result<[(f64, i64); 3], StoreError> {
         let (jobs, jobs_held, attempts, attempts_held, events, events_held): (
             f64,
             i64,
@@ -166,9 +191,14 @@ impl Watch {
             i64,
             f64,
             i64,
-        ) = sqlx::query_as(SIZES)
-            .bind(Self::ENOUGH)
-            .fetch_one(&self.analyzer)
+        ) = Bounded::acquire(&self.analyzer, &self.bound)
+            .await?
+            .run("a statement", async |connection| {
+                Ok(sqlx::query_as(SIZES)
+                    .bind(Self::ENOUGH)
+                    .fetch_one(connection)
+                    .await?)
+            })
             .await?;
         Ok([
             (jobs, jobs_held),

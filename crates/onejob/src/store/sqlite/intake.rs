@@ -14,6 +14,7 @@ use crate::store::{
     Intake, NewEvent, NewJob, StoreError, WorkSignal,
     backend::{Backend, Tx},
     batch::{Batcher, EVENT_QUEUE, WriteBatch},
+    bound::Bound,
     rows,
 };
 
@@ -72,7 +73,7 @@ pub(super) fn replay_batcher(writer: SqlitePool) -> Batcher<NewEvent, ()> {
 
 /// A write transaction on `writer`, holding the write lock from its first statement.
 async fn begin(writer: &SqlitePool) -> Result<Tx<SqliteStore>, StoreError> {
-    Ok(Tx::new(writer.begin_with("BEGIN IMMEDIATE").await?))
+    Tx::begin(writer, &Bound::unbounded()).await
 }
 
 async fn write_batch(writer: &SqlitePool, jobs: Vec<NewJob>) -> Vec<Result<Intake, StoreError>> {

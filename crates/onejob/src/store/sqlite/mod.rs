@@ -26,8 +26,9 @@ use uuid::Uuid;
 use super::{
     Acknowledged, AttemptRecord, Completion, FirstAttempts, Intake, JobRecord, NewEvent, NewJob,
     Store, StoreError, StoreOptions, Woken, WorkSignal,
-    backend::{Arg, Backend, Tx},
+    backend::{Arg, Backend},
     batch::Batcher,
+    bound::Bound,
     grouped::{Fence, Writer, fences},
     settled::Settled,
     sql::Sql,
@@ -68,6 +69,8 @@ pub struct SqliteStore {
     acks: Arc<Batcher<Ack, Acknowledged>>,
     /// Group commit of completions, on the writer.
     offers: Arc<Batcher<Offer, Completion>>,
+    /// Unbounded: SQLite's waits are bounded by `busy_timeout`.
+    bound: Bound,
 }
 
 impl SqliteStore {
@@ -91,9 +94,10 @@ impl SqliteStore {
             .connect_with(connect)
             .await?;
         let wake = WorkSignal::default();
-        let grouped = Writer::<Self>::new(writer.clone(), Some(wake.clone()));
+        let bound = Bound::unbounded();
+        let grouped = Writer::<Self>::new(writer.clone(), bound.clone(), Some(wake.clone()));
         Ok(Self {
-            fences: Arc::new(fences::<Self>(pool.clone())),
+            fences: Arc::new(fences::<Self>(pool.clone(), bound.clone())),
             acks: Arc::new(grouped.batcher()),
             offers: Arc::new(grouped.batcher()),
             settled: Arc::new(Settled::new(options.finished_after)),
@@ -102,6 +106,7 @@ impl SqliteStore {
             pool,
             writer,
             wake,
+            bound,
         })
     }
 
@@ -126,8 +131,10 @@ impl Backend for SqliteStore {
         &self.writer
     }
 
-    async fn begin_on(pool: &SqlitePool) -> Result<Tx<Self>, StoreError> {
-        Ok(Tx::new(pool.begin_with("BEGIN IMMEDIATE").await?))
+    const BEGIN: Option<&'static str> = Some("BEGIN IMMEDIATE");
+
+    fn bound(&self) -> &Bound {
+        &self.bound
     }
 
     fn settled(&self) -> &Settled {

@@ -1,0 +1,208 @@
+//! Bounds in time on the database's statements and commits, the connections they run on,
+//! and what a store remembers of the ones that ran out.
+//!
+//! A PostgreSQL host can stop committing without going away: an old primary left running
+//! after its synchronous standby was promoted away (or lost) accepts sessions and statements,
+//! and every commit then waits for a standby that will never confirm it. `statement_timeout`
+//! does not end that wait (the server stops the statement's timer before the commit), and
+//! TCP sees nothing wrong, so without a bound of its own a caller would wait for ever. Every
+//! statement and commit on PostgreSQL therefore runs under a [`Bound`] (`write_timeout` in
+//! [`super::StoreOptions`]). One that runs out:
+//!
+//! * answers [`StoreError::TimedOut`]: retryable, so HTTP answers `503` with `Retry-After`.
+//!   The write's outcome is unknown (the commit may still land on that server), so it is
+//!   never acknowledged; the client's retry under the same key finds the job where the
+//!   writes go by then, or creates it there;
+//! * discards its connection ([`Bounded`]): a reply may still arrive on it, so it is closed,
+//!   never handed out again (sqlx's pool would check it on release by waiting for that
+//!   reply, holding a pool slot for as long as the commit hangs);
+//! * is noted in the store's [`Stalls`]: `/readyz` answers `503` while this node cannot
+//!   commit, and the host follower (`postgres/hosts.rs`) checks its host at once.
+//!
+//! SQLite runs unbounded ([`Bound::unbounded`]): its statements never wait on a network, and
+//! its lock waits are bounded by `busy_timeout`.
+
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use sqlx::{Database, Pool, pool::PoolConnection};
+use tokio::sync::Notify;
+
+use super::StoreError;
+
+/// How long a statement or a commit may take on PostgreSQL by default.
+pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// When a bounded call of one store last ran out of time, and who waits to hear of it.
+#[derive(Debug, Default)]
+pub(crate) struct Stalls {
+    last: Mutex<Option<Instant>>,
+    notice: Notify,
+}
+
+impl Stalls {
+    /// Notes a call that ran out now, and wakes [`Stalls::noticed`].
+    pub(crate) fn note(&self) {
+        *self.last.lock().expect("never poisoned") = Some(Instant::now());
+        self.notice.notify_waiters();
+    }
+
+    /// How long ago a call last ran out, if one did within `recent`.
+    pub(crate) fn within(&self, recent: Duration) -> Option<Duration> {
+        self.last
+            .lock()
+            .expect("never poisoned")
+            .map(|at| at.elapsed())
+            .filter(|ago| *ago < recent)
+    }
+
+    /// Returns at the next [`Stalls::note`].
+    pub(crate) async fn noticed(&self) {
+        self.notice.notified().await;
+    }
+}
+
+/// How long one statement or commit of a store may take (none: unbounded), and where the
+/// ones that ran out are noted.
+#[derive(Debug, Clone)]
+pub(crate) struct Bound {
+    within: Option<Duration>,
+    stalls: Arc<Stalls>,
+}
+
+impl Bound {
+    /// Calls end within `within`.
+    pub(crate) fn within(within: Duration) -> Self {
+        Self {
+            within: Some(within),
+            stalls: Arc::default(),
+        }
+    }
+
+    /// Calls are not bounded (SQLite).
+    pub(crate) fn unbounded() -> Self {
+        Self {
+            within: None,
+            stalls: Arc::default(),
+        }
+    }
+
+    /// The same stalls, with calls bounded by `within` instead (a probe that must answer
+    /// sooner than a statement may take).
+    pub(crate) fn with(&self, within: Duration) -> Self {
+        Self {
+            within: Some(within),
+            stalls: self.stalls.clone(),
+        }
+    }
+
+    /// The bound, if calls are bounded.
+    pub(crate) fn limit(&self) -> Option<Duration> {
+        self.within
+    }
+
+    /// The stalls of this store.
+    pub(crate) fn stalls(&self) -> &Arc<Stalls> {
+        &self.stalls
+    }
+
+    /// Runs `work` (`what`: "a statement", "a commit"…) within the bound. When it runs out,
+    /// the stall is noted and the answer is [`StoreError::TimedOut`]; the caller must then
+    /// discard the connection `work` ran on ([`Bounded`] does).
+    pub(crate) async fn run<T>(
+        &self,
+        what: &'static str,
+        work: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let Some(within) = self.within else {
+            return work.await;
+        };
+        match tokio::time::timeout(within, work).await {
+            Ok(result) => result,
+            Err(_) => {
+                self.stalls.note();
+                Err(StoreError::TimedOut { what, within })
+            }
+        }
+    }
+}
+
+/// A pooled connection whose every use is bounded, and which is discarded (closed, its pool
+/// slot freed, never handed out again) when a use ran out of time or was abandoned halfway
+/// (its caller dropped while a statement was in flight).
+#[derive(Debug)]
+pub(crate) struct Bounded<DB: Database> {
+    connection: Option<PoolConnection<DB>>,
+    /// A use is in flight (so a drop now abandons it halfway).
+    busy: bool,
+    bound: Bound,
+}
+
+impl<DB: Database> Bounded<DB> {
+    /// A connection from `pool` (the pool's `acquire_timeout` bounds the wait), used within
+    /// `bound`.
+    pub(crate) async fn acquire(pool: &Pool<DB>, bound: &Bound) -> Result<Self, StoreError> {
+        Ok(Self {
+            connection: Some(pool.acquire().await?),
+            busy: false,
+            bound: bound.clone(),
+        })
+    }
+
+    /// Runs `work` on the connection within the bound; discards the connection if `work`
+    /// ran out of time. Fails at once once the connection was discarded.
+    pub(crate) async fn run<T>(
+        &mut self,
+        what: &'static str,
+        work: impl AsyncFnOnce(&mut DB::Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        if self.busy {
+            // A use before this one was abandoned halfway: its reply may still come.
+            self.discard();
+        }
+        let connection = self.connection.as_mut().ok_or(StoreError::Discarded)?;
+        self.busy = true;
+        let result = self.bound.run(what, work(&mut **connection)).await;
+        self.busy = false;
+        if matches!(result, Err(StoreError::TimedOut { .. })) {
+            self.discard();
+        }
+        result
+    }
+
+    /// The connection, when it is neither discarded nor in use.
+    pub(crate) fn idle(&mut self) -> Option<&mut DB::Connection> {
+        match &mut self.connection {
+            Some(connection) if !self.busy => Some(&mut **connection),
+            _ => None,
+        }
+    }
+
+    /// The pooled connection itself (to close it gracefully), unless it was discarded or a
+    /// use of it was abandoned halfway (then it is discarded now).
+    pub(crate) fn into_pooled(mut self) -> Option<PoolConnection<DB>> {
+        if self.busy {
+            self.discard();
+        }
+        self.connection.take()
+    }
+
+    /// Closes the connection now and frees its pool slot.
+    fn discard(&mut self) {
+        if let Some(connection) = self.connection.take() {
+            // Detached, the pool forgets it (and may open another in its place); dropped,
+            // its socket closes without waiting for anything the server still owes.
+            drop(connection.detach());
+        }
+    }
+}
+
+impl<DB: Database> Drop for Bounded<DB> {
+    fn drop(&mut self) {
+        if self.busy {
+            self.discard();
+        }
+    }
+}
