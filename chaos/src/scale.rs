@@ -22,6 +22,9 @@ pub struct Scale {
     pub killstorm_keys: usize,
     /// Kill storm: concurrent submissions of each key.
     pub killstorm_copies: usize,
+    /// Wedged failover: keys the clients submit while the primary stops committing and the
+    /// standby is promoted.
+    pub wedge_keys: usize,
 }
 
 impl Scale {
@@ -36,6 +39,7 @@ impl Scale {
         restarts: 1,
         killstorm_keys: 120,
         killstorm_copies: 6,
+        wedge_keys: 300,
     };
 
     /// The full scale (`RELIABILITY.md`).
@@ -49,6 +53,7 @@ impl Scale {
         restarts: 3,
         killstorm_keys: 300,
         killstorm_copies: 6,
+        wedge_keys: 3000,
     };
 
     /// From `ONEJOB_CHAOS_SCALE` (`quick` when unset).

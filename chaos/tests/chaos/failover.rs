@@ -7,10 +7,7 @@
 //! standby (read-only), and a node started with the same URL, which lists it first, must
 //! write to the new primary instead.
 
-use std::{
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::time::Duration;
 
 use onejob_chaos::{
     client::RecordingClient,
@@ -57,21 +54,7 @@ async fn a_failover_to_a_synchronous_standby_loses_nothing_acknowledged() {
     // leaves jobs pending for an hour and fails the run.
     config.poll_interval = Duration::from_secs(3600);
     let config = config.write(dir.path(), "node");
-    let mut nodes: Vec<Node> = (0..3)
-        .map(|i| {
-            let name = format!("node{i}");
-            Node::start(
-                &name,
-                Role::Serve,
-                &config,
-                &[],
-                &logs.join(format!("{name}.log")),
-            )
-        })
-        .collect();
-    for node in &mut nodes {
-        node.wait_ready().await;
-    }
+    let mut nodes = harness::serve_nodes(3, &config, &logs).await;
     let urls: Vec<String> = nodes.iter().map(Node::url).collect();
     let token = create_key(&url, "failover", "client", false).await;
     let history = harness::history("failover");
@@ -79,36 +62,9 @@ async fn a_failover_to_a_synchronous_standby_loses_nothing_acknowledged() {
     let keys: Vec<String> = (0..scale.restart_keys)
         .map(|i| format!("failover:{i}"))
         .collect();
-    let queue = Arc::new(Mutex::new(keys.clone()));
     let window_ms = 6000u64;
     let pace = Duration::from_millis(window_ms * CLIENTS as u64 / keys.len() as u64);
-    let mut clients = Vec::new();
-    for c in 0..CLIENTS {
-        let client = RecordingClient::new(history.clone(), format!("submitter{c}"), &token);
-        let (queue, urls) = (queue.clone(), urls.clone());
-        clients.push(tokio::spawn(async move {
-            let mut ids = Vec::new();
-            loop {
-                let Some(key) = queue.lock().unwrap().pop() else {
-                    return ids;
-                };
-                let body = json!({"kind": "chat.completion", "params": {"prompt": format!("{key} please")}});
-                let answer = client.submit(&urls, c, &key, &body, 200).await;
-                assert!(
-                    matches!(answer.status, Some(200 | 201)),
-                    "{key}: never accepted: {:?} {}",
-                    answer.status,
-                    answer.body
-                );
-                ids.push(answer.body["id"].as_str().unwrap().to_owned());
-                // A double click, on another node.
-                if key.ends_with('3') || key.ends_with('7') {
-                    client.submit(&urls, c + 1, &key, &body, 200).await;
-                }
-                tokio::time::sleep(pace).await;
-            }
-        }));
-    }
+    let clients = harness::paced_storm(&history, &token, &urls, &keys, CLIENTS, pace, 200);
 
     tokio::time::sleep(Duration::from_millis(2000)).await;
     history.fault("SIGKILL the primary");
@@ -207,31 +163,14 @@ async fn a_failover_to_a_synchronous_standby_loses_nothing_acknowledged() {
         "no input reached the provider twice"
     );
     let records = onejob_chaos::history::read_history(history.path()).unwrap();
-    let fault_at = |what: &str| {
-        records
-            .iter()
-            .find_map(|r| match r {
-                Record::Fault { t_ms, what: w } if w == what => Some(*t_ms),
-                _ => None,
-            })
-            .expect("fault recorded")
-    };
     let (killed, promoted) = (
-        fault_at("SIGKILL the primary"),
-        fault_at("standby promoted"),
+        harness::fault_at(&records, "SIGKILL the primary"),
+        harness::fault_at(&records, "standby promoted"),
     );
     // Between the kill and the first 201 after the promotion, only 503s (with Retry-After,
     // which the checker requires of every 503) or no answer.
-    let first_201 = records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Response {
-                t_ms,
-                status: Some(201),
-                ..
-            } if *t_ms > promoted => Some(*t_ms),
-            _ => None,
-        })
+    let first_201 = harness::answers_between(&records, 201, promoted, u64::MAX)
+        .into_iter()
         .min()
         .expect("a job created after the promotion");
     let during: Vec<u16> = records

@@ -1,11 +1,21 @@
-//! What every scenario shares: where histories go, and the offline check at the end.
+//! What every scenario shares: where histories go, serving nodes, a paced storm of
+//! careful clients, reading faults and answers back from a history, and the offline check at
+//! the end.
 
-use std::{path::PathBuf, sync::Arc};
+use std::{
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use onejob_chaos::{
     checker::{self, Report},
-    history::{self, History},
+    client::RecordingClient,
+    history::{self, History, Record},
+    node::{Node, Role},
 };
+use serde_json::json;
+use tokio::task::JoinHandle;
 
 /// The directory for histories and reports: `$ONEJOB_CHAOS_OUT`, else `chaos/out/`.
 pub fn out_dir() -> PathBuf {
@@ -56,4 +66,95 @@ pub fn check(history: &History) -> Report {
         history.path().display()
     );
     report
+}
+
+/// Starts `count` `onejob serve` nodes (`node0`, `node1`…) on `config`, logging to `logs`,
+/// and waits until each is ready.
+pub async fn serve_nodes(count: usize, config: &Path, logs: &Path) -> Vec<Node> {
+    let mut nodes: Vec<Node> = (0..count)
+        .map(|i| {
+            let name = format!("node{i}");
+            Node::start(
+                &name,
+                Role::Serve,
+                config,
+                &[],
+                &logs.join(format!("{name}.log")),
+            )
+        })
+        .collect();
+    for node in &mut nodes {
+        node.wait_ready().await;
+    }
+    nodes
+}
+
+/// `clients` careful clients taking `keys` from one queue, each submitting its key until it
+/// is accepted (up to `tries` times: after `Retry-After` on a `503`, on the next node when
+/// one does not answer), double-clicking keys ending in 3 or 7 on the next node, and pausing
+/// `pace` between keys. Each task answers the job ids it was given; it panics if a key is
+/// never accepted.
+pub fn paced_storm(
+    history: &Arc<History>,
+    token: &str,
+    urls: &[String],
+    keys: &[String],
+    clients: usize,
+    pace: Duration,
+    tries: usize,
+) -> Vec<JoinHandle<Vec<String>>> {
+    let queue = Arc::new(Mutex::new(keys.to_vec()));
+    (0..clients)
+        .map(|c| {
+            let client = RecordingClient::new(history.clone(), format!("submitter{c}"), token);
+            let (queue, urls) = (queue.clone(), urls.to_vec());
+            tokio::spawn(async move {
+                let mut ids = Vec::new();
+                loop {
+                    let Some(key) = queue.lock().unwrap().pop() else {
+                        return ids;
+                    };
+                    let body = json!({"kind": "chat.completion", "params": {"prompt": format!("{key} please")}});
+                    let answer = client.submit(&urls, c, &key, &body, tries).await;
+                    assert!(
+                        matches!(answer.status, Some(200 | 201)),
+                        "{key}: never accepted: {:?} {}",
+                        answer.status,
+                        answer.body
+                    );
+                    ids.push(answer.body["id"].as_str().unwrap().to_owned());
+                    if key.ends_with('3') || key.ends_with('7') {
+                        client.submit(&urls, c + 1, &key, &body, tries).await;
+                    }
+                    tokio::time::sleep(pace).await;
+                }
+            })
+        })
+        .collect()
+}
+
+/// When fault `what` was recorded in `records`.
+pub fn fault_at(records: &[Record], what: &str) -> u64 {
+    records
+        .iter()
+        .find_map(|r| match r {
+            Record::Fault { t_ms, what: w } if w == what => Some(*t_ms),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("fault {what:?} recorded"))
+}
+
+/// The times of the answers with `status` recorded in `records` within `after..before`.
+pub fn answers_between(records: &[Record], status: u16, after: u64, before: u64) -> Vec<u64> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Response {
+                t_ms,
+                status: Some(s),
+                ..
+            } if *s == status && *t_ms > after && *t_ms < before => Some(*t_ms),
+            _ => None,
+        })
+        .collect()
 }

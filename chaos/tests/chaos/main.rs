@@ -13,3 +13,4 @@ mod killstorm;
 mod prune;
 mod restart;
 mod storm;
+mod wedged;

@@ -19,6 +19,11 @@
 //! * is noted in the store's [`Stalls`]: `/readyz` answers `503` while this node cannot
 //!   commit, and the host follower (`postgres/hosts.rs`) checks its host at once.
 //!
+//! A call in flight when the host follower moves the store to another host (a failover) is
+//! given up at once, the same way ([`StoreError::Moved`], its connection discarded): it
+//! would otherwise hold its writer for the rest of its bound on a host no write goes to
+//! any more, while the promoted host waits.
+//!
 //! SQLite runs unbounded ([`Bound::unbounded`]): its statements never wait on a network, and
 //! its lock waits are bounded by `busy_timeout`.
 
@@ -28,7 +33,7 @@ use std::{
 };
 
 use sqlx::{Database, Pool, pool::PoolConnection};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 
 use super::StoreError;
 
@@ -70,6 +75,8 @@ impl Stalls {
 pub(crate) struct Bound {
     within: Option<Duration>,
     stalls: Arc<Stalls>,
+    /// Told when the store moves to another host (`postgres/hosts.rs`), if it follows hosts.
+    moved: Option<watch::Receiver<usize>>,
 }
 
 impl Bound {
@@ -78,6 +85,7 @@ impl Bound {
         Self {
             within: Some(within),
             stalls: Arc::default(),
+            moved: None,
         }
     }
 
@@ -86,6 +94,16 @@ impl Bound {
         Self {
             within: None,
             stalls: Arc::default(),
+            moved: None,
+        }
+    }
+
+    /// The same bound, whose calls are given up when `moved` is told the store moved to
+    /// another host.
+    pub(crate) fn following(self, moved: watch::Receiver<usize>) -> Self {
+        Self {
+            moved: Some(moved),
+            ..self
         }
     }
 
@@ -94,7 +112,7 @@ impl Bound {
     pub(crate) fn with(&self, within: Duration) -> Self {
         Self {
             within: Some(within),
-            stalls: self.stalls.clone(),
+            ..self.clone()
         }
     }
 
@@ -109,8 +127,9 @@ impl Bound {
     }
 
     /// Runs `work` (`what`: "a statement", "a commit"…) within the bound. When it runs out,
-    /// the stall is noted and the answer is [`StoreError::TimedOut`]; the caller must then
-    /// discard the connection `work` ran on ([`Bounded`] does).
+    /// the stall is noted and the answer is [`StoreError::TimedOut`]; when the store moves to
+    /// another host meanwhile, [`StoreError::Moved`]. Either way the caller must discard the
+    /// connection `work` ran on ([`Bounded`] does).
     pub(crate) async fn run<T>(
         &self,
         what: &'static str,
@@ -119,12 +138,28 @@ impl Bound {
         let Some(within) = self.within else {
             return work.await;
         };
-        match tokio::time::timeout(within, work).await {
-            Ok(result) => result,
-            Err(_) => {
-                self.stalls.note();
-                Err(StoreError::TimedOut { what, within })
+        let mut moved = self.moved.clone();
+        if let Some(moved) = &mut moved {
+            moved.mark_unchanged();
+        }
+        let moved = async {
+            let told = match &mut moved {
+                Some(moved) => moved.changed().await.is_ok(),
+                None => false,
+            };
+            if !told {
+                std::future::pending::<()>().await;
             }
+        };
+        tokio::select! {
+            bounded = tokio::time::timeout(within, work) => match bounded {
+                Ok(result) => result,
+                Err(_) => {
+                    self.stalls.note();
+                    Err(StoreError::TimedOut { what, within })
+                }
+            },
+            () = moved => Err(StoreError::Moved { what }),
         }
     }
 }
@@ -166,7 +201,10 @@ impl<DB: Database> Bounded<DB> {
         self.busy = true;
         let result = self.bound.run(what, work(&mut **connection)).await;
         self.busy = false;
-        if matches!(result, Err(StoreError::TimedOut { .. })) {
+        if matches!(
+            result,
+            Err(StoreError::TimedOut { .. } | StoreError::Moved { .. })
+        ) {
             self.discard();
         }
         result
@@ -204,5 +242,69 @@ impl<DB: Database> Drop for Bounded<DB> {
         if self.busy {
             self.discard();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::sync::watch;
+
+    use super::{Bound, StoreError};
+
+    /// A call that never answers: what a commit on a wedged host does.
+    async fn hung() -> Result<(), StoreError> {
+        std::future::pending().await
+    }
+
+    #[tokio::test]
+    async fn a_call_that_runs_out_is_timed_out_and_noted_as_a_stall() {
+        let bound = Bound::within(Duration::from_millis(50));
+        let error = bound.run("a commit", hung()).await.unwrap_err();
+        assert!(
+            matches!(
+                error,
+                StoreError::TimedOut {
+                    what: "a commit",
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        assert!(error.is_retryable() && error.is_unclear());
+        assert!(bound.stalls().within(Duration::from_secs(3600)).is_some());
+    }
+
+    /// A call in flight on the old host when the store moves is given up at once (without
+    /// the move it would wait out its hour), and is no stall: the node can commit elsewhere.
+    #[tokio::test]
+    async fn a_call_in_flight_when_the_store_moves_is_given_up() {
+        let (mover, moved) = watch::channel(0);
+        let bound = Bound::within(Duration::from_secs(3600)).following(moved);
+        let call = tokio::spawn({
+            let bound = bound.clone();
+            async move { bound.run("a statement", hung()).await }
+        });
+        // Moved again and again, so that one move comes after the call began, however late
+        // its task runs.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        for n in 1.. {
+            mover.send_replace(n);
+            if call.is_finished() {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the call was not given up on the move"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let error = call.await.unwrap().unwrap_err();
+        assert!(matches!(error, StoreError::Moved { .. }), "{error:?}");
+        assert!(error.is_retryable() && error.is_unclear());
+        assert!(bound.stalls().within(Duration::from_secs(3600)).is_none());
+        // A call begun after the move is not given up for it.
+        assert!(bound.run("a statement", async { Ok(()) }).await.is_ok());
     }
 }

@@ -61,6 +61,15 @@ pub enum StoreError {
         /// The bound it ran out of.
         within: std::time::Duration,
     },
+    /// The store moved to another database host (a failover) while a statement or commit
+    /// was in flight on the old one: its outcome is unknown, it is not acknowledged, and its
+    /// connection was discarded. Retrying can succeed at once, on the new host; HTTP answers
+    /// 503.
+    #[error("the database moved to another host during {what}; its outcome is unknown")]
+    Moved {
+        /// What was in flight: "a statement", "a commit"…
+        what: &'static str,
+    },
     /// The connection a transaction ran on was discarded after a call on it ran out of time
     /// ([`StoreError::TimedOut`]); nothing more can be done in that transaction. Retryable.
     #[error("the database connection was discarded after a call on it ran out of time")]
@@ -98,15 +107,20 @@ impl StoreError {
                 | StoreError::Contended(_)
                 | StoreError::NotWritable(_)
                 | StoreError::TimedOut { .. }
+                | StoreError::Moved { .. }
                 | StoreError::Discarded
         )
     }
 
     /// True when a write that failed this way may still have been written: its call ran
-    /// out of time ([`StoreError::TimedOut`]) after the statement or commit had left.
+    /// out of time ([`StoreError::TimedOut`]) or was given up when the store moved to
+    /// another host ([`StoreError::Moved`]) after the statement or commit had left.
     /// Retrying it is safe only where the write is idempotent or checked again first.
     pub fn is_unclear(&self) -> bool {
-        matches!(self, StoreError::TimedOut { .. } | StoreError::Discarded)
+        matches!(
+            self,
+            StoreError::TimedOut { .. } | StoreError::Moved { .. } | StoreError::Discarded
+        )
     }
 
     /// The database cannot be reached: `error` says how.

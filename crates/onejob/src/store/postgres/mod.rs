@@ -120,8 +120,9 @@ impl PgStore {
         .acquire_timeout(options.acquire_timeout)
         .connect_with(connect)
         .await?;
-        let bound = Bound::within(options.write_timeout);
+        let mut bound = Bound::within(options.write_timeout);
         if let Some(hosts) = &followed {
+            bound = bound.following(hosts.moved());
             hosts.follow(&pool, &[]);
             hosts::Hosts::watch(hosts, bound.stalls().clone());
         }
