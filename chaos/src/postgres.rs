@@ -277,6 +277,47 @@ impl Cluster {
         run_as_postgres(&[&self.tool("pg_ctl"), "-D", &self.data(), "reload"], true);
     }
 
+    /// Sets `name` to the text `value` ([`Cluster::set`], quoted) and waits until new
+    /// sessions see it: the server has reloaded, and told its sessions to.
+    pub async fn set_and_wait(&self, name: &str, value: &str) {
+        self.set(name, &format!("'{}'", value.replace('\'', "''")));
+        // In plain text: the check must not depend on the TLS being set up.
+        let url = format!("{}?sslmode=disable", self.admin_url());
+        for _ in 0..600 {
+            let mut admin = PgConnection::connect(&url)
+                .await
+                .expect("the cluster answers");
+            let now: String = sqlx::query_scalar("SELECT current_setting($1)")
+                .bind(name)
+                .fetch_one(&mut admin)
+                .await
+                .expect("current_setting");
+            let _ = admin.close().await;
+            if now == value {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!(
+            "the cluster on port {} never reloaded {name} = {value:?}",
+            self.port
+        );
+    }
+
+    /// Serves TLS with this certificate and key (PEM): writes them as the data directory's
+    /// `server.crt` and `server.key` (the key readable by the server's user only), turns
+    /// `ssl` on and reloads.
+    pub fn use_certificate(&self, certificate: &str, key: &str) {
+        for (name, contents) in [("server.crt", certificate), ("server.key", key)] {
+            let path = format!("{}/{name}", self.data());
+            std::fs::write(&path, contents).expect("write the certificate");
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .expect("certificate permissions");
+        }
+        self.hand_to_postgres();
+        self.set("ssl", "on");
+    }
+
     /// SIGKILLs the postmaster (its backends exit when they notice), as a dead machine
     /// would leave it; waits until the port refuses connections.
     pub fn kill(&self) {

@@ -1,8 +1,11 @@
 //! TLS to PostgreSQL against the local server (`ssl = on`, Debian's self-signed snakeoil
 //! certificate for `CN=localhost`): `sslmode` and `sslrootcert` as libpq spells them, the
-//! session really encrypted, and refusals that say what to check.
+//! session really encrypted, and refusals that say what to check. Then against throwaway
+//! clusters of the tests' own: one serving an X.509 v1 certificate (as Citus makes when it
+//! turns TLS on), which rustls cannot read, and one without TLS.
 
 use onejob::store::{StoreError, postgres::PgStore};
+use onejob_chaos::postgres::Cluster;
 
 use crate::{
     cli::{onejob, output},
@@ -188,4 +191,106 @@ async fn onejob_migrate_runs_over_tls_and_explains_a_refusal() {
         "{stderr}"
     );
     assert!(stderr.contains(&format!("sslrootcert={wrong}")), "{stderr}");
+}
+
+/// The X.509 v1 certificate of the throwaway server (self-signed, `CN=localhost`, made by
+/// `openssl req -x509 -config /dev/null`, valid until 2126), and its key.
+const V1_CERTIFICATE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/api/fixtures/tls-v1-server.crt"
+);
+
+/// A throwaway cluster serving TLS with [`V1_CERTIFICATE`].
+fn v1_server() -> Cluster {
+    let cluster = Cluster::start_new();
+    cluster.use_certificate(
+        include_str!("fixtures/tls-v1-server.crt"),
+        include_str!("fixtures/tls-v1-server.key"),
+    );
+    cluster
+}
+
+/// `sslmode=prefer` (the default) and `require` check nothing of the certificate, as libpq:
+/// a v1 certificate, which rustls cannot read, still gets an encrypted session, on its own
+/// and as the second host of a list, and `onejob migrate` runs (it failed with
+/// `UnsupportedCertVersion`).
+#[tokio::test]
+async fn prefer_and_require_encrypt_with_a_certificate_rustls_cannot_read() {
+    let server = v1_server();
+    let url = server.admin_url();
+    for query in ["", "?sslmode=prefer", "?sslmode=require"] {
+        let store = connect(&format!("{url}{query}"))
+            .await
+            .unwrap_or_else(|e| panic!("{query:?}: {e}"));
+        assert!(session_is_tls(&store).await, "{query:?} is TLS");
+    }
+    // Port 1 refuses at once: the list's second host is the one used.
+    let listed = format!(
+        "postgres://postgres@127.0.0.1:1,127.0.0.1:{}/postgres?sslmode=require&target_session_attrs=read-write",
+        server.port
+    );
+    let store = connect(&listed).await.expect("through a host list");
+    assert!(session_is_tls(&store).await, "a listed host is TLS");
+
+    // TLS 1.2 signs the handshake under schemes that do not name one algorithm: checked too.
+    server
+        .set_and_wait("ssl_max_protocol_version", "TLSv1.2")
+        .await;
+    let store = connect(&format!("{url}?sslmode=require")).await.unwrap();
+    let version: String =
+        sqlx::query_scalar("SELECT version FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+    assert_eq!(version, "TLSv1.2");
+
+    let (code, _, stderr) = output(onejob().args(["migrate", "--database", &url])).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("is up to date"), "{stderr}");
+}
+
+/// `verify-ca` and `verify-full` must check the certificate; one rustls cannot read is
+/// refused, and the message says what to change.
+#[tokio::test]
+async fn verify_refuses_a_certificate_rustls_cannot_read_saying_what_to_change() {
+    let server = v1_server();
+    for mode in ["verify-ca", "verify-full"] {
+        let url = format!(
+            "postgres://postgres@localhost:{}/postgres?sslmode={mode}&sslrootcert={V1_CERTIFICATE}",
+            server.port
+        );
+        let error = connect(&url)
+            .await
+            .expect_err("an unreadable certificate was trusted");
+        assert!(matches!(error, StoreError::Tls(_)), "{mode}: {error:?}");
+        assert!(!error.is_retryable());
+        let message = error.to_string();
+        for says in [
+            "cannot read",
+            "UnsupportedCertVersion",
+            "X.509 v3 certificate",
+            "sslmode=require",
+        ] {
+            assert!(
+                message.contains(says),
+                "{mode}: {says:?} missing in {message}"
+            );
+        }
+        assert!(message.contains(&format!("sslmode={mode}")), "{message}");
+    }
+}
+
+/// `prefer` speaks plain text to a server without TLS, as libpq; `require` refuses it.
+#[tokio::test]
+async fn prefer_falls_back_to_plain_text_when_the_server_has_no_tls() {
+    let server = Cluster::start_new();
+    let plain = connect(&format!("{}?sslmode=prefer", server.admin_url()))
+        .await
+        .expect("prefer connects without TLS");
+    assert!(!session_is_tls(&plain).await);
+    let message = connect(&format!("{}?sslmode=require", server.admin_url()))
+        .await
+        .expect_err("require without TLS")
+        .to_string();
+    assert!(message.contains("does not accept TLS"), "{message}");
 }

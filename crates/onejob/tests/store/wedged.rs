@@ -41,29 +41,6 @@ async fn answered<T>(what: &str, call: impl Future<Output = T>) -> T {
         .unwrap_or_else(|_| panic!("{what} never came back: it hangs on a commit"))
 }
 
-/// Sets `synchronous_standby_names` on `cluster` and waits until new sessions see it (the
-/// server has reloaded and told its sessions to).
-async fn standby_names(cluster: &Cluster, value: &str) {
-    cluster.set("synchronous_standby_names", &format!("'{value}'"));
-    let deadline = tokio::time::Instant::now() + GENEROUS;
-    loop {
-        let mut admin = PgConnection::connect(&cluster.admin_url()).await.unwrap();
-        let now: String = sqlx::query_scalar("SHOW synchronous_standby_names")
-            .fetch_one(&mut admin)
-            .await
-            .unwrap();
-        let _ = admin.close().await;
-        if now == value {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the server did not reload"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// A throwaway cluster with onejob's schema.
 async fn migrated_cluster() -> Cluster {
     let cluster = Cluster::start_new();
@@ -114,7 +91,9 @@ async fn a_commit_that_never_completes_is_not_acknowledged_and_the_node_says_so(
     };
     store.ping().await.expect("ready while commits complete");
 
-    standby_names(&cluster, "nobody").await;
+    cluster
+        .set_and_wait("synchronous_standby_names", "nobody")
+        .await;
     let submitted = answered(
         "a submission",
         store.create_or_replay(new_job("wedge:2", "during")),
@@ -155,7 +134,7 @@ async fn a_commit_that_never_completes_is_not_acknowledged_and_the_node_says_so(
 
     // The standby is back: the waiting commits land, the node is ready again, and the
     // submission answered with an error is found by its key.
-    standby_names(&cluster, "").await;
+    cluster.set_and_wait("synchronous_standby_names", "").await;
     let deadline = tokio::time::Instant::now() + GENEROUS;
     while store.ping().await.is_err() {
         assert!(
@@ -199,7 +178,9 @@ async fn writes_move_to_the_next_host_when_the_one_in_use_stops_committing() {
     assert!(matches!(first, Intake::Created(_)), "{first:?}");
     assert_eq!(count(&wedged).await, 1, "the first host is the one in use");
 
-    standby_names(&wedged, "nobody").await;
+    wedged
+        .set_and_wait("synchronous_standby_names", "nobody")
+        .await;
     let deadline = tokio::time::Instant::now() + GENEROUS;
     let mut failed = 0;
     for n in 1.. {

@@ -47,6 +47,10 @@ use std::{
 
 use sqlx::{Connection, PgConnection, PgPool, postgres::PgConnectOptions};
 
+use super::{
+    tls::TlsSettings,
+    tunnel::{self, Tunnel},
+};
 use crate::store::{StoreError, bound::Stalls};
 
 /// How often the watcher checks the host the pools use.
@@ -273,6 +277,9 @@ pub struct Hosts {
     wedged: Mutex<Vec<Option<Instant>>>,
     /// Per host, the last reason it was not used that was logged.
     noted: Mutex<Vec<Option<String>>>,
+    /// Per host, the TLS tunnel it is reached through, once its certificate turned out to
+    /// be one rustls cannot read (`tunnel.rs`).
+    tunnels: Mutex<Vec<Option<Arc<Tunnel>>>>,
 }
 
 /// Why a host's session does not match.
@@ -289,6 +296,7 @@ impl Hosts {
         Arc::new(Self {
             wedged: Mutex::new(vec![None; list.targets.len()]),
             noted: Mutex::new(vec![None; list.targets.len()]),
+            tunnels: Mutex::new(vec![None; list.targets.len()]),
             list,
             current: AtomicUsize::new(0),
             switches: Arc::default(),
@@ -306,10 +314,17 @@ impl Hosts {
     /// The options of the host in use, plus session `settings`.
     pub fn options(&self, settings: &[(&str, &str)]) -> PgConnectOptions {
         let current = self.current.load(Ordering::Acquire);
-        self.list.targets[current]
-            .options
-            .clone()
+        self.target_options(current)
             .options(settings.iter().copied())
+    }
+
+    /// How to connect to host `index`: its options, or its tunnel's if it has one.
+    fn target_options(&self, index: usize) -> PgConnectOptions {
+        let options = &self.list.targets[index].options;
+        match &self.tunnels.lock().expect("never poisoned")[index] {
+            Some(tunnel) => tunnel.options(options),
+            None => options.clone(),
+        }
     }
 
     /// Keeps `pool`, whose sessions add `settings` to the host's options, on the chosen
@@ -384,12 +399,23 @@ impl Hosts {
     /// Opens a connection to host `index` and keeps it if its session matches.
     async fn try_host(&self, index: usize) -> Result<PgConnection, StoreError> {
         let target = &self.list.targets[index];
-        let mut connection = tokio::time::timeout(
-            self.connect_timeout,
-            PgConnection::connect_with(&target.options),
-        )
-        .await
-        .map_err(|_| StoreError::unavailable(sqlx::Error::PoolTimedOut))??;
+        let tunnelled = self.tunnels.lock().expect("never poisoned")[index].is_some();
+        let mut connection = if tunnelled {
+            tokio::time::timeout(
+                self.connect_timeout,
+                PgConnection::connect_with(&self.target_options(index)),
+            )
+            .await
+            .map_err(|_| StoreError::unavailable(sqlx::Error::PoolTimedOut))??
+        } else {
+            let tls = TlsSettings::of(&target.url, &target.options);
+            let (connection, tunnel) =
+                tunnel::connect(&target.options, &tls, self.connect_timeout).await?;
+            if tunnel.is_some() {
+                self.tunnels.lock().expect("never poisoned")[index] = tunnel;
+            }
+            connection
+        };
         match self.refusal(&mut connection).await {
             Ok(None) => {
                 self.mark(index, false);
@@ -466,10 +492,10 @@ impl Hosts {
             "the database moved: new connections go to another host"
         );
         self.switches.record();
+        let options = self.target_options(index);
         for (pool, settings) in self.pools.lock().expect("never poisoned").iter() {
             pool.set_connect_options(
-                target
-                    .options
+                options
                     .clone()
                     .options(settings.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
             );

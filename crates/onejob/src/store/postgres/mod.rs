@@ -39,6 +39,7 @@ mod sql;
 mod statistics;
 mod tcp;
 mod tls;
+mod tunnel;
 mod wake;
 
 /// The channel workers LISTEN on: intake notifies it after each batch that created jobs (the
@@ -78,6 +79,9 @@ pub struct PgStore {
     /// every pool of this store on the host that accepts writes; `None` for a plain URL.
     /// Held, not read: their watcher runs as long as the store.
     _hosts: Option<Arc<hosts::Hosts>>,
+    /// The TLS tunnel to a single host whose certificate rustls cannot read, if it needs
+    /// one ([`tunnel`]; with several hosts, [`hosts::Hosts`] keeps theirs). Held, not read.
+    _tunnel: Option<Arc<tunnel::Tunnel>>,
 }
 
 impl PgStore {
@@ -96,21 +100,16 @@ impl PgStore {
         // One direct connection first: a pool would retry until its timeout and then report
         // only that it timed out, hiding why (refused, unknown host, bad password, a
         // certificate not trusted…).
-        let mut probe = match &followed {
-            Some(hosts) => hosts.choose().await?,
-            None => tokio::time::timeout(
-                options.acquire_timeout,
-                PgConnection::connect_with(&first.options),
-            )
-            .await
-            .map_err(|_| StoreError::unavailable(sqlx::Error::PoolTimedOut))?
-            .map_err(|e| tls.explain(e))?,
+        let (mut probe, tunnel) = match &followed {
+            Some(hosts) => (hosts.choose().await?, None),
+            None => tunnel::connect(&first.options, &tls, options.acquire_timeout).await?,
         };
         warn_without_autovacuum(&mut probe).await;
         probe.close().await?;
-        let connect = match &followed {
-            Some(hosts) => hosts.options(&[]),
-            None => first.options.clone(),
+        let connect = match (&followed, &tunnel) {
+            (Some(hosts), _) => hosts.options(&[]),
+            (None, Some(tunnel)) => tunnel.options(&first.options),
+            (None, None) => first.options.clone(),
         };
         let pool = held::checked_after_idle(
             tcp::pool_options(),
@@ -126,7 +125,10 @@ impl PgStore {
             hosts.follow(&pool, &[]);
             hosts::Hosts::watch(hosts, bound.stalls().clone());
         }
-        Ok(Self::following(pool, followed, options, bound))
+        Ok(Self {
+            _tunnel: tunnel,
+            ..Self::following(pool, followed, options, bound)
+        })
     }
 
     /// Wraps an existing pool (inside a Tokio runtime: it starts the intake writers); its
@@ -171,6 +173,7 @@ impl PgStore {
             bound,
             pool,
             _hosts: hosts,
+            _tunnel: None,
         }
     }
 

@@ -4,8 +4,10 @@
 //! sqlx itself reads `sslmode` (`disable | prefer | require | verify-ca | verify-full`) and
 //! `sslrootcert` from the URL (or `PGSSLMODE` / `PGSSLROOTCERT`) and speaks TLS with rustls
 //! and ring, the one TLS stack onejob uses. As in libpq, `prefer` (the default) and
-//! `require` encrypt without checking the certificate, `verify-ca` checks that a trusted CA
-//! signed it, and `verify-full` also checks that it names the host connected to. The trusted
+//! `require` encrypt without checking the certificate (a server whose certificate rustls
+//! cannot even read, an X.509 v1 one, is reached through `tunnel.rs`), `verify-ca` checks that
+//! a trusted CA signed it, and `verify-full` also checks that it names the host connected to
+//! (a certificate rustls cannot read is refused then, saying what to change). The trusted
 //! CAs are the certificates in `sslrootcert` plus the Mozilla root set built into onejob
 //! (so a server with a publicly trusted certificate needs no `sslrootcert`); unlike libpq,
 //! the system's certificate store is not read.
@@ -68,6 +70,17 @@ impl TlsSettings {
         Ok(())
     }
 
+    /// Whether `error` is sqlx's TLS refusing the server's certificate although this
+    /// `sslmode` (prefer or require) checks nothing of it: rustls could not read the
+    /// certificate (webpki reads X.509 v3 only). [`super::tunnel`] reaches such a server.
+    pub(super) fn unreadable_certificate(&self, error: &sqlx::Error) -> bool {
+        matches!(self.mode, PgSslMode::Prefer | PgSslMode::Require)
+            && matches!(
+                find_rustls_error(error),
+                Some(rustls::Error::InvalidCertificate(_))
+            )
+    }
+
     /// The error to report for a failed connection: a TLS failure becomes a
     /// [`StoreError::Tls`] that says what to check; anything else stays as it was.
     pub(super) fn explain(&self, error: sqlx::Error) -> StoreError {
@@ -104,6 +117,15 @@ impl TlsSettings {
                 | CertificateError::BadSignature
                 | CertificateError::UnhandledCriticalExtension,
             ) => format!("certificate not trusted ({error}){}", self.root_cert_hint()),
+            rustls::Error::InvalidCertificate(certificate) if unreadable(certificate) => format!(
+                "the server's certificate is one rustls cannot read ({error}; X.509 version 1, \
+                 as Citus and `openssl req -x509` without extensions make), so \
+                 sslmode={} cannot check it: give the server an X.509 v3 certificate (one \
+                 signed by your CA, or a self-signed one with an extension, such as `openssl \
+                 req -x509 -addext subjectAltName=DNS:<host> …`), or use sslmode=require, \
+                 which encrypts without checking the certificate",
+                mode_name(self.mode)
+            ),
             rustls::Error::InvalidCertificate(_) => {
                 format!("the server's certificate was refused: {error}")
             }
@@ -121,6 +143,19 @@ impl TlsSettings {
                      the server's certificate"
                 .to_owned(),
         }
+    }
+}
+
+/// Whether rustls refused a certificate because it could not read it: webpki reads only
+/// X.509 v3 (`UnsupportedCertVersion` for v1), and calls any other malformed one bad DER.
+fn unreadable(error: &CertificateError) -> bool {
+    match error {
+        CertificateError::BadEncoding => true,
+        CertificateError::Other(other) => matches!(
+            other.0.downcast_ref::<webpki::Error>(),
+            Some(webpki::Error::UnsupportedCertVersion | webpki::Error::BadDer)
+        ),
+        _ => false,
     }
 }
 
