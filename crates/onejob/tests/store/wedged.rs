@@ -212,3 +212,21 @@ async fn writes_move_to_the_next_host_when_the_one_in_use_stops_committing() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// A database that takes no writes at all (here a session forced read-only, as a standby's
+/// are) is not ready either, though it answers reads and the probe's logical message would
+/// pass in a read-only transaction.
+#[tokio::test]
+async fn a_read_only_database_is_not_ready() {
+    let url = std::env::var("ONEJOB_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let read_only = format!("{url}?options=-c%20default_transaction_read_only%3Don");
+    let store = PgStore::connect(&read_only, &options()).await.unwrap();
+    let error = store
+        .ping()
+        .await
+        .expect_err("ready on a read-only session");
+    assert!(matches!(error, StoreError::NotWritable(_)), "{error:?}");
+    let writable = PgStore::connect(&url, &options()).await.unwrap();
+    writable.ping().await.expect("ready on a writable session");
+}

@@ -517,8 +517,9 @@ impl Hosts {
 /// The write is a transactional logical message (`pg_logical_emit_message`, prefix
 /// `onejob.host-check`, empty): it needs no table and writes WAL, so its commit waits for the
 /// synchronous standby like any other (a transaction that only took an id writes none and
-/// would not wait); any role may emit one. Where the function is refused nonetheless, the
-/// check is skipped rather than the host refused.
+/// would not wait); any role may emit one by default. Where the function is missing or not
+/// granted (SQLSTATE 42883, 42501), the check is skipped rather than the host refused; any
+/// other refusal (a read-only server's 25006) is the answer.
 pub(super) async fn probe_write(connection: &mut PgConnection) -> Result<(), StoreError> {
     let mut transaction = connection.begin().await?;
     let message = sqlx::query("SELECT pg_logical_emit_message(true, 'onejob.host-check', '')")
@@ -526,7 +527,9 @@ pub(super) async fn probe_write(connection: &mut PgConnection) -> Result<(), Sto
         .await;
     match message {
         Ok(_) => transaction.commit().await?,
-        Err(sqlx::Error::Database(refused)) => {
+        Err(sqlx::Error::Database(refused))
+            if matches!(refused.code().as_deref(), Some("42883" | "42501")) =>
+        {
             tracing::debug!(error = %refused, "cannot check that commits complete here");
             transaction.rollback().await?;
         }

@@ -217,6 +217,12 @@ fn side_pool(
     side
 }
 
+/// `host:port` of the server `pool` connects to now, for messages.
+fn connection_label(pool: &PgPool) -> String {
+    let options = pool.connect_options();
+    format!("{}:{}", options.get_host(), options.get_port())
+}
+
 /// Warns when autovacuum is off: without the statistics it gathers, the planner guesses (it
 /// can look keys up through the owner's index and read all of that owner's jobs; see
 /// [`statistics`]).
@@ -254,7 +260,8 @@ impl Backend for PgStore {
     }
 
     /// Ready when the database answers and this node can commit: no statement or commit ran
-    /// out of its bound in the last [`STALLED_RECENTLY`], and a probe write commits within
+    /// out of its bound in the last [`STALLED_RECENTLY`], the session is not read-only (a
+    /// standby, or `default_transaction_read_only`), and a probe write commits within
     /// [`PROBE_WITHIN`] (an old primary whose synchronous standby is gone answers reads,
     /// but commits nothing).
     async fn ready(&self) -> Result<(), StoreError> {
@@ -267,6 +274,17 @@ impl Backend for PgStore {
         Bounded::acquire(&self.pool, &self.bound.with(PROBE_WITHIN))
             .await?
             .run("a probe write", async |connection| {
+                let read_only: bool = sqlx::query_scalar(
+                    "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'",
+                )
+                .fetch_one(&mut *connection)
+                .await?;
+                if read_only {
+                    return Err(StoreError::NotWritable(format!(
+                        "{}: the session is read-only",
+                        connection_label(&self.pool)
+                    )));
+                }
                 hosts::probe_write(connection).await
             })
             .await
