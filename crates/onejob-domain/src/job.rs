@@ -9,7 +9,10 @@
 //!
 //! A job is `unknown` while its live attempt's outcome is unknown; it goes back to `pending`
 //! when an attempt definitely failed and another one may follow (failover), and from `failed`
-//! to `pending` only through `POST /v1/jobs/{id}/retry`. `succeeded` and `cancelled` are final.
+//! to `pending` only through `POST /v1/jobs/{id}/retry`. A `pending` job also fails outright
+//! when its attempt budget is spent before another attempt starts, and is cancelled before
+//! it starts. `succeeded` and `cancelled` are final. The database refuses any other change
+//! of state (its triggers list the same pairs; the store suite compares them).
 
 use std::{fmt, str::FromStr};
 
@@ -72,7 +75,7 @@ impl JobState {
         use JobState::*;
         matches!(
             (self, next),
-            (Pending, Running | Cancelled)
+            (Pending, Running | Cancelled | Failed)
                 | (
                     Running,
                     Running | Pending | Unknown | Succeeded | Failed | Cancelled
@@ -144,12 +147,15 @@ mod tests {
     }
 
     #[test]
-    fn pending_only_starts_or_cancels() {
+    fn pending_only_starts_cancels_or_runs_out_of_attempts() {
         let allowed: Vec<_> = JobState::ALL
             .into_iter()
             .filter(|n| JobState::Pending.can_become(*n))
             .collect();
-        assert_eq!(allowed, vec![JobState::Running, JobState::Cancelled]);
+        assert_eq!(
+            allowed,
+            vec![JobState::Running, JobState::Failed, JobState::Cancelled]
+        );
     }
 
     #[test]

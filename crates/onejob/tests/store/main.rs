@@ -16,5 +16,6 @@ mod intake;
 mod keys;
 mod lifecycle;
 mod listing;
+mod states;
 mod support;
 mod wedged;

@@ -239,6 +239,12 @@ impl TestDatabase {
         }
     }
 
+    /// Like [`TestDatabase::exec`], for a statement built at run time.
+    pub async fn exec_sql(&self, sql: String) -> Result<u64, String> {
+        let sql: &'static str = Box::leak(sql.into_boxed_str());
+        self.exec(sql).await
+    }
+
     /// Picks the statement for this backend.
     pub fn dialect(&self, postgres: &'static str, sqlite: &'static str) -> &'static str {
         match self.backend {
