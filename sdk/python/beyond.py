@@ -1,0 +1,14 @@
+import os
+
+from openai import OpenAI
+
+url, key = os.environ.get("ONEJOB_URL", "http://127.0.0.1:8080"), os.environ["ONEJOB_API_KEY"]
+openai = OpenAI(base_url=url + "/v1", api_key=key)
+
+
+def once(name):  # an Idempotency-Key naming the call, the same on every retry of it
+    return {"extra_headers": {"Idempotency-Key": name}}
+
+
+vectors = openai.embeddings.create(model="embed", input="A red fox.", **once("fox:embed"))
+print(len(vectors.data[0].embedding), "floats")
