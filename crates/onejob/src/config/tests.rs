@@ -34,10 +34,11 @@ fn the_demo_config_loads_and_compiles() {
             "chat.completion",
             "chat.fast",
             "embed.fast",
-            "image.generate"
+            "image.generate",
+            "messages.fast"
         ]
     );
-    assert_eq!(kinds.models(), vec!["embed", "fast"]);
+    assert_eq!(kinds.models(), vec!["converse", "embed", "fast"]);
     assert_eq!(
         kinds.by_model("embed").unwrap().endpoint,
         crate::gateway::Endpoint::Embeddings

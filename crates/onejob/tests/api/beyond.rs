@@ -23,6 +23,10 @@ backend_tests!(
     embeddings_keep_the_one_job_contract,
     embeddings_pass_the_encoding_through_and_keep_the_usage,
     a_model_is_served_only_at_its_own_endpoint,
+    messages_keep_the_one_job_contract,
+    messages_stream_live_and_replayed_as_anthropics_events,
+    messages_take_x_api_key_and_answer_errors_in_anthropics_shape,
+    an_anthropic_messages_provider_is_sent_anthropics_headers,
 );
 
 const WITHIN: Duration = Duration::from_secs(30);
@@ -53,6 +57,24 @@ const EMBEDDINGS: Case = Case {
         (
             json!({"model": "embed", "input": text, "dimensions": 4}),
             "/dimensions",
+        )
+    },
+};
+
+const MESSAGES: Case = Case {
+    path: "/v1/messages",
+    kind: "messages.fast",
+    upstream: "messages",
+    schema: None,
+    request: |text| {
+        json!({"model": "converse", "max_tokens": 64,
+            "messages": [{"role": "user", "content": text}]})
+    },
+    changed: |text| {
+        (
+            json!({"model": "converse", "max_tokens": 128,
+                "messages": [{"role": "user", "content": text}]}),
+            "/max_tokens",
         )
     },
 };
@@ -301,4 +323,209 @@ fn decode_base64(text: &str) -> Vec<u8> {
         bytes.extend(n.to_be_bytes()[1..group.len()].iter());
     }
     bytes
+}
+
+async fn messages_keep_the_one_job_contract(backend: Backend) {
+    keeps_the_one_job_contract(backend, MESSAGES).await;
+}
+
+/// The events of a `text/event-stream` answer: each one's `event:` name and JSON data.
+async fn events(response: Response) -> Vec<(String, Value)> {
+    assert_eq!(response.status(), 200);
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let text = response.text().await.unwrap();
+    text.split("\n\n")
+        .filter(|block| block.lines().any(|l| l.starts_with("data:")))
+        .map(|block| {
+            let mut name = String::new();
+            let mut data = String::new();
+            for line in block.lines() {
+                if let Some(value) = line.strip_prefix("event:") {
+                    name = value.trim().to_owned();
+                } else if let Some(value) = line.strip_prefix("data:") {
+                    data.push_str(value.trim_start());
+                }
+            }
+            let data: Value = serde_json::from_str(&data)
+                .unwrap_or_else(|e| panic!("an event's data is JSON: {e}: {data}"));
+            (name, data)
+        })
+        .collect()
+}
+
+async fn messages_stream_live_and_replayed_as_anthropics_events(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(rule(
+        "fox",
+        Behaviour {
+            run_ms: 600,
+            ..Default::default()
+        },
+    ));
+    let app = TestApp::running(&db, &fakes, |config| quick(config, "messages.fast")).await;
+    let mut body = (MESSAGES.request)("Stream a red fox.");
+    body["stream"] = json!(true);
+    // Two readers of one key at once: one upstream call, the same events, live.
+    let (first, second) = tokio::join!(app.call("/v1/messages", "stream", &body), async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        app.call("/v1/messages", "stream", &body).await
+    });
+    let job_id = first.headers()["onejob-job-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let (first, second) = (events(first).await, events(second).await);
+    assert_eq!(first, second);
+    let names: Vec<&str> = first.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names.first(), Some(&"message_start"));
+    assert_eq!(names.last(), Some(&"message_stop"));
+    assert!(names.contains(&"content_block_delta"), "{names:?}");
+    for (name, data) in &first {
+        assert_eq!(
+            data["type"],
+            name.as_str(),
+            "each event is named by its type"
+        );
+    }
+    assert_eq!(upstream_calls(&MESSAGES, &fakes, "Stream a red fox."), 1);
+    // The job's result is the message the events add up to.
+    let job = app.job(&job_id).await;
+    assert_eq!(job["state"], "succeeded", "{job}");
+    let stored = &job["result"];
+    assert_eq!(stored["type"], "message");
+    assert!(
+        stored["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Stream a red fox."),
+        "{stored}"
+    );
+    assert_eq!(stored["stop_reason"], "end_turn");
+    // Asked again after completion: as JSON, the stored message; as a stream, its events.
+    body.as_object_mut().unwrap().remove("stream");
+    let (status, headers, message) =
+        answered(&MESSAGES, app.call("/v1/messages", "stream", &body).await).await;
+    assert_eq!(status, 200, "{message}");
+    assert_eq!(headers["idempotent-replayed"], "true");
+    assert_eq!(&message, stored);
+    body["stream"] = json!(true);
+    let replayed = events(app.call("/v1/messages", "stream", &body).await).await;
+    let replayed_names: Vec<&str> = replayed.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        replayed_names.iter().filter(|n| **n != "ping").count(),
+        names.iter().filter(|n| **n != "ping").count()
+    );
+    assert_eq!(upstream_calls(&MESSAGES, &fakes, "Stream a red fox."), 1);
+}
+
+async fn messages_take_x_api_key_and_answer_errors_in_anthropics_shape(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, |config| quick(config, "messages.fast")).await;
+    let body = (MESSAGES.request)("A fox by x-api-key.");
+    let call = |key: Option<&str>| {
+        let mut call = app
+            .client
+            .post(app.url("/v1/messages"))
+            .header("Idempotency-Key", "x-api-key")
+            .header("anthropic-version", "2023-06-01")
+            .json(&body);
+        if let Some(key) = key {
+            call = call.header("x-api-key", key);
+        }
+        call.send()
+    };
+    let (status, _, message) = answered(&MESSAGES, call(Some(&app.token)).await.unwrap()).await;
+    assert_eq!(status, 200, "{message}");
+    let (status, _, refused) = answered(&MESSAGES, call(None).await.unwrap()).await;
+    assert_eq!(status, 401, "{refused}");
+    assert_eq!(refused["error"]["type"], "authentication_error");
+    let (status, _, refused) = answered(&MESSAGES, call(Some("oj_nope")).await.unwrap()).await;
+    assert_eq!(status, 401, "{refused}");
+    // Not a Messages request: Anthropic's invalid_request_error, naming the field.
+    let no_limit = json!({"model": "converse", "messages": [{"role": "user", "content": "x"}]});
+    let (status, _, refused) = answered(
+        &MESSAGES,
+        app.call("/v1/messages", "no-limit", &no_limit).await,
+    )
+    .await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(refused["error"]["type"], "invalid_request_error");
+    assert!(refused.to_string().contains("max_tokens"), "{refused}");
+}
+
+async fn an_anthropic_messages_provider_is_sent_anthropics_headers(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    // An upstream that answers one message and keeps the headers it was sent.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let kept = seen.clone();
+    let upstream = axum::Router::new().route(
+        "/v1/messages",
+        axum::routing::post(move |headers: axum::http::HeaderMap, body: String| {
+            let kept = kept.clone();
+            async move {
+                kept.lock().unwrap().push((headers, body));
+                axum::Json(
+                    json!({"id": "msg_1", "type": "message", "role": "assistant",
+                    "model": "claude-x", "content": [{"type": "text", "text": "a fox"}],
+                    "stop_reason": "end_turn", "stop_sequence": null,
+                    "usage": {"input_tokens": 1, "output_tokens": 2}}),
+                )
+            }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, upstream).await });
+    let app = TestApp::running(&db, &fakes, |config| {
+        quick(config, "messages.fast");
+        let mut provider = onejob::config::ProviderConfig::new(
+            "claude",
+            onejob::config::Adapter::AnthropicMessages,
+        );
+        provider.base_url = Some(format!("http://{addr}/v1"));
+        provider.model = Some("claude-x".into());
+        // Any variable set in the test's environment: its value is the upstream key.
+        provider.api_key_env = Some("CARGO_PKG_NAME".into());
+        config.providers.push(provider);
+        kind(config, "messages.fast").providers = vec!["claude".into()];
+    })
+    .await;
+    let body = (MESSAGES.request)("A fox for Claude.");
+    let (status, _, message) =
+        answered(&MESSAGES, app.call("/v1/messages", "claude", &body).await).await;
+    assert_eq!(status, 200, "{message}");
+    assert_eq!(message["content"][0]["text"], "a fox");
+    let seen = seen.lock().unwrap();
+    let (headers, sent) = &seen[0];
+    assert_eq!(headers["anthropic-version"], "2023-06-01");
+    assert_eq!(headers["x-api-key"], env!("CARGO_PKG_NAME"));
+    assert!(headers.get("authorization").is_none(), "{headers:?}");
+    let sent: Value = serde_json::from_str(sent).unwrap();
+    assert_eq!(sent["model"], "claude-x", "the provider's own model");
+    assert_eq!(sent["max_tokens"], 64, "the caller's, untouched");
+}
+
+#[test]
+fn the_gateway_pages_configs_beyond_chat_compile() {
+    let page = crate::docs::page("docs/gateway.md");
+    let configs = crate::docs::blocks(&page, "toml");
+    assert!(!configs.is_empty(), "docs/gateway.md shows its configs");
+    for config in configs {
+        let parsed = onejob::config::Config::from_toml(
+            &config,
+            "docs/gateway.md".as_ref(),
+            ".".into(),
+            std::iter::empty(),
+        )
+        .unwrap_or_else(|e| panic!("{e}:\n{config}"));
+        onejob::kind::Kinds::compile(&parsed).unwrap_or_else(|e| panic!("{e}:\n{config}"));
+    }
 }

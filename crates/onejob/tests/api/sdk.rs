@@ -25,7 +25,8 @@
 //! `sdk/js/quickstart.mjs`, included verbatim (checked here) and run here against onejob.
 //!
 //! Beyond chat, `sdk/python/test_beyond.py` drives the endpoints with OpenAI's `openai`
-//! package (embeddings) and `sdk/js/beyond.test.mjs` with its npm package, each case a call,
+//! package (embeddings) and Anthropic's `anthropic` package (messages: `messages.create`
+//! plain and streamed, `messages.stream`, tools), and `sdk/js/beyond.test.mjs` with its npm package, each case a call,
 //! a replay counted as one upstream call at the fake, a changed body as the SDK's 422, or an
 //! SDK timeout whose retries re-attach to the one job.
 //!
@@ -65,7 +66,7 @@ const PYTHON_CASES: u32 = 22;
 const FRAMEWORK_CASES: u32 = 8;
 
 /// The cases of `sdk/python/test_beyond.py` (the endpoints beyond chat).
-const PYTHON_BEYOND_CASES: u32 = 5;
+const PYTHON_BEYOND_CASES: u32 = 12;
 
 /// The cases of `sdk/js/beyond.test.mjs`.
 const JS_BEYOND_CASES: u32 = 4;
