@@ -79,7 +79,8 @@ describe("onejob's gateway through the openai npm package", () => {
   it("lists models brief and fast", async () => {
     const models = [];
     for await (const model of client().models.list()) models.push(model.id);
-    assert.deepEqual(models, ["brief", "fast"]);
+    assert.deepEqual(models, [...models].sort());
+    assert.ok(models.includes("brief") && models.includes("fast"), String(models));
   });
 
   it("answers a plain call with a completion echoing the prompt", async () => {
@@ -310,7 +311,7 @@ describe("onejob's gateway through the openai npm package", () => {
     assert.ok(missing instanceof NotFoundError, String(missing));
     assert.equal(missing.status, 404);
     assert.match(missing.message, /"gpt-9" does not exist here/);
-    assert.deepEqual(missing.error.models, ["brief", "fast"]);
+    assert.ok(missing.error.models.includes("brief") && missing.error.models.includes("fast"), String(missing.error.models));
     assert.deepEqual(await upstreamCalls(text), []);
   });
 
@@ -422,13 +423,13 @@ describe("onejob's gateway through the openai npm package", () => {
     );
     assert.ok(missing instanceof NotFoundError, String(missing));
     assert.equal(missing.code, "not-found");
-    const embeddings = await sdk.embeddings.create({ model: "fast", input: "a fox" }).then(
-      () => assert.fail("embeddings are not served"),
+    const files = await sdk.files.list().then(
+      () => assert.fail("files are not served"),
       (error) => error,
     );
-    assert.ok(embeddings instanceof NotFoundError, String(embeddings));
-    assert.equal(embeddings.code, "not-found");
-    assert.match(embeddings.message, /\/v1\/embeddings/);
+    assert.ok(files instanceof NotFoundError, String(files));
+    assert.equal(files.code, "not-found");
+    assert.match(files.message, /\/v1\/files/);
   });
 
   it("lets a stream that keeps producing outlive attempt_timeout", async () => {

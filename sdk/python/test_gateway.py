@@ -86,7 +86,9 @@ class Gateway(unittest.TestCase):
     maxDiff = None
 
     def test_models_lists_fast(self):
-        self.assertEqual([m.id for m in client().models.list()], ["brief", "fast"])
+        models = [m.id for m in client().models.list()]
+        self.assertEqual(models, sorted(models))
+        self.assertTrue({"brief", "fast"} <= set(models), models)
 
     def test_a_plain_call_returns_a_completion_echoing_the_prompt(self):
         text = prompt("Describe a red fox.")
@@ -315,7 +317,7 @@ class Gateway(unittest.TestCase):
         error = raised.exception
         self.assertEqual(error.status_code, 404)
         self.assertIn('"gpt-9" does not exist here', error.body["message"])
-        self.assertEqual(error.body["models"], ["brief", "fast"])
+        self.assertTrue({"brief", "fast"} <= set(error.body["models"]), error.body["models"])
         self.assertEqual(upstream_calls(text), [])
 
     def test_a_call_without_a_key_is_refused(self):
@@ -422,9 +424,9 @@ class Gateway(unittest.TestCase):
         self.assertEqual(raised.exception.code, "not-found")
         self.assertIn('"gpt-9"', raised.exception.message)
         with self.assertRaises(openai.NotFoundError) as raised:
-            sdk.embeddings.create(model="fast", input="a fox")
+            sdk.files.list()
         self.assertEqual(raised.exception.code, "not-found")
-        self.assertIn("/v1/embeddings", raised.exception.message)
+        self.assertIn("/v1/files", raised.exception.message)
 
     def test_a_stream_that_keeps_producing_outlives_attempt_timeout(self):
         # Model `brief`: attempt_timeout and stream_idle_timeout of 1 s. A stream producing

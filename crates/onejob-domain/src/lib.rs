@@ -7,6 +7,7 @@
 //! * [`job`] and [`attempt`]: the two state machines and their allowed transitions.
 //! * [`event`]: the names of the entries in a job's append-only event log.
 //! * [`principal`]: who calls, always taken from the API key.
+//! * [`wire`]: the streamed forms of finished Anthropic messages and OpenAI responses.
 //!
 //! Storage, HTTP and providers live in the `onejob` crate and build on these types.
 
@@ -17,6 +18,7 @@ pub mod job;
 pub mod key;
 pub mod params;
 pub mod principal;
+pub mod wire;
 
 pub use attempt::AttemptState;
 pub use event::EventKind;

@@ -1,11 +1,13 @@
 //! onejob's bundled fake provider: a real HTTP server on a loopback port that tests,
 //! benchmarks and the demo use in place of real AI and task APIs.
 //!
-//! It speaks two upstream shapes:
+//! It speaks these upstream shapes:
 //!
 //! * [`chat`]: an OpenAI-compatible `POST /v1/chat/completions`, answered as one JSON
 //!   completion or, for `"stream": true`, as server-sent `chat.completion.chunk` events
 //!   (tool calls included);
+//! * [`beyond`]: OpenAI's `POST /v1/embeddings`, `/v1/responses` and
+//!   `/v1/images/generations`, and Anthropic's `POST /v1/messages` (streams included);
 //! * [`tasks`]: an asynchronous task API (`POST /v1/tasks` → task id, status by id, cancel,
 //!   and lookup by `Idempotency-Key`).
 //!
@@ -24,6 +26,7 @@
 //! [`server`] (binding and serving).
 
 pub mod behaviour;
+pub mod beyond;
 pub mod chat;
 mod completion;
 pub mod control;

@@ -165,6 +165,26 @@ impl Shared {
         ChatAdmission::Run { behaviour, slot }
     }
 
+    /// Admits a request to an endpoint beyond chat (`embeddings`, `messages`, …): counts it
+    /// as a side effect with its input, whole body and text, and picks its behaviour.
+    pub(crate) fn admit_other(
+        &self,
+        endpoint: &str,
+        input: &Value,
+        request: &Value,
+        body_text: String,
+        key: Option<String>,
+        request_id: &str,
+    ) -> Behaviour {
+        let mut inner = self.lock();
+        let behaviour = inner.rules.pick(&canonical_text(input));
+        let mut side_effect = record(endpoint, input, request, key, None);
+        side_effect.body_text = Some(body_text);
+        side_effect.request_id = Some(request_id.to_owned());
+        inner.log.record(side_effect);
+        behaviour
+    }
+
     /// Admits a task submit with this body.
     pub(crate) fn admit_task(&self, body: &Value, key: Option<String>) -> TaskAdmission {
         let mut inner = self.lock();

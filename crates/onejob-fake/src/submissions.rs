@@ -28,7 +28,7 @@ pub struct Submissions {
 /// One side effect: a submit the fake provider received and ran.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct SubmissionRecord {
-    /// `"chat"` or `"tasks"`.
+    /// `"chat"`, `"tasks"`, `"embeddings"`, `"responses"`, `"images"` or `"messages"`.
     pub endpoint: String,
     /// [`input_hash`] of `input`.
     pub input_hash: String,

@@ -102,10 +102,12 @@ pub struct Kind {
     pub temperature: Option<f64>,
     /// Providers in failover order.
     pub providers: Vec<String>,
-    /// The model names it serves at the OpenAI-compatible gateway (empty: not a gateway
-    /// kind). A gateway kind's params are an OpenAI chat request, its result the winning
-    /// upstream `chat.completion`.
+    /// The model names it serves at its gateway endpoint (empty: not a gateway kind). A
+    /// gateway kind's params are the endpoint's request (an OpenAI chat request, …), its
+    /// result the winning upstream's answer there (a `chat.completion`, …).
     pub openai_models: Vec<String>,
+    /// The gateway endpoint it serves (meaningful for a gateway kind only).
+    pub endpoint: crate::gateway::Endpoint,
     /// Deadline of one attempt.
     pub attempt_timeout: Duration,
     /// A streamed attempt's longest gap between chunks.
@@ -131,11 +133,11 @@ impl Kind {
     }
 
     /// Checks params against the kind's schema (or, without one, that they are an object;
-    /// for a gateway kind, a chat request with messages).
+    /// for a gateway kind, its endpoint's request).
     pub fn check_params(&self, params: &Value) -> Result<(), Vec<FieldError>> {
         match &self.params_schema {
             Some(schema) => schema.check(params),
-            None if self.is_gateway() => crate::gateway::check_request(params),
+            None if self.is_gateway() => self.endpoint.check_request(params),
             None if params.is_object() => Ok(()),
             None => Err(vec![FieldError {
                 path: "/".into(),
@@ -157,7 +159,7 @@ impl Kind {
         }
         match &self.output_schema {
             Some(schema) => schema.check(output),
-            None if self.is_gateway() => crate::gateway::check_completion(output),
+            None if self.is_gateway() => self.endpoint.check_answer(output),
             None if !has_artifact(output) => Err(vec![FieldError {
                 path: "/".into(),
                 message: "the provider returned no artifact (an empty or blank output such as \
@@ -212,13 +214,13 @@ impl Kinds {
     /// references. Errors name the offending key.
     pub fn compile(config: &Config) -> Result<Self, ConfigError> {
         let mut by_name = HashMap::new();
-        let mut models: HashMap<&str, &str> = HashMap::new();
+        let mut models: HashMap<String, &str> = HashMap::new();
         for (index, raw) in config.kinds.iter().enumerate() {
             let kind = compile_kind(raw, index, config)?;
-            for model in &raw.openai_models {
-                if let Some(other) = models.insert(model, &raw.name) {
+            for model in &kind.openai_models {
+                if let Some(other) = models.insert(model.clone(), &raw.name) {
                     return Err(ConfigError::invalid(
-                        format!("kind[{}].openai_models", raw.name),
+                        format!("kind[{}].{}", raw.name, kind.endpoint.config_key()),
                         format!("model {model:?} is already served by kind {other:?}"),
                     ));
                 }
@@ -243,14 +245,14 @@ impl Kinds {
         self.by_name.get(name)
     }
 
-    /// The gateway kind serving `model`.
+    /// The gateway kind serving `model` (at whichever endpoint: a model name is served at one).
     pub fn by_model(&self, model: &str) -> Option<&Arc<Kind>> {
         self.by_name
             .values()
             .find(|kind| kind.openai_models.iter().any(|m| m == model))
     }
 
-    /// Every model name the gateway serves, sorted.
+    /// Every model name the gateway serves, at every endpoint, sorted.
     pub fn models(&self) -> Vec<&str> {
         let mut models: Vec<&str> = self
             .by_name
@@ -313,9 +315,24 @@ fn compile_kind(raw: &KindConfig, index: usize, config: &Config) -> Result<Kind,
             "list at least one param name, or leave the key out to use all params",
         ));
     }
-    if !raw.openai_models.is_empty() {
-        check_gateway_kind(raw, config)?;
-    }
+    let (endpoint, models) = match raw.served().as_slice() {
+        [] => (crate::gateway::Endpoint::Chat, Vec::new()),
+        [(endpoint, models)] => {
+            check_gateway_kind(raw, *endpoint, models, config)?;
+            (*endpoint, models.to_vec())
+        }
+        [(first, _), (second, _), ..] => {
+            return Err(ConfigError::invalid(
+                key(second.config_key()),
+                format!(
+                    "a gateway kind serves one endpoint: it lists {} already; declare another \
+                     kind for {}",
+                    first.config_key(),
+                    second.path()
+                ),
+            ));
+        }
+    };
     let params_schema = raw
         .params_schema
         .as_ref()
@@ -347,7 +364,8 @@ fn compile_kind(raw: &KindConfig, index: usize, config: &Config) -> Result<Kind,
         intent_fields: raw.fingerprint.clone(),
         temperature: raw.temperature,
         providers: raw.providers.clone(),
-        openai_models: raw.openai_models.clone(),
+        openai_models: models,
+        endpoint,
         attempt_timeout: raw.attempt_timeout,
         stream_idle_timeout: raw.stream_idle_timeout,
         stream_max: raw.stream_max,
@@ -359,33 +377,38 @@ fn compile_kind(raw: &KindConfig, index: usize, config: &Config) -> Result<Kind,
     })
 }
 
-/// A gateway kind passes the caller's chat request through: its providers must speak the
-/// OpenAI chat API, and a template or output schema (which would rewrite the request) has
-/// no place in it.
-fn check_gateway_kind(raw: &KindConfig, config: &Config) -> Result<(), ConfigError> {
+/// A gateway kind passes the caller's request through: its providers must speak its
+/// endpoint's API (Anthropic's for `anthropic_models`, OpenAI's for the others), and a
+/// template or output schema (which would rewrite the request) has no place in it.
+fn check_gateway_kind(
+    raw: &KindConfig,
+    endpoint: crate::gateway::Endpoint,
+    models: &[String],
+    config: &Config,
+) -> Result<(), ConfigError> {
+    use crate::config::Adapter;
     let key = |field: &str| format!("kind[{}].{field}", raw.name);
-    if let Some(model) = raw
-        .openai_models
+    if let Some(model) = models
         .iter()
         .find(|m| m.is_empty() || m.chars().any(|c| c.is_whitespace() || c.is_control()))
     {
         return Err(ConfigError::invalid(
-            key("openai_models"),
+            key(endpoint.config_key()),
             format!("{model:?} is not a model name (a non-empty word, like \"fast\")"),
         ));
     }
     if raw.template.is_some() {
         return Err(ConfigError::invalid(
             key("template"),
-            "a gateway kind (openai_models) passes the caller's messages through: remove the \
-             template",
+            "a gateway kind passes the caller's request through: remove the template",
         ));
     }
     if raw.output_schema.is_some() {
         return Err(ConfigError::invalid(
             key("output_schema"),
-            "a gateway kind's result is the upstream's chat.completion, checked for a message \
-             or tool calls: remove the output_schema (callers ask for JSON with response_format)",
+            "a gateway kind's result is the upstream's own answer, checked for a real one \
+             (a message or tool calls, an embedding, an image): remove the output_schema \
+             (callers ask for JSON in their request)",
         ));
     }
     for (i, name) in raw.providers.iter().enumerate() {
@@ -394,16 +417,24 @@ fn check_gateway_kind(raw: &KindConfig, config: &Config) -> Result<(), ConfigErr
             .iter()
             .find(|p| &p.name == name)
             .map(|p| p.adapter);
-        if !matches!(
-            adapter,
-            Some(crate::config::Adapter::OpenaiChat | crate::config::Adapter::Fake)
-        ) {
+        let (fits, wanted) = match endpoint {
+            crate::gateway::Endpoint::Messages => (
+                matches!(adapter, Some(Adapter::AnthropicMessages | Adapter::Fake)),
+                "anthropic-messages",
+            ),
+            _ => (
+                matches!(adapter, Some(Adapter::OpenaiChat | Adapter::Fake)),
+                "openai-chat",
+            ),
+        };
+        if !fits {
             return Err(ConfigError::invalid(
                 key(&format!("providers[{i}]")),
                 format!(
-                    "{name:?} is not an openai-chat (or fake) provider; a gateway kind \
-                     (openai_models) sends the caller's chat request, so every provider must \
-                     take one"
+                    "{name:?} is not an {wanted} (or fake) provider; a gateway kind ({}) sends \
+                     the caller's {} as it came, so every provider must take one",
+                    endpoint.config_key(),
+                    endpoint.request_name()
                 ),
             ));
         }

@@ -453,9 +453,20 @@ async fn round_trip(
     }
 }
 
-/// The text of a chat request's messages (string contents and text parts), one per line.
+/// The text of a gateway request: its `input`, `prompt` or `instructions` text, and its
+/// messages (string contents and text parts), one per line.
 fn message_text(request: &Value) -> String {
     let mut lines = Vec::new();
+    // Embeddings, Responses and image requests: their `input` or `prompt` text.
+    for field in ["input", "prompt", "instructions"] {
+        match request.get(field) {
+            Some(Value::String(text)) => lines.push(text.clone()),
+            Some(Value::Array(items)) => {
+                lines.extend(items.iter().filter_map(Value::as_str).map(str::to_owned))
+            }
+            _ => {}
+        }
+    }
     for message in request
         .get("messages")
         .and_then(Value::as_array)

@@ -109,11 +109,17 @@ pub async fn run(command: ConfigCommand) -> anyhow::Result<ExitCode> {
     match Kinds::compile(&config) {
         Ok(_) => {
             for kind in &config.kinds {
-                let models = if kind.openai_models.is_empty() {
-                    String::new()
-                } else {
-                    format!("; serves models {}", kind.openai_models.join(", "))
-                };
+                let models: String = kind
+                    .served()
+                    .iter()
+                    .map(|(endpoint, models)| {
+                        format!(
+                            "; serves models {} at {}",
+                            models.join(", "),
+                            endpoint.path()
+                        )
+                    })
+                    .collect();
                 let compiled: Vec<&str> = [
                     (kind.params_schema.is_some(), "params schema"),
                     (kind.output_schema.is_some(), "output schema"),
@@ -196,6 +202,7 @@ fn finish(report: &Report) -> ExitCode {
 fn adapter_name(adapter: Adapter) -> &'static str {
     match adapter {
         Adapter::OpenaiChat => "openai-chat",
+        Adapter::AnthropicMessages => "anthropic-messages",
         Adapter::AsyncTask => "async-task",
         Adapter::Fake => "fake",
     }
@@ -243,7 +250,9 @@ async fn database(report: &mut Report, url: &str, reach: bool) {
 async fn reach(report: &mut Report, provider: &ProviderConfig) {
     let url = match provider.adapter {
         Adapter::AsyncTask => provider.submit_url.clone(),
-        Adapter::OpenaiChat | Adapter::Fake => provider.base_url.clone(),
+        Adapter::OpenaiChat | Adapter::AnthropicMessages | Adapter::Fake => {
+            provider.base_url.clone()
+        }
     };
     let Some(url) = url else {
         report.ok(

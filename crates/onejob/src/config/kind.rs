@@ -58,6 +58,22 @@ pub struct KindConfig {
     /// Its providers must be `openai-chat` ones, each sending its own upstream `model`.
     #[serde(default)]
     pub openai_models: Vec<String>,
+    /// Model names this kind serves at `POST /v1/embeddings` (its providers: `openai-chat`
+    /// ones whose upstream exposes `/embeddings`).
+    #[serde(default)]
+    pub embedding_models: Vec<String>,
+    /// Model names this kind serves at `POST /v1/responses` (OpenAI's Responses API,
+    /// stateless; its providers: `openai-chat` ones whose upstream exposes `/responses`).
+    #[serde(default)]
+    pub responses_models: Vec<String>,
+    /// Model names this kind serves at `POST /v1/images/generations` (its providers:
+    /// `openai-chat` ones whose upstream exposes `/images/generations`).
+    #[serde(default)]
+    pub image_models: Vec<String>,
+    /// Model names this kind serves at Anthropic's `POST /v1/messages` (its providers:
+    /// `anthropic-messages` ones).
+    #[serde(default)]
+    pub anthropic_models: Vec<String>,
     /// How long one attempt may take before its outcome is unknown (an attempt streamed to
     /// a gateway caller is bounded by `stream_idle_timeout` and `stream_max` instead).
     #[serde(default = "default_attempt_timeout", with = "humantime_serde")]
@@ -84,6 +100,25 @@ pub struct KindConfig {
     /// Contract cases run by `onejob verify`.
     #[serde(default)]
     pub contract: Vec<ContractCase>,
+}
+
+impl KindConfig {
+    /// The gateway endpoints this kind lists models for, with those models (a gateway kind
+    /// lists them for exactly one).
+    pub fn served(&self) -> Vec<(crate::gateway::Endpoint, &[String])> {
+        use crate::gateway::Endpoint;
+        [
+            (Endpoint::Chat, &self.openai_models),
+            (Endpoint::Embeddings, &self.embedding_models),
+            (Endpoint::Responses, &self.responses_models),
+            (Endpoint::Images, &self.image_models),
+            (Endpoint::Messages, &self.anthropic_models),
+        ]
+        .into_iter()
+        .filter(|(_, models)| !models.is_empty())
+        .map(|(endpoint, models)| (endpoint, models.as_slice()))
+        .collect()
+    }
 }
 
 fn default_attempt_timeout() -> Duration {

@@ -12,6 +12,9 @@ pub enum Adapter {
     OpenaiChat,
     /// A configurable submit / status / cancel task API.
     AsyncTask,
+    /// Anthropic's Messages API, `POST {base_url}/messages` with `x-api-key` and
+    /// `anthropic-version`.
+    AnthropicMessages,
     /// The bundled fake provider (started in-process when it has no `base_url`).
     Fake,
 }

@@ -30,9 +30,19 @@ fn the_demo_config_loads_and_compiles() {
     let kinds = Kinds::compile(&config).unwrap();
     assert_eq!(
         kinds.names(),
-        vec!["chat.completion", "chat.fast", "image.generate"]
+        vec![
+            "chat.completion",
+            "chat.fast",
+            "embed.fast",
+            "image.generate",
+            "messages.fast"
+        ]
     );
-    assert_eq!(kinds.models(), vec!["fast"]);
+    assert_eq!(kinds.models(), vec!["converse", "embed", "fast"]);
+    assert_eq!(
+        kinds.by_model("embed").unwrap().endpoint,
+        crate::gateway::Endpoint::Embeddings
+    );
 }
 
 #[test]
@@ -202,4 +212,44 @@ fn http_bounds_have_defaults_and_can_be_set_by_file_or_env() {
         parse("[http]\nrequest_timout = \"5s\"\n").is_err(),
         "typos are refused"
     );
+}
+
+#[test]
+fn a_gateway_kind_serves_one_endpoint_with_providers_of_its_api() {
+    let base = r#"
+[[provider]]
+name = "chat"
+adapter = "openai-chat"
+base_url = "http://x/v1"
+model = "m"
+
+[[provider]]
+name = "claude"
+adapter = "anthropic-messages"
+base_url = "http://x/v1"
+model = "c"
+"#;
+    let compile = |kinds: &str| Kinds::compile(&parse(&format!("{base}{kinds}")).unwrap());
+    assert!(
+        compile("[[kind]]\nname = \"e\"\nembedding_models = [\"e\"]\nproviders = [\"chat\"]")
+            .is_ok()
+    );
+    assert!(
+        compile("[[kind]]\nname = \"a\"\nanthropic_models = [\"a\"]\nproviders = [\"claude\"]")
+            .is_ok()
+    );
+    let wrong_api =
+        compile("[[kind]]\nname = \"a\"\nanthropic_models = [\"a\"]\nproviders = [\"chat\"]")
+            .unwrap_err()
+            .to_string();
+    assert!(
+        wrong_api.contains("not an anthropic-messages"),
+        "{wrong_api}"
+    );
+    let two = compile(
+        "[[kind]]\nname = \"k\"\nopenai_models = [\"m\"]\nembedding_models = [\"e\"]\nproviders = [\"chat\"]",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(two.contains("serves one endpoint"), "{two}");
 }

@@ -9,12 +9,19 @@
 //! `chat.completion`. The use case is `crate::jobs::gateway`, its HTTP adapter
 //! `crate::http::gateway`.
 //!
+//! The same contract serves the endpoints beyond chat ([`endpoint`]): embeddings, the
+//! Responses API, image generation and Anthropic's Messages API, each kind serving one.
+//!
+//! * [`endpoint`]: each endpoint's request, real answer, delivery fields and replayed stream;
+//! * [`assembly`]: a streamed answer put together from its events, per endpoint;
 //! * [`completion`]: assembling a streamed completion, and streaming a stored one;
 //! * [`request`]: the caller's request as sent, and the copy forwarded upstream;
 //! * [`streams`]: live streams of running attempts, which callers attach to from the start;
 //! * [`watch`]: in-process notice that a job changed, so a waiting caller answers at once.
 
+pub mod assembly;
 pub mod completion;
+pub mod endpoint;
 pub mod request;
 pub mod streams;
 pub mod watch;
@@ -31,11 +38,9 @@ pub struct Hub {
 
 use serde_json::{Map, Value};
 
-use crate::kind::FieldError;
+pub use endpoint::Endpoint;
 
-/// The request fields that say how the answer is delivered, not what is asked: they are not
-/// part of the job's params or fingerprint.
-pub const DELIVERY_FIELDS: [&str; 2] = ["stream", "stream_options"];
+use crate::kind::FieldError;
 
 /// How a caller wants its answer.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -46,10 +51,17 @@ pub struct Delivery {
     pub include_usage: bool,
 }
 
-/// Splits a chat request into the job's params and the caller's delivery.
-pub fn split_request(mut body: Map<String, Value>) -> (Value, Delivery) {
-    let stream = body.remove("stream");
-    let options = body.remove("stream_options");
+/// Splits a request to `endpoint` into the job's params and the caller's delivery.
+pub fn split_request(endpoint: Endpoint, mut body: Map<String, Value>) -> (Value, Delivery) {
+    let mut stream = None;
+    let mut options = None;
+    for field in endpoint.delivery_fields() {
+        let value = body.remove(*field);
+        match *field {
+            "stream" => stream = value,
+            _ => options = value,
+        }
+    }
     let delivery = Delivery {
         stream: stream.as_ref().and_then(Value::as_bool).unwrap_or(false),
         include_usage: options
@@ -125,7 +137,7 @@ mod tests {
     fn delivery_fields_are_not_params() {
         let body = json!({"model": "fast", "messages": [{"role": "user", "content": "hi"}],
             "stream": true, "stream_options": {"include_usage": true}, "seed": 7});
-        let (params, delivery) = split_request(body.as_object().unwrap().clone());
+        let (params, delivery) = split_request(Endpoint::Chat, body.as_object().unwrap().clone());
         assert_eq!(
             params,
             json!({"model": "fast", "messages": [{"role": "user", "content": "hi"}], "seed": 7})

@@ -11,6 +11,12 @@
 //! changes nothing. Every error is in OpenAI's shape, `{"error": {"message", "type",
 //! "param", "code"}}`, so SDKs raise it with onejob's message; so is the answer to a `/v1`
 //! path onejob does not serve ([`owns`], [`unserved`]).
+//!
+//! The endpoints beyond chat take the same path through the same use case: `POST
+//! /v1/embeddings`, `POST /v1/responses` (its stream as named events, `event: response.…`),
+//! `POST /v1/images/generations`, and Anthropic's `POST /v1/messages`, whose callers may send
+//! their key as `x-api-key` (as Anthropic's SDK does) and whose errors, stream events included,
+//! come in Anthropic's shape, `{"type": "error", "error": {"type", "message"}}`.
 
 use std::{convert::Infallible, sync::Arc};
 
@@ -36,7 +42,10 @@ use super::{
     jobs::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, idempotency_key, submit_problem},
     problem::{Problem, ProblemType},
 };
-use crate::jobs::gateway::{ChatAnswer, ChatError, ChatOutcome, LiveEvent, UpstreamFailure};
+use crate::{
+    gateway::Endpoint,
+    jobs::gateway::{ChatAnswer, ChatError, ChatOutcome, LiveEvent, UpstreamFailure},
+};
 
 /// The header naming the job a gateway answer belongs to.
 pub const JOB_ID_HEADER: &str = "onejob-job-id";
@@ -51,8 +60,14 @@ const REQUEST_ID: &str = "x-request-id";
 /// An error in OpenAI's shape, with onejob's problem type as its `code` and its extension
 /// members (`job_id`, `changed`, …) beside.
 pub(crate) fn openai_error(problem: Problem) -> Response {
+    error_at(Endpoint::Chat, problem)
+}
+
+/// An error in the shape of `endpoint`'s API (Anthropic's for messages, else OpenAI's).
+fn error_at(endpoint: Endpoint, problem: Problem) -> Response {
     let status = problem.kind.status();
     let mut response = error_body(
+        endpoint,
         status,
         &problem.detail,
         problem.kind.slug(),
@@ -66,13 +81,52 @@ pub(crate) fn openai_error(problem: Problem) -> Response {
     response
 }
 
-/// `{"error": {"message", "type", "param": null, "code", …extensions}}` with `status`.
+/// `{"error": {"message", "type", "param": null, "code", …extensions}}` with `status`, or for
+/// Anthropic's API `{"type": "error", "error": {"type", "message", "code", …extensions}}`.
 fn error_body(
+    endpoint: Endpoint,
     status: StatusCode,
     message: &str,
     code: &str,
     extensions: Map<String, Value>,
 ) -> Response {
+    let error = error_object(endpoint, status, message, code, extensions);
+    let body = if endpoint == Endpoint::Messages {
+        json!({ "type": "error", "error": error })
+    } else {
+        json!({ "error": error })
+    };
+    (status, Json(body)).into_response()
+}
+
+/// The `error` member of an error answer (see [`error_body`]).
+fn error_object(
+    endpoint: Endpoint,
+    status: StatusCode,
+    message: &str,
+    code: &str,
+    extensions: Map<String, Value>,
+) -> Value {
+    if endpoint == Endpoint::Messages {
+        let kind = match status.as_u16() {
+            401 => "authentication_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            413 => "request_too_large",
+            429 => "rate_limit_error",
+            400..=499 => "invalid_request_error",
+            529 => "overloaded_error",
+            _ => "api_error",
+        };
+        let mut error = Map::new();
+        error.insert("type".into(), json!(kind));
+        error.insert("message".into(), json!(message));
+        error.insert("code".into(), json!(code));
+        for (key, value) in extensions {
+            error.entry(key).or_insert(value);
+        }
+        return Value::Object(error);
+    }
     let kind = match status.as_u16() {
         401 => "authentication_error",
         403 => "permission_error",
@@ -90,7 +144,7 @@ fn error_body(
     for (key, value) in extensions {
         error.entry(key).or_insert(value);
     }
-    (status, Json(json!({ "error": error }))).into_response()
+    Value::Object(error)
 }
 
 /// The request of `POST /v1/chat/completions`, as far as onejob reads it: OpenAI's chat
@@ -153,6 +207,32 @@ pub struct OpenAiErrorDetail {
     code: String,
 }
 
+/// An error answer of Anthropic's Messages API, as `POST /v1/messages` answers (the schema
+/// only).
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct AnthropicError {
+    /// Always `error`.
+    #[serde(rename = "type")]
+    kind: String,
+    /// What went wrong.
+    error: AnthropicErrorDetail,
+}
+
+/// The `error` member of an [`AnthropicError`]; onejob's problem members (`job_id`, …) come
+/// beside these.
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct AnthropicErrorDetail {
+    /// Anthropic's error type (`invalid_request_error`, `authentication_error`, …).
+    #[serde(rename = "type")]
+    kind: String,
+    /// What was wrong and how to fix it.
+    message: String,
+    /// onejob's problem type slug (`key-reused`, `unavailable`, …), or `upstream_error`.
+    code: String,
+}
+
 /// `POST /v1/chat/completions`: an OpenAI chat completion, as one job per Idempotency-Key.
 #[utoipa::path(
     post,
@@ -184,15 +264,166 @@ pub async fn chat_completions(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    match call(&state, &headers, body).await {
+    serve(&state, Endpoint::Chat, &headers, body).await
+}
+
+/// `POST /v1/embeddings`: OpenAI embeddings, as one job per Idempotency-Key.
+#[utoipa::path(
+    post,
+    path = "/v1/embeddings",
+    tag = "gateway",
+    operation_id = "createEmbedding",
+    params(("Idempotency-Key" = String, Header, pattern = r#"^(?:[!-~]|[!#-~][!-~]{0,253}[!-~]|"[!-~]{0,253}[!#-~]|"(?:[!#-\[\]-~]|\\[\\"]){1,255}")$"#, description = "Your name for this call, the same on every retry of it (an SDK's `extra_headers`)")),
+    request_body(content = Object, content_type = "application/json", description = "An OpenAI embeddings request (`input`: a string or an array; `encoding_format` passes through) whose `model` is served here"),
+    responses(
+        (status = 200, description = "The winning attempt's embeddings list (its usage kept)", body = Object, headers(
+            ("onejob-job-id" = String, description = "The job"),
+            ("Idempotent-Replayed" = String, description = "`true` when the key already named the job"))),
+        (status = 400, description = "No or a malformed Idempotency-Key, bad JSON, or not such a request", body = OpenAiError),
+        (status = 401, description = "Missing or invalid API key", body = OpenAiError),
+        (status = 404, description = "No kind serves this model here", body = OpenAiError),
+        (status = 409, description = "Still running after the wait (retry with the same key after Retry-After), awaiting proof (unknown), or cancelled", body = OpenAiError),
+        (status = 422, description = "The key names a call with another body", body = OpenAiError),
+        (status = 502, description = "Every attempt failed without a definite upstream status", body = OpenAiError),
+        (status = 503, description = "The database is unavailable; retry after Retry-After", body = OpenAiError),
+    )
+)]
+pub async fn embeddings(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    serve(&state, Endpoint::Embeddings, &headers, body).await
+}
+
+/// `POST /v1/responses`: an OpenAI Responses API call (stateless), as one job per Idempotency-Key.
+#[utoipa::path(
+    post,
+    path = "/v1/responses",
+    tag = "gateway",
+    operation_id = "createResponse",
+    params(("Idempotency-Key" = String, Header, pattern = r#"^(?:[!-~]|[!#-~][!-~]{0,253}[!-~]|"[!-~]{0,253}[!#-~]|"(?:[!#-\[\]-~]|\\[\\"]){1,255}")$"#, description = "Your name for this call, the same on every retry of it (an SDK's `extra_headers`)")),
+    request_body(content = Object, content_type = "application/json", description = "An OpenAI Responses API request (`input` text or items, `tools`, `text.format`); `store: true`, `previous_response_id` and `conversation` are refused: onejob keeps no conversation state"),
+    responses(
+        (status = 200, description = "The winning attempt's response (or, with `stream: true`, its typed events, `response.created` to `response.completed`)", content(
+            (Object = "application/json"),
+            (Object = "text/event-stream"),
+        ), headers(
+            ("onejob-job-id" = String, description = "The job"),
+            ("Idempotent-Replayed" = String, description = "`true` when the key already named the job"))),
+        (status = 400, description = "No or a malformed Idempotency-Key, bad JSON, or not such a request", body = OpenAiError),
+        (status = 401, description = "Missing or invalid API key", body = OpenAiError),
+        (status = 404, description = "No kind serves this model here", body = OpenAiError),
+        (status = 409, description = "Still running after the wait (retry with the same key after Retry-After), awaiting proof (unknown), or cancelled", body = OpenAiError),
+        (status = 422, description = "The key names a call with another body", body = OpenAiError),
+        (status = 502, description = "Every attempt failed without a definite upstream status", body = OpenAiError),
+        (status = 503, description = "The database is unavailable; retry after Retry-After", body = OpenAiError),
+    )
+)]
+pub async fn responses(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    serve(&state, Endpoint::Responses, &headers, body).await
+}
+
+/// `POST /v1/images/generations`: OpenAI image generation, as one job per Idempotency-Key.
+#[utoipa::path(
+    post,
+    path = "/v1/images/generations",
+    tag = "gateway",
+    operation_id = "createImage",
+    params(("Idempotency-Key" = String, Header, pattern = r#"^(?:[!-~]|[!#-~][!-~]{0,253}[!-~]|"[!-~]{0,253}[!#-~]|"(?:[!#-\[\]-~]|\\[\\"]){1,255}")$"#, description = "Your name for this call, the same on every retry of it (an SDK's `extra_headers`)")),
+    request_body(content = Object, content_type = "application/json", description = "An OpenAI image generation request (`prompt`, `n`, `size`, `response_format` url or b64_json)"),
+    responses(
+        (status = 200, description = "The winning attempt's images (an answer without an image is a failed attempt, never a success)", body = Object, headers(
+            ("onejob-job-id" = String, description = "The job"),
+            ("Idempotent-Replayed" = String, description = "`true` when the key already named the job"))),
+        (status = 400, description = "No or a malformed Idempotency-Key, bad JSON, or not such a request", body = OpenAiError),
+        (status = 401, description = "Missing or invalid API key", body = OpenAiError),
+        (status = 404, description = "No kind serves this model here", body = OpenAiError),
+        (status = 409, description = "Still running after the wait (retry with the same key after Retry-After), awaiting proof (unknown), or cancelled", body = OpenAiError),
+        (status = 422, description = "The key names a call with another body", body = OpenAiError),
+        (status = 502, description = "Every attempt failed without a definite upstream status", body = OpenAiError),
+        (status = 503, description = "The database is unavailable; retry after Retry-After", body = OpenAiError),
+    )
+)]
+pub async fn images(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    serve(&state, Endpoint::Images, &headers, body).await
+}
+
+/// `POST /v1/messages`: Anthropic's Messages API, as one job per Idempotency-Key.
+#[utoipa::path(
+    post,
+    path = "/v1/messages",
+    tag = "gateway",
+    operation_id = "createMessage",
+    params(("Idempotency-Key" = String, Header, pattern = r#"^(?:[!-~]|[!#-~][!-~]{0,253}[!-~]|"[!-~]{0,253}[!#-~]|"(?:[!#-\[\]-~]|\\[\\"]){1,255}")$"#, description = "Your name for this call, the same on every retry of it (an SDK's `extra_headers`)")),
+    request_body(content = Object, content_type = "application/json", description = "An Anthropic Messages API request (`model`, `max_tokens`, `messages` with content blocks, `tools`); the key as `x-api-key` or `Authorization: Bearer`"),
+    responses(
+        (status = 200, description = "The winning attempt's message (or, with `stream: true`, its events, `message_start` to `message_stop`); errors in Anthropic's shape", content(
+            (Object = "application/json"),
+            (Object = "text/event-stream"),
+        ), headers(
+            ("onejob-job-id" = String, description = "The job"),
+            ("Idempotent-Replayed" = String, description = "`true` when the key already named the job"))),
+        (status = 400, description = "No or a malformed Idempotency-Key, bad JSON, or not such a request", body = AnthropicError),
+        (status = 401, description = "Missing or invalid API key", body = AnthropicError),
+        (status = 404, description = "No kind serves this model here", body = AnthropicError),
+        (status = 409, description = "Still running after the wait (retry with the same key after Retry-After), awaiting proof (unknown), or cancelled", body = AnthropicError),
+        (status = 422, description = "The key names a call with another body", body = AnthropicError),
+        (status = 502, description = "Every attempt failed without a definite upstream status", body = AnthropicError),
+        (status = 503, description = "The database is unavailable; retry after Retry-After", body = AnthropicError),
+    )
+)]
+pub async fn messages(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    serve(&state, Endpoint::Messages, &headers, body).await
+}
+
+/// A call to `endpoint`, answered in its API's shape.
+async fn serve(
+    state: &Arc<AppState>,
+    endpoint: Endpoint,
+    headers: &HeaderMap,
+    body: Body,
+) -> Response {
+    match call(state, endpoint, headers, body).await {
         Ok(response) => response,
-        Err(problem) => openai_error(problem),
+        Err(problem) => error_at(endpoint, problem),
+    }
+}
+
+/// The header Anthropic's SDK sends its key in (OpenAI's send `Authorization: Bearer`).
+const X_API_KEY: &str = "x-api-key";
+
+/// The caller: by `Authorization: Bearer`, or by `x-api-key` where no `Authorization` came.
+async fn caller(headers: &HeaderMap, state: &AppState) -> Result<Caller, Problem> {
+    match headers.get(X_API_KEY) {
+        Some(key) if !headers.contains_key(header::AUTHORIZATION) => {
+            let key = key.to_str().unwrap_or_default().trim();
+            Caller::from_token(&state.keys, key).await
+        }
+        _ => Caller::from_headers(headers, state).await,
     }
 }
 
 /// Parse → call → map.
-async fn call(state: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<Response, Problem> {
-    let caller = Caller::from_headers(headers, state).await?;
+async fn call(
+    state: &Arc<AppState>,
+    endpoint: Endpoint,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, Problem> {
+    let caller = caller(headers, state).await?;
     let sent_key = if headers.contains_key(IDEMPOTENCY_KEY) {
         Some(idempotency_key(headers)?)
     } else {
@@ -202,10 +433,17 @@ async fn call(state: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<
     let (request, sent) = read_json_as_sent(headers, body, state.max_body_bytes).await?;
     let answer = state
         .chat
-        .call(&caller.principal, &caller.actor(), &key, request, sent)
+        .call(
+            endpoint,
+            &caller.principal,
+            &caller.actor(),
+            &key,
+            request,
+            sent,
+        )
         .await
         .map_err(chat_problem)?;
-    Ok(respond(answer))
+    Ok(respond(endpoint, answer))
 }
 
 /// The problem a refused call answers.
@@ -216,8 +454,12 @@ fn chat_problem(error: ChatError) -> Problem {
             ProblemType::IdempotencyKeyMissing,
             format!("{detail} (an OpenAI SDK's `extra_headers`)"),
         ),
-        ChatError::NotAnObject | ChatError::NoModel | ChatError::Delivery { .. } => {
-            Problem::new(ProblemType::InvalidRequest, detail)
+        ChatError::NotAnObject
+        | ChatError::NoModel
+        | ChatError::Delivery { .. }
+        | ChatError::Stateful { .. } => Problem::new(ProblemType::InvalidRequest, detail),
+        ChatError::OtherEndpoint { served_at, .. } => {
+            Problem::new(ProblemType::NotFound, detail).with("served_at", served_at)
         }
         ChatError::UnknownModel { models, .. } => {
             Problem::new(ProblemType::NotFound, detail).with("models", models)
@@ -227,8 +469,8 @@ fn chat_problem(error: ChatError) -> Problem {
     }
 }
 
-/// The answer for a call's outcome.
-fn respond(answer: ChatAnswer) -> Response {
+/// The answer for a call's outcome at `endpoint`.
+fn respond(endpoint: Endpoint, answer: ChatAnswer) -> Response {
     let ChatAnswer {
         job_id,
         replayed,
@@ -238,24 +480,33 @@ fn respond(answer: ChatAnswer) -> Response {
     let response = match outcome {
         ChatOutcome::Completion(completion) => (StatusCode::OK, Json(completion)).into_response(),
         ChatOutcome::Chunks(chunks) => {
-            sse(stream::iter(chunks.into_iter().map(data)).chain(stream::once(async { done() })))
+            let events = chunks.into_iter().map(move |chunk| event(endpoint, chunk));
+            if endpoint.named_events() {
+                sse(stream::iter(events))
+            } else {
+                sse(stream::iter(events).chain(stream::once(async { done() })))
+            }
         }
-        ChatOutcome::Live(live) => sse(live.events().map(move |event| match event {
-            LiveEvent::Chunk(chunk) => data(chunk),
-            LiveEvent::Done => done(),
-            LiveEvent::Failed(message) => data(json!({ "error": {
-                "message": message,
-                "type": "api_error",
-                "param": null,
-                "code": "attempt_failed",
-                "job_id": job_id,
-            }})),
-        })),
-        ChatOutcome::Failed(failure) => final_answer(failed(job_id, failure)),
+        ChatOutcome::Live(live) => {
+            let mut sent = 0u64;
+            sse(live.events().filter_map(move |live| {
+                sent += 1;
+                let next = match live {
+                    LiveEvent::Chunk(chunk) => Some(event(endpoint, chunk)),
+                    LiveEvent::Done if endpoint.named_events() => None,
+                    LiveEvent::Done => Some(done()),
+                    LiveEvent::Failed(message) => {
+                        Some(stream_error(endpoint, job_id, &message, sent - 1))
+                    }
+                };
+                async move { next }
+            }))
+        }
+        ChatOutcome::Failed(failure) => final_answer(failed(endpoint, job_id, failure)),
         ChatOutcome::NotDone(JobState::Cancelled) => {
-            final_answer(openai_error(waiting(job_id, JobState::Cancelled)))
+            final_answer(error_at(endpoint, waiting(job_id, JobState::Cancelled)))
         }
-        ChatOutcome::NotDone(state) => openai_error(waiting(job_id, state)),
+        ChatOutcome::NotDone(state) => error_at(endpoint, waiting(job_id, state)),
     };
     let mut response = with_job(response, job_id, replayed);
     if let Some(value) = request_id.and_then(|id| HeaderValue::from_str(&id).ok()) {
@@ -315,10 +566,11 @@ fn waiting(job_id: Uuid, state: JobState) -> Problem {
 /// `401`/`403` is about onejob's own account there, not the caller's key: a `502` naming the
 /// provider, never the caller's authentication error. An upstream's `429` (no certified
 /// provider took the job over) keeps its `Retry-After`.
-fn failed(job_id: Uuid, failure: UpstreamFailure) -> Response {
+fn failed(endpoint: Endpoint, job_id: Uuid, failure: UpstreamFailure) -> Response {
     let job = Map::from_iter([("job_id".to_owned(), json!(job_id))]);
     match failure {
         UpstreamFailure::AccountRefused { provider, status } => error_body(
+            endpoint,
             StatusCode::BAD_GATEWAY,
             &format!(
                 "job {job_id} failed: the provider {provider:?} refused onejob's own credentials \
@@ -333,6 +585,7 @@ fn failed(job_id: Uuid, failure: UpstreamFailure) -> Response {
             retry_after,
         } => {
             let mut response = error_body(
+                endpoint,
                 StatusCode::TOO_MANY_REQUESTS,
                 &format!(
                     "job {job_id} failed: the provider {provider:?} is rate limited (HTTP 429) \
@@ -351,12 +604,14 @@ fn failed(job_id: Uuid, failure: UpstreamFailure) -> Response {
             response
         }
         UpstreamFailure::Refused { status, message } => error_body(
+            endpoint,
             StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
             &format!("job {job_id} failed: {message}"),
             "upstream_error",
             job,
         ),
         UpstreamFailure::NoAnswer { message } => error_body(
+            endpoint,
             StatusCode::BAD_GATEWAY,
             &format!("job {job_id} failed: {message}"),
             "upstream_error",
@@ -367,6 +622,49 @@ fn failed(job_id: Uuid, failure: UpstreamFailure) -> Response {
 
 fn data(chunk: Value) -> Result<Event, Infallible> {
     Ok(Event::default().data(chunk.to_string()))
+}
+
+/// One event of a stream at `endpoint`: named by its `type` where the API names its events.
+fn event(endpoint: Endpoint, chunk: Value) -> Result<Event, Infallible> {
+    if endpoint.named_events()
+        && let Some(name) = chunk.get("type").and_then(Value::as_str)
+    {
+        return Ok(Event::default().event(name).data(chunk.to_string()));
+    }
+    data(chunk)
+}
+
+/// The event that ends a live stream whose attempt failed, naming the job: the API's own
+/// error event (`error`, for the Responses API with its `sequence_number`).
+fn stream_error(
+    endpoint: Endpoint,
+    job_id: Uuid,
+    message: &str,
+    sequence: u64,
+) -> Result<Event, Infallible> {
+    let job = Map::from_iter([("job_id".to_owned(), json!(job_id))]);
+    let error = error_object(
+        endpoint,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        message,
+        "attempt_failed",
+        job,
+    );
+    match endpoint {
+        Endpoint::Messages => event(endpoint, json!({ "type": "error", "error": error })),
+        Endpoint::Responses => event(
+            endpoint,
+            json!({
+                "type": "error",
+                "code": "attempt_failed",
+                "message": message,
+                "param": null,
+                "sequence_number": sequence,
+                "job_id": job_id,
+            }),
+        ),
+        _ => data(json!({ "error": error })),
+    }
 }
 
 fn done() -> Result<Event, Infallible> {
@@ -400,7 +698,7 @@ fn model_object(model: &str) -> Value {
     )
 )]
 pub async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    if let Err(problem) = Caller::from_headers(&headers, &state).await {
+    if let Err(problem) = caller(&headers, &state).await {
         return openai_error(problem);
     }
     let data: Vec<Value> = state
@@ -432,7 +730,7 @@ pub async fn model(
     Path(model): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(problem) = Caller::from_headers(&headers, &state).await {
+    if let Err(problem) = caller(&headers, &state).await {
         return openai_error(problem);
     }
     if state.chat.serves(&model) {
@@ -467,7 +765,8 @@ pub fn unserved(path: &str, method_not_allowed: bool) -> Response {
             ProblemType::NotFound,
             format!(
                 "onejob's gateway does not serve {path}: it serves POST /v1/chat/completions, \
-                 GET /v1/models and GET /v1/models/{{model}}"
+                 POST /v1/embeddings, POST /v1/responses, POST /v1/images/generations, POST \
+                 /v1/messages, GET /v1/models and GET /v1/models/{{model}}"
             ),
         )
     };

@@ -8,6 +8,9 @@
 //! so whichever attempt starts finds it), the stored completion as a stream, a failure
 //! told as the upstream's, or the job still running. [`ChatCalls`] decides all of this;
 //! the HTTP adapter (`crate::http::gateway`) only parses the call and shapes the answer.
+//!
+//! The same holds at every endpoint of the gateway ([`Endpoint`]): a call names the
+//! endpoint it came to, and only a kind serving the model there takes it.
 
 use std::{sync::Arc, time::Duration};
 
@@ -20,9 +23,7 @@ use uuid::Uuid;
 use super::{Jobs, Submission, SubmitError, Submitted};
 use crate::{
     gateway::{
-        Hub,
-        completion::chunks_of,
-        split_request,
+        Endpoint, Hub, split_request,
         streams::{Next, StreamEnd, Wanted},
     },
     kind::Kind,
@@ -55,6 +56,24 @@ pub enum ChatError {
     /// The request names no model.
     #[error("the request needs a `model` (one of GET /v1/models)")]
     NoModel,
+    /// The model is served, but at another endpoint.
+    #[error("the model {model:?} is served at {served_at}, not here")]
+    OtherEndpoint {
+        /// The model asked for.
+        model: String,
+        /// Where it is served.
+        served_at: &'static str,
+    },
+    /// The request asks for conversation state, which onejob does not keep.
+    #[error(
+        "`{field}` is not supported: onejob does not keep conversation state yet (each call \
+         is one stateless job); send `store: false` (or leave it out) and the whole \
+         conversation as `input`"
+    )]
+    Stateful {
+        /// The field (`store`, `previous_response_id`, `conversation`).
+        field: &'static str,
+    },
     /// No kind serves the model.
     #[error("the model {model:?} does not exist here; GET /v1/models lists the ones served")]
     UnknownModel {
@@ -246,10 +265,12 @@ impl ChatCalls {
         self.jobs.kinds().by_model(model).is_some()
     }
 
-    /// Makes `request` (its text as `sent`) the job of the kind serving its model under
-    /// `key`, or finds the job the key names, and answers its outcome after the wait.
+    /// Makes `request` to `endpoint` (its text as `sent`) the job of the kind serving its
+    /// model there under `key`, or finds the job the key names, and answers its outcome
+    /// after the wait.
     pub async fn call(
         &self,
+        endpoint: Endpoint,
         owner: &Principal,
         actor: &str,
         key: &IdempotencyKey,
@@ -259,9 +280,10 @@ impl ChatCalls {
         let Value::Object(request) = request else {
             return Err(ChatError::NotAnObject);
         };
-        let kind = self.kind_of(&request)?;
-        check_delivery(&request)?;
-        let (params, delivery) = split_request(request);
+        let kind = self.kind_of(endpoint, &request)?;
+        check_delivery(endpoint, &request)?;
+        check_stateless(endpoint, &request)?;
+        let (params, delivery) = split_request(endpoint, request);
         // Registered before the job exists, so whichever attempt starts finds the reader.
         let wanted = delivery
             .stream
@@ -283,7 +305,7 @@ impl ChatCalls {
             // Won in this process while the call waited: answered as it was written.
             Settled::Won(result) => {
                 let outcome = if delivery.stream {
-                    ChatOutcome::Chunks(chunks_of(&result, delivery.include_usage))
+                    ChatOutcome::Chunks(endpoint.events_of(&result, delivery.include_usage))
                 } else {
                     ChatOutcome::Completion(Arc::unwrap_or_clone(result))
                 };
@@ -315,7 +337,7 @@ impl ChatCalls {
             JobState::Succeeded => {
                 let completion = job.result.unwrap_or(Value::Null);
                 if delivery.stream {
-                    ChatOutcome::Chunks(chunks_of(&completion, delivery.include_usage))
+                    ChatOutcome::Chunks(endpoint.events_of(&completion, delivery.include_usage))
                 } else {
                     ChatOutcome::Completion(completion)
                 }
@@ -330,19 +352,31 @@ impl ChatCalls {
         Ok(answer)
     }
 
-    /// The kind serving the request's `model`.
-    fn kind_of(&self, request: &Map<String, Value>) -> Result<Arc<Kind>, ChatError> {
+    /// The kind serving the request's `model` at `endpoint`.
+    fn kind_of(
+        &self,
+        endpoint: Endpoint,
+        request: &Map<String, Value>,
+    ) -> Result<Arc<Kind>, ChatError> {
         let Some(Value::String(model)) = request.get("model") else {
             return Err(ChatError::NoModel);
         };
-        self.jobs
-            .kinds()
-            .by_model(model)
-            .cloned()
-            .ok_or_else(|| ChatError::UnknownModel {
+        let kind =
+            self.jobs
+                .kinds()
+                .by_model(model)
+                .cloned()
+                .ok_or_else(|| ChatError::UnknownModel {
+                    model: model.clone(),
+                    models: self.models(),
+                })?;
+        if kind.endpoint != endpoint {
+            return Err(ChatError::OtherEndpoint {
                 model: model.clone(),
-                models: self.models(),
-            })
+                served_at: kind.endpoint.path(),
+            });
+        }
+        Ok(kind)
     }
 
     /// The job once it is finished or unknown, or (at `deadline`, or once `stream` has an
@@ -402,9 +436,34 @@ enum Settled {
     Won(Arc<Value>),
 }
 
-/// `stream` must be a boolean and `stream_options` an object, where given.
-fn check_delivery(request: &Map<String, Value>) -> Result<(), ChatError> {
+/// A Responses API call may not ask for conversation state: `store: true`,
+/// `previous_response_id`, `conversation`. (Left out, `store` is taken as `false`: onejob
+/// keeps nothing to continue from.)
+fn check_stateless(endpoint: Endpoint, request: &Map<String, Value>) -> Result<(), ChatError> {
+    if endpoint != Endpoint::Responses {
+        return Ok(());
+    }
+    if request.get("store") == Some(&Value::Bool(true)) {
+        return Err(ChatError::Stateful { field: "store" });
+    }
+    for field in ["previous_response_id", "conversation"] {
+        if request.get(field).is_some_and(|v| !v.is_null()) {
+            return Err(ChatError::Stateful { field });
+        }
+    }
+    Ok(())
+}
+
+/// `stream` must be a boolean and `stream_options` an object, where given; an endpoint that
+/// does not stream refuses `stream: true`.
+fn check_delivery(endpoint: Endpoint, request: &Map<String, Value>) -> Result<(), ChatError> {
     let wrong = |field, expected| Err(ChatError::Delivery { field, expected });
+    if !endpoint.streams() && request.get("stream") == Some(&Value::Bool(true)) {
+        return wrong(
+            "stream",
+            "false here: onejob does not stream this endpoint's answers",
+        );
+    }
     if request
         .get("stream")
         .is_some_and(|s| !s.is_boolean() && !s.is_null())
@@ -514,13 +573,22 @@ mod tests {
                 "stream_options.include_usage",
             ),
         ] {
-            let refused = check_delivery(body.as_object().unwrap()).unwrap_err();
+            let refused = check_delivery(Endpoint::Chat, body.as_object().unwrap()).unwrap_err();
             assert!(
                 matches!(refused, ChatError::Delivery { field: f, .. } if f == field),
                 "{body}"
             );
         }
-        assert!(check_delivery(json!({"stream": null}).as_object().unwrap()).is_ok());
+        assert!(
+            check_delivery(Endpoint::Chat, json!({"stream": null}).as_object().unwrap()).is_ok()
+        );
+        assert!(
+            check_delivery(
+                Endpoint::Images,
+                json!({"stream": true}).as_object().unwrap()
+            )
+            .is_err()
+        );
     }
 
     #[test]

@@ -19,6 +19,12 @@
 //! `max_response_bytes`, and bounded by the kind's `stream_idle_timeout` between chunks and
 //! `stream_max` in all (not by `attempt_timeout`: a stream that keeps producing is not cut).
 //! The upstream's `x-request-id` comes back with its answer (and its refusals).
+//!
+//! A gateway kind of another endpoint is sent the same way to that endpoint's path under
+//! `base_url` (`/embeddings`, `/responses`, `/images/generations`), streamed where the
+//! endpoint streams. The `anthropic-messages` adapter is this one speaking Anthropic's
+//! Messages API: `POST {base_url}/messages`, its key as `x-api-key` with an
+//! `anthropic-version`, for kinds serving `anthropic_models` only.
 
 use std::path::PathBuf;
 
@@ -29,6 +35,7 @@ use serde_json::{Value, json};
 use super::{AttemptRequest, Provider, ProviderError, Sent, Submitted, TokenCount};
 use crate::{
     config::{ProviderConfig, StructuredOutput},
+    gateway::Endpoint,
     kind::Kind,
 };
 
@@ -37,6 +44,8 @@ use crate::{
 pub struct OpenAiChat {
     name: String,
     url: String,
+    base: String,
+    anthropic: bool,
     root: String,
     model: String,
     api_key: Option<String>,
@@ -53,17 +62,25 @@ pub struct OpenAiChat {
 impl OpenAiChat {
     /// Builds the adapter from its `[[provider]]` table (`base_url` and `model` required).
     pub fn new(config: &ProviderConfig, http: reqwest::Client) -> Result<Self, String> {
+        let anthropic = config.adapter == crate::config::Adapter::AnthropicMessages;
+        let adapter = if anthropic {
+            "anthropic-messages"
+        } else {
+            "openai-chat"
+        };
         let base = config
             .base_url
             .as_deref()
-            .ok_or("base_url is required for adapter openai-chat")?;
+            .ok_or_else(|| format!("base_url is required for adapter {adapter}"))?;
         let model = config
             .model
             .clone()
-            .ok_or("model is required for adapter openai-chat")?;
+            .ok_or_else(|| format!("model is required for adapter {adapter}"))?;
         Ok(Self {
             name: config.name.clone(),
             url: format!("{}/chat/completions", base.trim_end_matches('/')),
+            base: base.trim_end_matches('/').to_owned(),
+            anthropic,
             root: base
                 .trim_end_matches('/')
                 .trim_end_matches("/v1")
@@ -106,7 +123,7 @@ impl OpenAiChat {
         temperature: Option<f64>,
     ) -> Result<Value, ProviderError> {
         if kind.is_gateway() {
-            return Ok(self.pass_through(params, temperature));
+            return Ok(self.pass_through(kind.endpoint, params, temperature));
         }
         let mut messages = Vec::new();
         if let Some(system) = params.get("system").and_then(Value::as_str) {
@@ -153,44 +170,57 @@ impl OpenAiChat {
     /// job's request as the caller sent it, else the body built from the params.
     fn body(&self, request: &AttemptRequest<'_>, stream: bool) -> Result<Vec<u8>, ProviderError> {
         let invalid = |e: serde_json::Error| ProviderError::Invalid(e.to_string());
-        let stream_members = [
-            ("stream", json!(true)),
-            ("stream_options", json!({ "include_usage": true })),
-        ];
+        let endpoint = request.kind.endpoint;
+        let stream_members: &[(&str, Value)] = match endpoint {
+            Endpoint::Chat => &[
+                ("stream", json!(true)),
+                ("stream_options", json!({ "include_usage": true })),
+            ],
+            _ => &[("stream", json!(true))],
+        };
         if request.kind.is_gateway()
             && let Some(sent) = request.request_body
         {
             let mut set = vec![("model", json!(self.model))];
-            if let Some(temperature) = request.temperature {
+            if let Some(temperature) = request.temperature
+                && !matches!(endpoint, Endpoint::Embeddings | Endpoint::Images)
+            {
                 set.push(("temperature", json!(temperature)));
             }
-            if let (Some(max_tokens), false) = (self.max_tokens, limited(request.params)) {
+            if let (Some(max_tokens), false, Endpoint::Chat) =
+                (self.max_tokens, limited(request.params), endpoint)
+            {
                 set.push(("max_tokens", json!(max_tokens)));
             }
             if stream {
-                set.extend(stream_members);
+                set.extend(stream_members.iter().cloned());
             }
-            return crate::gateway::request::forward(sent, &set, &crate::gateway::DELIVERY_FIELDS)
+            return crate::gateway::request::forward(sent, &set, endpoint.delivery_fields())
                 .map_err(invalid);
         }
         let mut body = self.request_body(request.kind, request.params, request.temperature)?;
         if stream {
             for (name, value) in stream_members {
-                body[name] = value;
+                body[*name] = value.clone();
             }
         }
         serde_json::to_vec(&body).map_err(invalid)
     }
 
-    /// A gateway job's request: the caller's, with this provider's `model` (and, where the
-    /// caller set no limit, its `max_tokens`; `onejob verify`'s temperature override).
-    fn pass_through(&self, params: &Value, temperature: Option<f64>) -> Value {
+    /// A gateway job's request: the caller's, with this provider's `model` (and for chat,
+    /// where the caller set no limit, its `max_tokens`; `onejob verify`'s temperature
+    /// override where the endpoint takes a temperature).
+    fn pass_through(&self, endpoint: Endpoint, params: &Value, temperature: Option<f64>) -> Value {
         let mut body = params.clone();
         body["model"] = json!(self.model);
-        if let Some(temperature) = temperature {
+        if let Some(temperature) = temperature
+            && !matches!(endpoint, Endpoint::Embeddings | Endpoint::Images)
+        {
             body["temperature"] = json!(temperature);
         }
-        if let (Some(max_tokens), false) = (self.max_tokens, limited(params)) {
+        if let (Some(max_tokens), false, Endpoint::Chat) =
+            (self.max_tokens, limited(params), endpoint)
+        {
             body["max_tokens"] = json!(max_tokens);
         }
         body
@@ -208,13 +238,23 @@ impl OpenAiChat {
             data: Some(Bytes::from(body)),
             sent,
         });
+        let url = if request.kind.is_gateway() {
+            format!("{}{}", self.base, request.kind.endpoint.upstream_path())
+        } else {
+            self.url.clone()
+        };
         let mut call = self
             .http
-            .post(&self.url)
+            .post(url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .timeout(timeout)
             .body(body);
-        if let Some(key) = &self.api_key {
+        if self.anthropic {
+            call = call.header("anthropic-version", ANTHROPIC_VERSION);
+            if let Some(key) = &self.api_key {
+                call = call.header("x-api-key", key);
+            }
+        } else if let Some(key) = &self.api_key {
             call = call.bearer_auth(key);
         }
         if let Some(header) = &self.idempotency_header {
@@ -224,15 +264,19 @@ impl OpenAiChat {
     }
 }
 
+/// The `anthropic-version` an `anthropic-messages` provider is sent.
+const ANTHROPIC_VERSION: &str = "2023-06-01";
+
 /// Whether the caller's request sets its own limit on the answer's length.
 fn limited(params: &Value) -> bool {
     params.get("max_tokens").is_some() || params.get("max_completion_tokens").is_some()
 }
 
 /// Reads an upstream's server-sent events, relaying each chunk to `sink` and assembling the
-/// completion; the whole stream is bounded by `limit` bytes, and each wait for the next
-/// event by `idle`.
+/// answer of `endpoint`; the whole stream is bounded by `limit` bytes, and each wait for the
+/// next event by `idle`.
 async fn relay_stream(
+    endpoint: Endpoint,
     response: reqwest::Response,
     limit: u64,
     idle: std::time::Duration,
@@ -252,7 +296,7 @@ async fn relay_stream(
         })
     });
     let mut events = bytes.eventsource();
-    let mut assembler = crate::gateway::completion::Assembler::default();
+    let mut assembly = crate::gateway::assembly::Assembly::new(endpoint);
     loop {
         let Ok(next) = tokio::time::timeout(idle, events.next()).await else {
             return Err(ProviderError::Ambiguous(format!(
@@ -274,17 +318,25 @@ async fn relay_stream(
             }
         };
         if event.data.trim() == "[DONE]" {
-            return Ok(assembler.completion());
+            return assembly
+                .done()
+                .map_err(|e| ProviderError::Ambiguous(e.to_string()));
+        }
+        if event.data.trim().is_empty() {
+            continue;
         }
         let chunk: Value = serde_json::from_str(&event.data)
             .map_err(|e| ProviderError::BadAnswer(format!("a streamed chunk is not JSON: {e}")))?;
-        if let Some(error) = chunk.get("error") {
-            return Err(ProviderError::BadAnswer(format!(
-                "the upstream's stream ended with an error: {error}"
-            )));
+        let over = assembly
+            .push(&chunk)
+            .map_err(|e| ProviderError::BadAnswer(e.to_string()))?;
+        // Anthropic's keep-alive `ping` is not part of the answer.
+        if chunk.get("type").and_then(Value::as_str) != Some("ping") {
+            sink.push(chunk);
         }
-        assembler.push(&chunk);
-        sink.push(chunk);
+        if let Some(answer) = over {
+            return Ok(answer);
+        }
     }
     Err(ProviderError::Ambiguous(
         "the stream ended without [DONE]: the upstream's answer is incomplete".into(),
@@ -397,6 +449,11 @@ impl Provider for OpenAiChat {
         request: &AttemptRequest<'_>,
         sent: Option<Sent>,
     ) -> Result<Submitted, ProviderError> {
+        if self.anthropic && !request.kind.is_gateway() {
+            return Err(ProviderError::Invalid(
+                "an anthropic-messages provider serves only kinds with anthropic_models".into(),
+            ));
+        }
         let body = self.body(request, false)?;
         let call = self.call(request, body, sent, request.kind.attempt_timeout);
         let answered = super::answer::call_answered(call, self.max_response_bytes).await?;
@@ -419,7 +476,7 @@ impl Provider for OpenAiChat {
         sent: Option<Sent>,
         sink: &crate::gateway::streams::StreamSink,
     ) -> Result<Submitted, ProviderError> {
-        if !request.kind.is_gateway() {
+        if !request.kind.is_gateway() || !request.kind.endpoint.streams() {
             return Err(ProviderError::Unsupported("streaming"));
         }
         let kind = request.kind;
@@ -445,6 +502,7 @@ impl Provider for OpenAiChat {
                 .unwrap_or_else(|| ProviderError::BadAnswer(format!("HTTP {status}"))));
         }
         let output = relay_stream(
+            kind.endpoint,
             response,
             self.max_response_bytes,
             kind.stream_idle_timeout,

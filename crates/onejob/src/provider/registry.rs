@@ -42,7 +42,7 @@ impl Providers {
             }
             let http = super::provider_client(connect_timeout(config, raw)?);
             let adapter: Arc<dyn Provider> = match raw.adapter {
-                Adapter::OpenaiChat => {
+                Adapter::OpenaiChat | Adapter::AnthropicMessages => {
                     Arc::new(OpenAiChat::new(raw, http.clone()).map_err(invalid)?)
                 }
                 Adapter::AsyncTask => Arc::new(AsyncTask::new(raw, http.clone()).map_err(invalid)?),

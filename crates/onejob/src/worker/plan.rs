@@ -179,6 +179,7 @@ mod tests {
             temperature: None,
             providers: providers.iter().map(|p| (*p).to_owned()).collect(),
             openai_models: Vec::new(),
+            endpoint: crate::gateway::Endpoint::Chat,
             attempt_timeout: Duration::from_secs(1),
             stream_idle_timeout: Duration::from_secs(1),
             stream_max: Duration::from_secs(1),

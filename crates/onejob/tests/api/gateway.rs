@@ -113,8 +113,13 @@ async fn the_models_are_listed_in_openai_shape(backend: Backend) {
     assert_eq!(status, 200);
     conforms("ListModelsResponse", &body);
     assert_eq!(body["object"], "list");
-    assert_eq!(body["data"][0]["id"], "fast");
-    assert_eq!(body["data"][0]["object"], "model");
+    let fast = body["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == "fast")
+        .unwrap_or_else(|| panic!("model fast is listed: {body}"));
+    assert_eq!(fast["object"], "model");
     let (status, body) = json(app.client.get(app.url("/v1/models")).send().await.unwrap()).await;
     assert_eq!(status, 401);
     conforms("ErrorResponse", &body);
@@ -811,7 +816,7 @@ async fn a_v1_path_onejob_does_not_serve_answers_in_openais_shape(backend: Backe
     assert_eq!(status, 404);
     conforms("ErrorResponse", &body);
     assert_eq!(body["error"]["type"], "not_found_error");
-    for path in ["/v1/embeddings", "/v1/responses", "/v1/no/such/thing"] {
+    for path in ["/v1/audio/speech", "/v1/files", "/v1/no/such/thing"] {
         let response = app
             .client
             .post(app.url(path))

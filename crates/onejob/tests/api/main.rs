@@ -7,6 +7,7 @@
 
 mod attempts;
 mod bad_input;
+mod beyond;
 mod cli;
 mod cli_client;
 mod cli_page;

@@ -214,15 +214,21 @@ fn error_answers_are_shared_components_not_inline_schemas() {
                 referenced += 1;
                 continue;
             }
-            // Inline only with a named schema: the gateway's errors in OpenAI's shape.
+            // Inline only with a named schema: the gateway's errors in OpenAI's shape (in
+            // Anthropic's at its Messages API).
             let content = response["content"].as_object().unwrap();
             assert!(
                 !content.contains_key("application/problem+json"),
                 "{endpoint} {status}: a problem answer written inline, not referenced"
             );
+            let shape = if endpoint.ends_with("/v1/messages") {
+                "#/components/schemas/AnthropicError"
+            } else {
+                "#/components/schemas/OpenAiError"
+            };
             for (media, body) in content {
                 assert_eq!(
-                    body["schema"]["$ref"], "#/components/schemas/OpenAiError",
+                    body["schema"]["$ref"], shape,
                     "{endpoint} {status} {media}: an inline error schema"
                 );
             }

@@ -364,7 +364,7 @@ async fn the_readme_runs_top_to_bottom_in_one_state() {
         !job.is_empty(),
         "the curl session's first answer named a job"
     );
-    assert_eq!(files_run.len(), 3, "the three snippets ran: {files_run:?}");
+    assert_eq!(files_run.len(), 4, "the four snippets ran: {files_run:?}");
     assert!(postgres_ran, "the PostgreSQL section ran");
     assert!(ran >= 20, "ran {ran} commands");
 }

@@ -24,6 +24,12 @@
 //! The README's "Drop-in for OpenAI SDKs" snippets are `sdk/python/quickstart.py` and
 //! `sdk/js/quickstart.mjs`, included verbatim (checked here) and run here against onejob.
 //!
+//! Beyond chat, `sdk/python/test_beyond.py` drives the endpoints with OpenAI's `openai`
+//! package (embeddings) and Anthropic's `anthropic` package (messages: `messages.create`
+//! plain and streamed, `messages.stream`, tools), and `sdk/js/beyond.test.mjs` with its npm package, each case a call,
+//! a replay counted as one upstream call at the fake, a changed body as the SDK's 422, or an
+//! SDK timeout whose retries re-attach to the one job.
+//!
 //! The tools are installed by `.ci/run`: a Python venv (`ONEJOB_SDK_VENV`, default
 //! `/var/cache/onejob/venv-sdk`) with `sdk/python/requirements.txt`, and `npm ci --prefix
 //! sdk/js`. Without them these tests fail with those instructions; they never skip.
@@ -34,6 +40,7 @@ use std::{
     time::Duration,
 };
 
+use onejob::gateway::Endpoint;
 use serde_json::Value;
 
 use crate::{
@@ -45,6 +52,8 @@ backend_tests!(
     the_python_sdk_gets_one_job_per_key_and_onejobs_answers,
     the_js_sdk_gets_one_job_per_key_and_onejobs_answers,
     langchain_and_litellm_get_one_job_per_key_and_onejobs_answers,
+    the_python_sdks_get_one_job_per_key_beyond_chat,
+    the_js_sdk_gets_one_job_per_key_beyond_chat,
 );
 
 /// `[gateway] wait` for these tests: short, so that a `409` still running is cheap to see.
@@ -55,6 +64,12 @@ const PYTHON_CASES: u32 = 22;
 
 /// The cases of `sdk/python/test_frameworks.py` (LangChain's ChatOpenAI and litellm).
 const FRAMEWORK_CASES: u32 = 8;
+
+/// The cases of `sdk/python/test_beyond.py` (the endpoints beyond chat).
+const PYTHON_BEYOND_CASES: u32 = 12;
+
+/// The cases of `sdk/js/beyond.test.mjs`.
+const JS_BEYOND_CASES: u32 = 4;
 
 /// The cases of `sdk/js/gateway.test.mjs`.
 const JS_CASES: u32 = 21;
@@ -165,6 +180,23 @@ async fn serving(db: &TestDatabase, fakes: &Fakes) -> TestApp {
     .await
 }
 
+/// onejob serving the demo's kinds beyond chat (`embed`, …) on the primary fake only.
+async fn serving_beyond(db: &TestDatabase, fakes: &Fakes) -> TestApp {
+    TestApp::running(db, fakes, |config| {
+        config.gateway.wait = WAIT;
+        for kind in &mut config.kinds {
+            if kind
+                .served()
+                .iter()
+                .any(|(endpoint, _)| *endpoint != Endpoint::Chat)
+            {
+                kind.providers = vec!["fake".into()];
+            }
+        }
+    })
+    .await
+}
+
 /// What a script printed.
 pub(crate) struct Printed {
     pub(crate) stdout: String,
@@ -251,7 +283,11 @@ async fn python_suite(backend: Backend, script: &str, cases: u32) {
     let python = python();
     let db = TestDatabase::create(backend).await;
     let fakes = Fakes::spawn().await;
-    let app = serving(&db, &fakes).await;
+    let app = if script == "test_beyond.py" {
+        serving_beyond(&db, &fakes).await
+    } else {
+        serving(&db, &fakes).await
+    };
     let printed = run(
         in_dir(&python, &sdk("python"), &[script]),
         &Target::of(&app, &fakes),
@@ -274,21 +310,39 @@ async fn langchain_and_litellm_get_one_job_per_key_and_onejobs_answers(backend: 
     python_suite(backend, "test_frameworks.py", FRAMEWORK_CASES).await;
 }
 
+async fn the_python_sdks_get_one_job_per_key_beyond_chat(backend: Backend) {
+    python_suite(backend, "test_beyond.py", PYTHON_BEYOND_CASES).await;
+}
+
 async fn the_js_sdk_gets_one_job_per_key_and_onejobs_answers(backend: Backend) {
     let dir = node_sdk();
     let db = TestDatabase::create(backend).await;
     let fakes = Fakes::spawn().await;
     let app = serving(&db, &fakes).await;
+    node_suite(&dir, &app, &fakes, "gateway.test.mjs", JS_CASES).await;
+}
+
+async fn the_js_sdk_gets_one_job_per_key_beyond_chat(backend: Backend) {
+    let dir = node_sdk();
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = serving_beyond(&db, &fakes).await;
+    node_suite(&dir, &app, &fakes, "beyond.test.mjs", JS_BEYOND_CASES).await;
+}
+
+/// Runs the `node --test` script `script` of `sdk/js` against `app`, asserting that all its
+/// `cases` ran and passed.
+async fn node_suite(dir: &Path, app: &TestApp, fakes: &Fakes, script: &str, cases: u32) {
     let printed = run(
-        in_dir("node", &dir, &["--test", "gateway.test.mjs"]),
-        &Target::of(&app, &fakes),
+        in_dir("node", dir, &["--test", script]),
+        &Target::of(app, fakes),
     )
     .await;
     // node --test's summary: "# pass 14", "# fail 0".
     let passed = count_after(&printed.stdout, "# pass ");
     assert!(
-        passed == Some(JS_CASES) && count_after(&printed.stdout, "# fail ") == Some(0),
-        "all {JS_CASES} cases ran and passed:\n{}",
+        passed == Some(cases) && count_after(&printed.stdout, "# fail ") == Some(0),
+        "all {cases} cases of {script} ran and passed:\n{}",
         printed.stdout
     );
 }

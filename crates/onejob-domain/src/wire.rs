@@ -1,0 +1,215 @@
+//! The streamed forms of two finished answers, as their APIs send them: an Anthropic
+//! `message` as its `message_start … message_stop` events, and an OpenAI Responses API
+//! `response` as its typed `response.created … response.completed` events.
+//!
+//! A gateway replays a stored answer as a stream with these, and the bundled fake streams
+//! its answers with them; each event is the JSON an SDK reads from one `data:` line, its
+//! `type` also being the SSE event name.
+
+use serde_json::{Map, Value, json};
+
+/// The events of a finished Anthropic `message`: `message_start` (the message without its
+/// content), per content block `content_block_start`, one delta (`text_delta`, or
+/// `input_json_delta` with a tool call's input), `content_block_stop`, then `message_delta`
+/// (the stop reason and output usage) and `message_stop`.
+pub fn message_events(message: &Value) -> Vec<Value> {
+    let mut start = message.clone();
+    if let Some(start) = start.as_object_mut() {
+        start.insert("content".into(), json!([]));
+        start.insert("stop_reason".into(), Value::Null);
+        start.insert("stop_sequence".into(), Value::Null);
+    }
+    let mut events = vec![json!({"type": "message_start", "message": start})];
+    let blocks = message["content"].as_array().cloned().unwrap_or_default();
+    for (index, block) in blocks.iter().enumerate() {
+        let kind = block["type"].as_str().unwrap_or("text");
+        let (empty, delta) = match kind {
+            "text" => (
+                json!({"type": "text", "text": ""}),
+                Some(json!({"type": "text_delta", "text": block["text"]})),
+            ),
+            "tool_use" => {
+                let mut empty = block.clone();
+                empty["input"] = json!({});
+                let input = serde_json::to_string(&block["input"]).unwrap_or_default();
+                (
+                    empty,
+                    Some(json!({"type": "input_json_delta", "partial_json": input})),
+                )
+            }
+            "thinking" => {
+                let mut empty = block.clone();
+                empty["thinking"] = json!("");
+                (
+                    empty,
+                    Some(json!({"type": "thinking_delta", "thinking": block["thinking"]})),
+                )
+            }
+            _ => (block.clone(), None),
+        };
+        events.push(json!({"type": "content_block_start", "index": index, "content_block": empty}));
+        if let Some(delta) = delta {
+            events.push(json!({"type": "content_block_delta", "index": index, "delta": delta}));
+        }
+        events.push(json!({"type": "content_block_stop", "index": index}));
+    }
+    let mut usage = Map::new();
+    usage.insert(
+        "output_tokens".into(),
+        message["usage"]["output_tokens"].clone(),
+    );
+    events.push(json!({
+        "type": "message_delta",
+        "delta": {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]},
+        "usage": usage,
+    }));
+    events.push(json!({"type": "message_stop"}));
+    events
+}
+
+/// The events of a finished OpenAI `response`: `response.created` and
+/// `response.in_progress` (the response in progress, without output), per output item
+/// `response.output_item.added`, for a message's text parts `response.content_part.added`,
+/// one `response.output_text.delta`, `response.output_text.done` and
+/// `response.content_part.done`, for a function call its
+/// `response.function_call_arguments.delta` and `.done`, then `response.output_item.done`,
+/// and last `response.completed` with the whole response. Each carries its
+/// `sequence_number`.
+pub fn response_events(response: &Value) -> Vec<Value> {
+    let mut events: Vec<Value> = Vec::new();
+    let mut push = |mut event: Value| {
+        event["sequence_number"] = json!(events.len());
+        events.push(event);
+    };
+    let mut started = response.clone();
+    started["status"] = json!("in_progress");
+    started["output"] = json!([]);
+    if let Some(started) = started.as_object_mut() {
+        started.insert("usage".into(), Value::Null);
+        started.insert("completed_at".into(), Value::Null);
+    }
+    push(json!({"type": "response.created", "response": started}));
+    push(json!({"type": "response.in_progress", "response": started}));
+    let items = response["output"].as_array().cloned().unwrap_or_default();
+    for (output_index, item) in items.iter().enumerate() {
+        let item_id = item["id"].clone();
+        let mut added = item.clone();
+        if added.get("status").is_some() {
+            added["status"] = json!("in_progress");
+        }
+        match item["type"].as_str() {
+            Some("message") => {
+                added["content"] = json!([]);
+                push(json!({"type": "response.output_item.added",
+                    "output_index": output_index, "item": added}));
+                let parts = item["content"].as_array().cloned().unwrap_or_default();
+                for (content_index, part) in parts.iter().enumerate() {
+                    let at = json!({"item_id": item_id, "output_index": output_index,
+                        "content_index": content_index});
+                    let with = |mut event: Value| {
+                        for (key, value) in at.as_object().into_iter().flatten() {
+                            event[key] = value.clone();
+                        }
+                        event
+                    };
+                    if part["type"] == "output_text" {
+                        let mut empty = part.clone();
+                        empty["text"] = json!("");
+                        empty["annotations"] = json!([]);
+                        push(with(
+                            json!({"type": "response.content_part.added", "part": empty}),
+                        ));
+                        push(with(json!({"type": "response.output_text.delta",
+                            "delta": part["text"], "logprobs": []})));
+                        push(with(json!({"type": "response.output_text.done",
+                            "text": part["text"], "logprobs": []})));
+                    } else {
+                        push(with(
+                            json!({"type": "response.content_part.added", "part": part}),
+                        ));
+                    }
+                    push(with(
+                        json!({"type": "response.content_part.done", "part": part}),
+                    ));
+                }
+            }
+            Some("function_call") => {
+                added["arguments"] = json!("");
+                push(json!({"type": "response.output_item.added",
+                    "output_index": output_index, "item": added}));
+                push(json!({"type": "response.function_call_arguments.delta",
+                    "item_id": item_id, "output_index": output_index,
+                    "delta": item["arguments"]}));
+                push(json!({"type": "response.function_call_arguments.done",
+                    "item_id": item_id, "output_index": output_index,
+                    "name": item["name"], "arguments": item["arguments"]}));
+            }
+            _ => push(json!({"type": "response.output_item.added",
+                "output_index": output_index, "item": added})),
+        }
+        push(json!({"type": "response.output_item.done",
+            "output_index": output_index, "item": item}));
+    }
+    let last = match response["status"].as_str() {
+        Some("incomplete") => "response.incomplete",
+        Some("failed") => "response.failed",
+        _ => "response.completed",
+    };
+    push(json!({"type": last, "response": response}));
+    events
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_is_streamed_block_by_block() {
+        let message = json!({"id": "msg_1", "type": "message", "role": "assistant",
+            "model": "m", "content": [{"type": "text", "text": "hi"},
+            {"type": "tool_use", "id": "t", "name": "w", "input": {"city": "Oslo"}}],
+            "stop_reason": "tool_use", "stop_sequence": null,
+            "usage": {"input_tokens": 3, "output_tokens": 2}});
+        let events = message_events(&message);
+        let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        assert_eq!(
+            types,
+            [
+                "message_start",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_stop",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_stop",
+                "message_delta",
+                "message_stop"
+            ]
+        );
+        assert_eq!(events[0]["message"]["content"], json!([]));
+        assert_eq!(events[2]["delta"]["text"], "hi");
+        assert_eq!(events[5]["delta"]["partial_json"], r#"{"city":"Oslo"}"#);
+        assert_eq!(events[7]["delta"]["stop_reason"], "tool_use");
+    }
+
+    #[test]
+    fn a_response_is_streamed_with_sequence_numbers_and_completed_last() {
+        let response = json!({"id": "resp_1", "object": "response", "status": "completed",
+            "output": [{"type": "message", "id": "m1", "status": "completed",
+            "role": "assistant", "content": [{"type": "output_text", "text": "hi",
+            "annotations": []}]}]});
+        let events = response_events(&response);
+        for (n, event) in events.iter().enumerate() {
+            assert_eq!(event["sequence_number"], n);
+        }
+        assert_eq!(events[0]["response"]["status"], "in_progress");
+        let delta = events
+            .iter()
+            .find(|e| e["type"] == "response.output_text.delta")
+            .unwrap();
+        assert_eq!(delta["delta"], "hi");
+        assert_eq!(delta["item_id"], "m1");
+        assert_eq!(events.last().unwrap()["type"], "response.completed");
+        assert_eq!(events.last().unwrap()["response"], response);
+    }
+}

@@ -1,0 +1,349 @@
+//! The gateway's endpoints: what each one's request is as a job, what a real answer there
+//! is, which request fields only say how the answer is delivered, and how a stored answer is
+//! streamed again.
+//!
+//! A gateway kind serves exactly one endpoint, named by the key that lists its models:
+//! `openai_models` (chat completions), `embedding_models`, `responses_models`,
+//! `image_models` or `anthropic_models` (Anthropic's Messages API).
+
+use serde_json::Value;
+
+use crate::kind::FieldError;
+
+/// An endpoint of the gateway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Endpoint {
+    /// `POST /v1/chat/completions`.
+    #[default]
+    Chat,
+    /// `POST /v1/embeddings`.
+    Embeddings,
+    /// `POST /v1/responses` (stateless).
+    Responses,
+    /// `POST /v1/images/generations`.
+    Images,
+    /// Anthropic's `POST /v1/messages`.
+    Messages,
+}
+
+impl Endpoint {
+    /// Every endpoint.
+    pub const ALL: [Endpoint; 5] = [
+        Endpoint::Chat,
+        Endpoint::Embeddings,
+        Endpoint::Responses,
+        Endpoint::Images,
+        Endpoint::Messages,
+    ];
+
+    /// Its path at onejob.
+    pub fn path(self) -> &'static str {
+        match self {
+            Endpoint::Chat => "/v1/chat/completions",
+            Endpoint::Embeddings => "/v1/embeddings",
+            Endpoint::Responses => "/v1/responses",
+            Endpoint::Images => "/v1/images/generations",
+            Endpoint::Messages => "/v1/messages",
+        }
+    }
+
+    /// Its path under a provider's `base_url` (which ends in `/v1`).
+    pub fn upstream_path(self) -> &'static str {
+        self.path().trim_start_matches("/v1")
+    }
+
+    /// The `[[kind]]` key that lists the models a kind serves here.
+    pub fn config_key(self) -> &'static str {
+        match self {
+            Endpoint::Chat => "openai_models",
+            Endpoint::Embeddings => "embedding_models",
+            Endpoint::Responses => "responses_models",
+            Endpoint::Images => "image_models",
+            Endpoint::Messages => "anthropic_models",
+        }
+    }
+
+    /// What a request here is called in messages.
+    pub fn request_name(self) -> &'static str {
+        match self {
+            Endpoint::Chat => "an OpenAI chat completion request",
+            Endpoint::Embeddings => "an OpenAI embeddings request",
+            Endpoint::Responses => "an OpenAI Responses API request",
+            Endpoint::Images => "an OpenAI image generation request",
+            Endpoint::Messages => "an Anthropic Messages API request",
+        }
+    }
+
+    /// The request fields that say how the answer is delivered, not what is asked: not part
+    /// of the job's params or fingerprint, and not sent upstream as the caller sent them.
+    pub fn delivery_fields(self) -> &'static [&'static str] {
+        match self {
+            Endpoint::Chat | Endpoint::Responses => &["stream", "stream_options"],
+            Endpoint::Messages => &["stream"],
+            Endpoint::Embeddings | Endpoint::Images => &[],
+        }
+    }
+
+    /// Whether answers here can be streamed.
+    pub fn streams(self) -> bool {
+        matches!(
+            self,
+            Endpoint::Chat | Endpoint::Responses | Endpoint::Messages
+        )
+    }
+
+    /// Whether its stream names each event (`event: <type>`), as the Responses and
+    /// Messages APIs do, rather than sending bare `data:` lines ending `[DONE]`.
+    pub fn named_events(self) -> bool {
+        matches!(self, Endpoint::Responses | Endpoint::Messages)
+    }
+
+    /// Checks a request's params (the request less its delivery).
+    pub fn check_request(self, params: &Value) -> Result<(), Vec<FieldError>> {
+        let Some(request) = params.as_object() else {
+            return refuse("/", &format!("{} is a JSON object", self.request_name()));
+        };
+        match self {
+            Endpoint::Chat => super::check_request(params),
+            Endpoint::Embeddings => match request.get("input") {
+                Some(Value::String(text)) if !text.is_empty() => Ok(()),
+                Some(Value::Array(items)) if !items.is_empty() => Ok(()),
+                _ => refuse(
+                    "/input",
+                    "an embeddings request needs an `input`: a non-empty string or array",
+                ),
+            },
+            Endpoint::Responses => match request.get("input") {
+                Some(Value::String(text)) if !text.is_empty() => Ok(()),
+                Some(Value::Array(items)) if !items.is_empty() => Ok(()),
+                _ => refuse(
+                    "/input",
+                    "a Responses API request needs an `input`: text or a non-empty array of \
+                     items",
+                ),
+            },
+            Endpoint::Images => match request.get("prompt") {
+                Some(Value::String(text)) if !text.trim().is_empty() => Ok(()),
+                _ => refuse(
+                    "/prompt",
+                    "an image generation request needs a non-empty `prompt`",
+                ),
+            },
+            Endpoint::Messages => {
+                if !request.get("max_tokens").is_some_and(Value::is_u64) {
+                    return refuse(
+                        "/max_tokens",
+                        "a Messages API request needs `max_tokens`, a positive integer",
+                    );
+                }
+                match request.get("messages").and_then(Value::as_array) {
+                    Some(messages) if !messages.is_empty() => {
+                        for (i, message) in messages.iter().enumerate() {
+                            if !message.get("role").is_some_and(Value::is_string) {
+                                return refuse(
+                                    &format!("/messages/{i}"),
+                                    "each message is an object with a string `role`",
+                                );
+                            }
+                        }
+                        Ok(())
+                    }
+                    _ => refuse(
+                        "/messages",
+                        "a Messages API request needs a non-empty `messages` array",
+                    ),
+                }
+            }
+        }
+    }
+
+    /// Whether `answer` is a real one here ("no fake success").
+    pub fn check_answer(self, answer: &Value) -> Result<(), Vec<FieldError>> {
+        match self {
+            Endpoint::Chat => super::check_completion(answer),
+            Endpoint::Embeddings => {
+                let data = answer.get("data").and_then(Value::as_array);
+                let real = |item: &Value| match item.get("embedding") {
+                    Some(Value::Array(numbers)) => !numbers.is_empty(),
+                    Some(Value::String(encoded)) => !encoded.is_empty(),
+                    _ => false,
+                };
+                match data {
+                    Some(items) if !items.is_empty() && items.iter().all(real) => Ok(()),
+                    _ => refuse(
+                        "/data",
+                        "the answer has no embeddings (or an empty one): no real answer",
+                    ),
+                }
+            }
+            Endpoint::Images => {
+                let data = answer.get("data").and_then(Value::as_array);
+                let real = |item: &Value| {
+                    ["url", "b64_json"].iter().any(|field| {
+                        item.get(*field)
+                            .and_then(Value::as_str)
+                            .is_some_and(|s| !s.trim().is_empty())
+                    })
+                };
+                match data {
+                    Some(items) if !items.is_empty() && items.iter().all(real) => Ok(()),
+                    _ => refuse(
+                        "/data",
+                        "the answer has no image (each needs a url or b64_json): no real answer",
+                    ),
+                }
+            }
+            Endpoint::Responses => {
+                if answer.get("status").and_then(Value::as_str) == Some("failed") {
+                    return refuse("/status", "the response failed: no real answer");
+                }
+                let items = answer.get("output").and_then(Value::as_array);
+                let real = |item: &Value| match item.get("type").and_then(Value::as_str) {
+                    Some("message") => {
+                        item.get("content")
+                            .and_then(Value::as_array)
+                            .is_some_and(|parts| {
+                                parts.iter().any(|part| {
+                                    ["text", "refusal"].iter().any(|field| {
+                                        part.get(*field)
+                                            .and_then(Value::as_str)
+                                            .is_some_and(|t| !t.trim().is_empty())
+                                    })
+                                })
+                            })
+                    }
+                    Some("reasoning") | None => false,
+                    Some(_) => true,
+                };
+                if items.is_some_and(|items| items.iter().any(real)) {
+                    Ok(())
+                } else {
+                    refuse(
+                        "/output",
+                        "the response has no output text and no tool call: no real answer",
+                    )
+                }
+            }
+            Endpoint::Messages => {
+                let blocks = answer.get("content").and_then(Value::as_array);
+                let real = |block: &Value| match block.get("type").and_then(Value::as_str) {
+                    Some("text") => block
+                        .get("text")
+                        .and_then(Value::as_str)
+                        .is_some_and(|t| !t.trim().is_empty()),
+                    Some("thinking" | "redacted_thinking") | None => false,
+                    Some(_) => true,
+                };
+                if blocks.is_some_and(|blocks| blocks.iter().any(real)) {
+                    Ok(())
+                } else {
+                    refuse(
+                        "/content",
+                        "the message has no text and no tool use: no real answer",
+                    )
+                }
+            }
+        }
+    }
+
+    /// A stored answer as the events of a stream (for a chat completion, its chunks, the
+    /// usage chunk where asked).
+    pub fn events_of(self, answer: &Value, include_usage: bool) -> Vec<Value> {
+        match self {
+            Endpoint::Responses => onejob_domain::wire::response_events(answer),
+            Endpoint::Messages => onejob_domain::wire::message_events(answer),
+            _ => super::completion::chunks_of(answer, include_usage),
+        }
+    }
+}
+
+fn refuse(path: &str, message: &str) -> Result<(), Vec<FieldError>> {
+    Err(vec![FieldError {
+        path: path.into(),
+        message: message.into(),
+    }])
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn an_embedding_answer_needs_every_embedding() {
+        let e = Endpoint::Embeddings;
+        assert!(
+            e.check_answer(&json!({"data": [{"embedding": [0.1]}, {"embedding": "AAAA"}]}))
+                .is_ok()
+        );
+        assert!(e.check_answer(&json!({"data": []})).is_err());
+        assert!(
+            e.check_answer(&json!({"data": [{"embedding": [0.1]}, {"embedding": []}]}))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn a_message_or_response_needs_text_or_a_tool_call() {
+        let m = Endpoint::Messages;
+        assert!(
+            m.check_answer(&json!({"content": [{"type": "text", "text": "hi"}]}))
+                .is_ok()
+        );
+        assert!(
+            m.check_answer(&json!({"content": [{"type": "tool_use", "name": "w"}]}))
+                .is_ok()
+        );
+        assert!(
+            m.check_answer(&json!({"content": [{"type": "text", "text": " "}]}))
+                .is_err()
+        );
+        let r = Endpoint::Responses;
+        let text = |t: &str| {
+            json!({"status": "completed", "output": [{"type": "message",
+            "content": [{"type": "output_text", "text": t}]}]})
+        };
+        assert!(r.check_answer(&text("hi")).is_ok());
+        assert!(r.check_answer(&text("")).is_err());
+        assert!(
+            r.check_answer(&json!({"output": [{"type": "function_call", "name": "w"}]}))
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn requests_need_their_input() {
+        assert!(
+            Endpoint::Embeddings
+                .check_request(&json!({"input": ["a"]}))
+                .is_ok()
+        );
+        assert_eq!(
+            Endpoint::Embeddings
+                .check_request(&json!({"input": []}))
+                .unwrap_err()[0]
+                .path,
+            "/input"
+        );
+        assert_eq!(
+            Endpoint::Messages
+                .check_request(&json!({"messages": [{"role": "user", "content": "x"}]}))
+                .unwrap_err()[0]
+                .path,
+            "/max_tokens"
+        );
+        assert!(
+            Endpoint::Images
+                .check_request(&json!({"prompt": "a fox"}))
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn upstream_paths_sit_under_v1() {
+        assert_eq!(Endpoint::Embeddings.upstream_path(), "/embeddings");
+        assert_eq!(Endpoint::Messages.upstream_path(), "/messages");
+        assert_eq!(Endpoint::Chat.upstream_path(), "/chat/completions");
+    }
+}

@@ -1,0 +1,531 @@
+//! The gateway beyond chat (docs/design.md §9 "Beyond chat"), black-box over HTTP on both
+//! stores with the fake provider as the upstream: each endpoint keeps the one-job contract
+//! of `POST /v1/chat/completions` — the same key is the same answer (`Idempotent-Replayed`),
+//! another body under it a `422`, a job still running a `409` with `Retry-After` that a
+//! retry attaches to, an unknown outcome a `409` naming the job, an answer without its
+//! artifact a failure — and answers in its API's shape, validated against OpenAI's own
+//! schemas (`openai_schemas.rs`) where the API is OpenAI's. The real SDKs drive the same
+//! endpoints in `sdk.rs`.
+
+use std::time::Duration;
+
+use onejob::config::{Config, KindConfig};
+use onejob_fake::{Behaviour, Outcome, Rule};
+use reqwest::Response;
+use serde_json::{Value, json};
+
+use crate::{
+    helpers::{Backend, Fakes, TestApp, TestDatabase, backend_tests, json},
+    openai_schemas::conforms,
+};
+
+backend_tests!(
+    embeddings_keep_the_one_job_contract,
+    embeddings_pass_the_encoding_through_and_keep_the_usage,
+    a_model_is_served_only_at_its_own_endpoint,
+    messages_keep_the_one_job_contract,
+    messages_stream_live_and_replayed_as_anthropics_events,
+    messages_take_x_api_key_and_answer_errors_in_anthropics_shape,
+    an_anthropic_messages_provider_is_sent_anthropics_headers,
+);
+
+const WITHIN: Duration = Duration::from_secs(30);
+
+/// One endpoint under test.
+struct Case {
+    /// Its path.
+    path: &'static str,
+    /// The demo's kind serving it.
+    kind: &'static str,
+    /// Where the fake counts its calls.
+    upstream: &'static str,
+    /// OpenAI's schema of its answer (`None`: Anthropic's API).
+    schema: Option<&'static str>,
+    /// A request asking about `text`.
+    request: fn(&str) -> Value,
+    /// The same request with another intent.
+    changed: fn(&str) -> (Value, &'static str),
+}
+
+const EMBEDDINGS: Case = Case {
+    path: "/v1/embeddings",
+    kind: "embed.fast",
+    upstream: "embeddings",
+    schema: Some("CreateEmbeddingResponse"),
+    request: |text| json!({"model": "embed", "input": text}),
+    changed: |text| {
+        (
+            json!({"model": "embed", "input": text, "dimensions": 4}),
+            "/dimensions",
+        )
+    },
+};
+
+const MESSAGES: Case = Case {
+    path: "/v1/messages",
+    kind: "messages.fast",
+    upstream: "messages",
+    schema: None,
+    request: |text| {
+        json!({"model": "converse", "max_tokens": 64,
+            "messages": [{"role": "user", "content": text}]})
+    },
+    changed: |text| {
+        (
+            json!({"model": "converse", "max_tokens": 128,
+                "messages": [{"role": "user", "content": text}]}),
+            "/max_tokens",
+        )
+    },
+};
+
+/// The kind `name` served by the primary fake only, with one attempt; its attempts time out
+/// after 2 s and callers wait 300 ms.
+fn quick(config: &mut Config, name: &str) {
+    let kind = kind(config, name);
+    kind.providers = vec!["fake".into()];
+    kind.max_attempts = 1;
+    kind.attempt_timeout = Duration::from_secs(2);
+    config.gateway.wait = Duration::from_millis(300);
+}
+
+fn kind<'c>(config: &'c mut Config, name: &str) -> &'c mut KindConfig {
+    config
+        .kinds
+        .iter_mut()
+        .find(|k| k.name == name)
+        .unwrap_or_else(|| panic!("the demo declares kind {name}"))
+}
+
+fn rule(matches: &str, behaviour: Behaviour) -> Rule {
+    Rule {
+        matches: Some(matches.into()),
+        times: None,
+        behaviour,
+    }
+}
+
+impl TestApp {
+    /// `POST path` with `body` under `key`.
+    pub async fn call(&self, path: &str, key: &str, body: &Value) -> Response {
+        self.client
+            .post(self.url(path))
+            .bearer_auth(&self.token)
+            .header("Idempotency-Key", key)
+            .json(body)
+            .send()
+            .await
+            .unwrap()
+    }
+}
+
+/// The answer's status, headers and JSON body, checked to be what the endpoint's API
+/// answers: its schema's document for a `200`, its error shape otherwise.
+async fn answered(case: &Case, response: Response) -> (u16, reqwest::header::HeaderMap, Value) {
+    let headers = response.headers().clone();
+    let (status, body) = json(response).await;
+    match (case.schema, status) {
+        (Some(schema), 200) => conforms(schema, &body),
+        (Some(_), _) => conforms("ErrorResponse", &body),
+        (None, 200) => assert_eq!(body["type"], "message", "{body}"),
+        (None, _) => {
+            assert_eq!(body["type"], "error", "{body}");
+            assert!(body["error"]["type"].is_string(), "{body}");
+            assert!(body["error"]["message"].is_string(), "{body}");
+        }
+    }
+    (status, headers, body)
+}
+
+/// The error member of an error answer (the same place in both shapes).
+fn error(body: &Value) -> &Value {
+    &body["error"]
+}
+
+/// The calls the fake received at the case's endpoint whose input mentions `text`.
+fn upstream_calls(case: &Case, fakes: &Fakes, text: &str) -> usize {
+    fakes
+        .primary
+        .submissions()
+        .requests
+        .iter()
+        .filter(|r| r.endpoint == case.upstream && r.input.to_string().contains(text))
+        .count()
+}
+
+/// The whole contract at one endpoint, on one server.
+async fn keeps_the_one_job_contract(backend: Backend, case: Case) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(rule(
+        "slow",
+        Behaviour {
+            run_ms: 1_000,
+            ..Default::default()
+        },
+    ));
+    fakes.primary.add_rule(rule(
+        "silent",
+        Behaviour {
+            hang_after_ack: true,
+            ..Default::default()
+        },
+    ));
+    fakes.primary.add_rule(rule(
+        "empty",
+        Behaviour {
+            outcome: Outcome::MissingArtifact,
+            ..Default::default()
+        },
+    ));
+    let app = TestApp::running(&db, &fakes, |config| quick(config, case.kind)).await;
+
+    // One key, one job, one upstream call; the retry is the same answer, replayed.
+    let body = (case.request)("a red fox");
+    let (status, headers, first) = answered(&case, app.call(case.path, "fox", &body).await).await;
+    assert_eq!(status, 200, "{first}");
+    assert!(headers.get("idempotent-replayed").is_none());
+    let job_id = headers["onejob-job-id"].to_str().unwrap().to_owned();
+    assert_eq!(app.job(&job_id).await["kind"], case.kind);
+    let (status, headers, again) = answered(&case, app.call(case.path, "fox", &body).await).await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(headers["idempotent-replayed"], "true");
+    assert_eq!(headers["onejob-job-id"], job_id.as_str());
+    assert_eq!(again, first, "the replay is the stored answer");
+    assert_eq!(upstream_calls(&case, &fakes, "a red fox"), 1);
+
+    // Another body under the key: 422 naming what changed, nothing run.
+    let (other, changed) = (case.changed)("a red fox");
+    let (status, _, refused) = answered(&case, app.call(case.path, "fox", &other).await).await;
+    assert_eq!(status, 422, "{refused}");
+    assert_eq!(error(&refused)["code"], "key-reused");
+    assert_eq!(error(&refused)["changed"], json!([changed]), "{refused}");
+    assert_eq!(upstream_calls(&case, &fakes, "a red fox"), 1);
+
+    // Still running after the wait: 409 with Retry-After; retries attach to the one job.
+    let slow = (case.request)("a slow fox");
+    let (status, headers, running) =
+        answered(&case, app.call(case.path, "slow", &slow).await).await;
+    assert_eq!(status, 409, "{running}");
+    assert_eq!(headers["retry-after"], "1");
+    assert_eq!(error(&running)["state"], "running");
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    loop {
+        let (status, _, body) = answered(&case, app.call(case.path, "slow", &slow).await).await;
+        if status == 200 {
+            break;
+        }
+        assert_eq!(status, 409, "{body}");
+        assert!(tokio::time::Instant::now() < deadline, "{body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(upstream_calls(&case, &fakes, "a slow fox"), 1);
+
+    // An attempt that timed out: its outcome is unknown, a 409 naming the job.
+    let silent = (case.request)("a silent fox");
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    let unknown = loop {
+        let (status, _, body) = answered(&case, app.call(case.path, "silent", &silent).await).await;
+        assert_eq!(status, 409, "{body}");
+        if error(&body)["state"] == "unknown" {
+            break body;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let message = error(&unknown)["message"].as_str().unwrap();
+    let job = error(&unknown)["job_id"].as_str().unwrap();
+    assert!(
+        message.contains(job) && message.contains("awaits proof"),
+        "{message}"
+    );
+
+    // An answer without its artifact is a failure, never a success.
+    let empty = (case.request)("an empty fox");
+    let (status, headers, failed) =
+        answered(&case, app.call(case.path, "empty", &empty).await).await;
+    assert_eq!(status, 502, "{failed}");
+    let job_id = headers["onejob-job-id"].to_str().unwrap();
+    assert_eq!(app.job(job_id).await["state"], "failed");
+}
+
+async fn embeddings_keep_the_one_job_contract(backend: Backend) {
+    keeps_the_one_job_contract(backend, EMBEDDINGS).await;
+}
+
+async fn embeddings_pass_the_encoding_through_and_keep_the_usage(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, |config| quick(config, "embed.fast")).await;
+    let body = json!({"model": "embed", "input": ["a red fox", "a grey hen"],
+        "encoding_format": "base64"});
+    let response = app.call("/v1/embeddings", "b64", &body).await;
+    let (status, mut answer) = json(response).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["data"].as_array().unwrap().len(), 2);
+    // OpenAI's schema knows only float arrays; its API (and SDKs) send base64 as a string of
+    // little-endian f32s, as asked: decoded, the answer is what the schema describes.
+    for item in answer["data"].as_array_mut().unwrap() {
+        let encoded = item["embedding"].as_str().expect("base64, as asked");
+        let floats: Vec<f32> = decode_base64(encoded)
+            .chunks(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        assert_eq!(floats.len(), 8, "{encoded}");
+        item["embedding"] = json!(floats);
+    }
+    conforms("CreateEmbeddingResponse", &answer);
+    assert_eq!(
+        answer["usage"]["prompt_tokens"], 6,
+        "the upstream's usage, kept"
+    );
+    let sent = &fakes.primary.submissions().requests[0];
+    assert_eq!(sent.endpoint, "embeddings");
+    assert_eq!(sent.request["encoding_format"], "base64");
+    assert_eq!(sent.request["model"], "fake", "the provider's own model");
+}
+
+async fn a_model_is_served_only_at_its_own_endpoint(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, |config| quick(config, "embed.fast")).await;
+    let chat = json!({"model": "fast", "input": "a fox"});
+    let (status, _, body) =
+        answered(&EMBEDDINGS, app.call("/v1/embeddings", "k", &chat).await).await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["error"]["served_at"], "/v1/chat/completions");
+    let (status, body) = json(app.get("/v1/models").send().await.unwrap()).await;
+    assert_eq!(status, 200);
+    let ids: Vec<&str> = body["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert!(ids.contains(&"embed") && ids.contains(&"fast"), "{ids:?}");
+    assert_eq!(fakes.primary.submissions().total, 0);
+}
+
+/// Standard base64 (with padding) decoded.
+fn decode_base64(text: &str) -> Vec<u8> {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let values: Vec<u32> = text
+        .bytes()
+        .filter(|b| *b != b'=')
+        .map(|b| ALPHABET.iter().position(|a| *a == b).expect("base64") as u32)
+        .collect();
+    let mut bytes = Vec::new();
+    for group in values.chunks(4) {
+        let n = group
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, v)| n | v << (18 - 6 * i));
+        bytes.extend(n.to_be_bytes()[1..group.len()].iter());
+    }
+    bytes
+}
+
+async fn messages_keep_the_one_job_contract(backend: Backend) {
+    keeps_the_one_job_contract(backend, MESSAGES).await;
+}
+
+/// The events of a `text/event-stream` answer: each one's `event:` name and JSON data.
+async fn events(response: Response) -> Vec<(String, Value)> {
+    assert_eq!(response.status(), 200);
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let text = response.text().await.unwrap();
+    text.split("\n\n")
+        .filter(|block| block.lines().any(|l| l.starts_with("data:")))
+        .map(|block| {
+            let mut name = String::new();
+            let mut data = String::new();
+            for line in block.lines() {
+                if let Some(value) = line.strip_prefix("event:") {
+                    name = value.trim().to_owned();
+                } else if let Some(value) = line.strip_prefix("data:") {
+                    data.push_str(value.trim_start());
+                }
+            }
+            let data: Value = serde_json::from_str(&data)
+                .unwrap_or_else(|e| panic!("an event's data is JSON: {e}: {data}"));
+            (name, data)
+        })
+        .collect()
+}
+
+async fn messages_stream_live_and_replayed_as_anthropics_events(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(rule(
+        "fox",
+        Behaviour {
+            run_ms: 600,
+            ..Default::default()
+        },
+    ));
+    let app = TestApp::running(&db, &fakes, |config| quick(config, "messages.fast")).await;
+    let mut body = (MESSAGES.request)("Stream a red fox.");
+    body["stream"] = json!(true);
+    // Two readers of one key at once: one upstream call, the same events, live.
+    let (first, second) = tokio::join!(app.call("/v1/messages", "stream", &body), async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        app.call("/v1/messages", "stream", &body).await
+    });
+    let job_id = first.headers()["onejob-job-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let (first, second) = (events(first).await, events(second).await);
+    assert_eq!(first, second);
+    let names: Vec<&str> = first.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names.first(), Some(&"message_start"));
+    assert_eq!(names.last(), Some(&"message_stop"));
+    assert!(names.contains(&"content_block_delta"), "{names:?}");
+    for (name, data) in &first {
+        assert_eq!(
+            data["type"],
+            name.as_str(),
+            "each event is named by its type"
+        );
+    }
+    assert_eq!(upstream_calls(&MESSAGES, &fakes, "Stream a red fox."), 1);
+    // The job's result is the message the events add up to.
+    let job = app.job(&job_id).await;
+    assert_eq!(job["state"], "succeeded", "{job}");
+    let stored = &job["result"];
+    assert_eq!(stored["type"], "message");
+    assert!(
+        stored["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Stream a red fox."),
+        "{stored}"
+    );
+    assert_eq!(stored["stop_reason"], "end_turn");
+    // Asked again after completion: as JSON, the stored message; as a stream, its events.
+    body.as_object_mut().unwrap().remove("stream");
+    let (status, headers, message) =
+        answered(&MESSAGES, app.call("/v1/messages", "stream", &body).await).await;
+    assert_eq!(status, 200, "{message}");
+    assert_eq!(headers["idempotent-replayed"], "true");
+    assert_eq!(&message, stored);
+    body["stream"] = json!(true);
+    let replayed = events(app.call("/v1/messages", "stream", &body).await).await;
+    let replayed_names: Vec<&str> = replayed.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        replayed_names.iter().filter(|n| **n != "ping").count(),
+        names.iter().filter(|n| **n != "ping").count()
+    );
+    assert_eq!(upstream_calls(&MESSAGES, &fakes, "Stream a red fox."), 1);
+}
+
+async fn messages_take_x_api_key_and_answer_errors_in_anthropics_shape(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, |config| quick(config, "messages.fast")).await;
+    let body = (MESSAGES.request)("A fox by x-api-key.");
+    let call = |key: Option<&str>| {
+        let mut call = app
+            .client
+            .post(app.url("/v1/messages"))
+            .header("Idempotency-Key", "x-api-key")
+            .header("anthropic-version", "2023-06-01")
+            .json(&body);
+        if let Some(key) = key {
+            call = call.header("x-api-key", key);
+        }
+        call.send()
+    };
+    let (status, _, message) = answered(&MESSAGES, call(Some(&app.token)).await.unwrap()).await;
+    assert_eq!(status, 200, "{message}");
+    let (status, _, refused) = answered(&MESSAGES, call(None).await.unwrap()).await;
+    assert_eq!(status, 401, "{refused}");
+    assert_eq!(refused["error"]["type"], "authentication_error");
+    let (status, _, refused) = answered(&MESSAGES, call(Some("oj_nope")).await.unwrap()).await;
+    assert_eq!(status, 401, "{refused}");
+    // Not a Messages request: Anthropic's invalid_request_error, naming the field.
+    let no_limit = json!({"model": "converse", "messages": [{"role": "user", "content": "x"}]});
+    let (status, _, refused) = answered(
+        &MESSAGES,
+        app.call("/v1/messages", "no-limit", &no_limit).await,
+    )
+    .await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(refused["error"]["type"], "invalid_request_error");
+    assert!(refused.to_string().contains("max_tokens"), "{refused}");
+}
+
+async fn an_anthropic_messages_provider_is_sent_anthropics_headers(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    // An upstream that answers one message and keeps the headers it was sent.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let kept = seen.clone();
+    let upstream = axum::Router::new().route(
+        "/v1/messages",
+        axum::routing::post(move |headers: axum::http::HeaderMap, body: String| {
+            let kept = kept.clone();
+            async move {
+                kept.lock().unwrap().push((headers, body));
+                axum::Json(
+                    json!({"id": "msg_1", "type": "message", "role": "assistant",
+                    "model": "claude-x", "content": [{"type": "text", "text": "a fox"}],
+                    "stop_reason": "end_turn", "stop_sequence": null,
+                    "usage": {"input_tokens": 1, "output_tokens": 2}}),
+                )
+            }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, upstream).await });
+    let app = TestApp::running(&db, &fakes, |config| {
+        quick(config, "messages.fast");
+        let mut provider = onejob::config::ProviderConfig::new(
+            "claude",
+            onejob::config::Adapter::AnthropicMessages,
+        );
+        provider.base_url = Some(format!("http://{addr}/v1"));
+        provider.model = Some("claude-x".into());
+        // Any variable set in the test's environment: its value is the upstream key.
+        provider.api_key_env = Some("CARGO_PKG_NAME".into());
+        config.providers.push(provider);
+        kind(config, "messages.fast").providers = vec!["claude".into()];
+    })
+    .await;
+    let body = (MESSAGES.request)("A fox for Claude.");
+    let (status, _, message) =
+        answered(&MESSAGES, app.call("/v1/messages", "claude", &body).await).await;
+    assert_eq!(status, 200, "{message}");
+    assert_eq!(message["content"][0]["text"], "a fox");
+    let seen = seen.lock().unwrap();
+    let (headers, sent) = &seen[0];
+    assert_eq!(headers["anthropic-version"], "2023-06-01");
+    assert_eq!(headers["x-api-key"], env!("CARGO_PKG_NAME"));
+    assert!(headers.get("authorization").is_none(), "{headers:?}");
+    let sent: Value = serde_json::from_str(sent).unwrap();
+    assert_eq!(sent["model"], "claude-x", "the provider's own model");
+    assert_eq!(sent["max_tokens"], 64, "the caller's, untouched");
+}
+
+#[test]
+fn the_gateway_pages_configs_beyond_chat_compile() {
+    let page = crate::docs::page("docs/gateway.md");
+    let configs = crate::docs::blocks(&page, "toml");
+    assert!(!configs.is_empty(), "docs/gateway.md shows its configs");
+    for config in configs {
+        let parsed = onejob::config::Config::from_toml(
+            &config,
+            "docs/gateway.md".as_ref(),
+            ".".into(),
+            std::iter::empty(),
+        )
+        .unwrap_or_else(|e| panic!("{e}:\n{config}"));
+        onejob::kind::Kinds::compile(&parsed).unwrap_or_else(|e| panic!("{e}:\n{config}"));
+    }
+}

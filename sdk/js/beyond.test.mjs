@@ -1,0 +1,120 @@
+// onejob's gateway beyond chat (DESIGN §9 "Beyond chat") driven by the real `openai` npm
+// package: embeddings, and what each case names.
+//
+// Run by `cargo test` (crates/onejob/tests/api/sdk.rs), which starts onejob serving the
+// demo's models beyond chat on a fake provider (`embed` at /v1/embeddings, …), with
+// `[gateway] wait = "2s"`, and passes:
+//   ONEJOB_URL       the server, http://127.0.0.1:PORT (the SDK's baseURL is ONEJOB_URL/v1)
+//   ONEJOB_API_KEY   a onejob API key
+//   ONEJOB_FAKE_URL  the fake provider's root, for its /_fake control endpoints (rules, and
+//                    GET /_fake/submissions: the upstream calls counted below)
+//
+// Every case uses its own input and Idempotency-Key, so the cases do not see each other.
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { randomUUID } from "node:crypto";
+import OpenAI, { UnprocessableEntityError } from "openai";
+
+function required(name) {
+  const value = process.env[name];
+  if (!value) throw new Error(`${name} is not set; this test is run by cargo test (tests/api/sdk.rs)`);
+  return value.replace(/\/$/, "");
+}
+
+const baseURL = `${required("ONEJOB_URL")}/v1`;
+const apiKey = required("ONEJOB_API_KEY");
+const fakeURL = required("ONEJOB_FAKE_URL");
+const run = randomUUID().slice(0, 8);
+
+async function fake(path, body) {
+  const response = await fetch(fakeURL + path, {
+    method: body === undefined ? "GET" : "POST",
+    headers: { "Content-Type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  assert.ok(response.ok, `${path}: ${response.status} ${await response.clone().text()}`);
+  return response.json();
+}
+
+const addRule = (matches, behaviour) => fake("/_fake/rules", { matches, ...behaviour });
+
+/** The requests the upstream received at `endpoint` whose input mentions `text`. */
+async function upstreamCalls(endpoint, text) {
+  const seen = await fake("/_fake/submissions");
+  return seen.requests.filter((r) => r.endpoint === endpoint && JSON.stringify(r.input).includes(text));
+}
+
+/** An input no other case (or earlier run against the same fake) sends. */
+const unique = (text) => `${text} [${run}]`;
+const key = (name) => ({ headers: { "Idempotency-Key": `js-beyond:${name}:${run}` } });
+const client = (options = {}) => new OpenAI({ baseURL, apiKey, ...options });
+
+/** A client whose requests are counted (the SDK's own retries included). */
+function counted(options = {}) {
+  const sent = { requests: 0 };
+  const sdk = client({
+    ...options,
+    fetch: (url, init) => {
+      sent.requests += 1;
+      return fetch(url, init);
+    },
+  });
+  return [sdk, sent];
+}
+
+describe("embeddings through the openai npm package", () => {
+  it("answers embeddings.create with the upstream's vectors and usage", async () => {
+    const text = unique("A red fox.");
+    const answer = await client().embeddings.create({ model: "embed", input: [text, "a grey hen"] }, key("embed"));
+    assert.equal(answer.object, "list");
+    assert.deepEqual(
+      answer.data.map((e) => e.index),
+      [0, 1],
+    );
+    assert.equal(answer.data[0].embedding.length, 8);
+    assert.ok(answer.usage.prompt_tokens > 0);
+    // The SDK asks for base64 by itself and decodes it: the format passed through.
+    const [call] = await upstreamCalls("embeddings", text);
+    assert.equal(call.request.encoding_format, "base64");
+  });
+
+  it("makes the same call twice under one key one upstream call", async () => {
+    const text = unique("Embed a fox twice.");
+    const sdk = client();
+    const body = { model: "embed", input: text };
+    const first = await sdk.embeddings.create(body, key("twice")).withResponse();
+    const second = await sdk.embeddings.create(body, key("twice")).withResponse();
+    assert.equal(first.response.headers.get("idempotent-replayed"), null);
+    assert.equal(second.response.headers.get("idempotent-replayed"), "true");
+    assert.equal(first.response.headers.get("onejob-job-id"), second.response.headers.get("onejob-job-id"));
+    assert.deepEqual(first.data, second.data);
+    assert.equal((await upstreamCalls("embeddings", text)).length, 1);
+  });
+
+  it("refuses another input under the key with the SDK's 422", async () => {
+    const text = unique("Embed a fox, then a hen.");
+    const sdk = client();
+    await sdk.embeddings.create({ model: "embed", input: text }, key("changed"));
+    const refused = await sdk.embeddings.create({ model: "embed", input: `${text} and a hen` }, key("changed")).then(
+      () => assert.fail("a changed body under the same key must be refused"),
+      (error) => error,
+    );
+    assert.ok(refused instanceof UnprocessableEntityError, String(refused));
+    assert.equal(refused.code, "key-reused");
+    assert.deepEqual(refused.error.changed, ["/input"]);
+    assert.equal((await upstreamCalls("embeddings", text)).length, 1);
+  });
+
+  it("retries an SDK timeout into the same job", async () => {
+    const text = unique("A slow fox to embed.");
+    await addRule(text, { run_ms: 2500 });
+    const [sdk, sent] = counted({ timeout: 1000, maxRetries: 6 });
+    const started = Date.now();
+    const { data, response } = await sdk.embeddings.create({ model: "embed", input: text }, key("timeout")).withResponse();
+    assert.equal(data.data[0].embedding.length, 8);
+    assert.ok(sent.requests >= 2, `the SDK timed out and retried (${sent.requests} requests)`);
+    assert.ok(Date.now() - started >= 2500);
+    assert.equal(response.headers.get("idempotent-replayed"), "true");
+    assert.equal((await upstreamCalls("embeddings", text)).length, 1);
+  });
+});
