@@ -1,7 +1,8 @@
-//! Test fixtures: a fresh database ([`Database`]), a onejob serving on port 0
-//! ([`Server`]), API keys, and `both_backends!` to run one test on PostgreSQL and SQLite.
+//! Test fixtures: a onejob serving on port 0 ([`Server`]) and API keys, over the shared
+//! fixtures of `onejob-fixtures` (a fresh database per test, and `both_backends!`, its
+//! `backend_tests!`, to run one test on PostgreSQL and SQLite).
 
-use std::{path::PathBuf, time::Duration};
+use std::time::Duration;
 
 use onejob::{
     app::App,
@@ -10,107 +11,11 @@ use onejob::{
 };
 use onejob_client::{Client, RetryPolicy};
 use onejob_domain::Principal;
-use sqlx::{Connection, Executor, PgConnection};
 use tokio::sync::oneshot;
 
-/// Which database a server runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    Postgres,
-    Sqlite,
-}
-
-/// Runs each listed async test body (`fn(Backend) -> impl Future`) on both databases.
-macro_rules! both_backends {
-    ($($name:ident),+ $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name($crate::server::Backend::Postgres).await
-                }
-            )+
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name($crate::server::Backend::Sqlite).await
-                }
-            )+
-        }
-    };
-}
-pub(crate) use both_backends;
-
-fn postgres_admin_url() -> String {
-    std::env::var("ONEJOB_TEST_POSTGRES")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
-}
-
-/// A fresh, empty database, removed when dropped.
-pub struct Database {
-    pub url: String,
-    postgres_name: Option<String>,
-    _dir: Option<tempfile::TempDir>,
-}
-
-impl Database {
-    pub async fn create(backend: Backend) -> Database {
-        match backend {
-            Backend::Sqlite => {
-                let dir = tempfile::tempdir().expect("temp dir");
-                let path: PathBuf = dir.path().join("onejob.db");
-                Database {
-                    url: format!("sqlite://{}", path.display()),
-                    postgres_name: None,
-                    _dir: Some(dir),
-                }
-            }
-            Backend::Postgres => {
-                let admin = postgres_admin_url();
-                let name = format!("onejob_client_{}", uuid::Uuid::new_v4().simple());
-                let mut conn = PgConnection::connect(&admin).await.unwrap_or_else(|e| {
-                    panic!("PostgreSQL is required for the tests ({admin}): {e}")
-                });
-                conn.execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-                    .await
-                    .expect("create test database");
-                let (base, _) = admin.rsplit_once('/').expect("admin url has a path");
-                Database {
-                    url: format!("{base}/{name}"),
-                    postgres_name: Some(name),
-                    _dir: None,
-                }
-            }
-        }
-    }
-}
-
-impl Drop for Database {
-    fn drop(&mut self) {
-        let Some(name) = self.postgres_name.take() else {
-            return;
-        };
-        // From a plain thread: Drop cannot await, and the test's runtime may be gone.
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                if let Ok(mut conn) = PgConnection::connect(&postgres_admin_url()).await {
-                    let _ = conn
-                        .execute(sqlx::AssertSqlSafe(format!(
-                            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-                        )))
-                        .await;
-                }
-            });
-        })
-        .join();
-    }
-}
+pub use onejob_fixtures::Backend;
+use onejob_fixtures::TestDatabase as Database;
+pub(crate) use onejob_fixtures::backend_tests as both_backends;
 
 /// A onejob with the demo configuration serving on a loopback port.
 pub struct Server {

@@ -1,9 +1,10 @@
-//! Test fixtures: a fresh database per test, a running onejob on port 0, API keys, and the
-//! `backend_tests!` macro that runs one test body on PostgreSQL and on SQLite.
+//! Test fixtures of the API suite: a running onejob on port 0, the fake providers, API keys,
+//! over the shared fixtures of `onejob-fixtures` (a fresh database per test, raw SQL, and
+//! the `backend_tests!` macro that runs one test body on PostgreSQL and on SQLite).
 
 use std::{
     net::SocketAddr,
-    path::PathBuf,
+    ops::Deref,
     sync::{
         Arc,
         atomic::{AtomicU64, Ordering},
@@ -15,91 +16,33 @@ use std::time::Duration;
 use onejob::{
     app::App,
     config::{Config, DEMO_CONFIG},
-    store::{Store, postgres::PgStore, sqlite::SqliteStore},
+    store::Store,
     worker::WorkerHandle,
 };
 use onejob_domain::Principal;
 use onejob_fake::{FakeServer, submissions::Submissions};
 use reqwest::{Client, RequestBuilder, Response};
 use serde_json::Value;
-use sqlx::{Connection, Executor, PgConnection};
 use tokio::sync::oneshot;
 
-/// Which database a test runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    Postgres,
-    Sqlite,
-}
+pub(crate) use onejob_fixtures::backend_tests;
+pub use onejob_fixtures::{Backend, postgres_admin_url};
 
-/// Runs each listed async test body (a `fn(Backend) -> impl Future`) once per backend.
-macro_rules! backend_tests {
-    ($($name:ident),+ $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name($crate::helpers::Backend::Postgres).await
-                }
-            )+
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name($crate::helpers::Backend::Sqlite).await
-                }
-            )+
-        }
-    };
-}
-pub(crate) use backend_tests;
+/// A fresh, empty database that is removed when dropped: the shared
+/// [`onejob_fixtures::TestDatabase`] (raw SQL, the dialect), and a store on it.
+pub struct TestDatabase(onejob_fixtures::TestDatabase);
 
-pub fn postgres_admin_url() -> String {
-    std::env::var("ONEJOB_TEST_POSTGRES")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
-}
+impl Deref for TestDatabase {
+    type Target = onejob_fixtures::TestDatabase;
 
-/// A fresh, empty database that is removed when dropped.
-pub struct TestDatabase {
-    pub backend: Backend,
-    pub url: String,
-    pub name: String,
-    _dir: Option<tempfile::TempDir>,
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
 }
 
 impl TestDatabase {
     pub async fn create(backend: Backend) -> Self {
-        let name = format!("onejob_test_{}", uuid::Uuid::new_v4().simple());
-        match backend {
-            Backend::Postgres => {
-                let admin = postgres_admin_url();
-                let mut conn = PgConnection::connect(&admin).await.unwrap_or_else(|e| {
-                    panic!("PostgreSQL is required for the tests ({admin}): {e}")
-                });
-                conn.execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-                    .await
-                    .expect("create test database");
-                let mut url = url::Url::parse(&admin).expect("admin url");
-                url.set_path(&name);
-                Self {
-                    backend,
-                    url: url.to_string(),
-                    name,
-                    _dir: None,
-                }
-            }
-            Backend::Sqlite => {
-                let dir = tempfile::tempdir().expect("temp dir");
-                let path: PathBuf = dir.path().join("onejob.db");
-                Self {
-                    backend,
-                    url: format!("sqlite://{}", path.display()),
-                    name,
-                    _dir: Some(dir),
-                }
-            }
-        }
+        TestDatabase(onejob_fixtures::TestDatabase::create(backend).await)
     }
 
     /// Opens a second, independent store (its own pool) on this database, migrated.
@@ -107,98 +50,6 @@ impl TestDatabase {
         onejob::app::open_store(&self.url)
             .await
             .expect("open store")
-    }
-
-    /// Runs a scalar SQL query that both dialects understand, returning an i64.
-    pub async fn scalar(&self, sql: &'static str) -> i64 {
-        match self.backend {
-            Backend::Postgres => {
-                let store = PgStore::connect(&self.url, &Default::default())
-                    .await
-                    .unwrap();
-                sqlx::query_scalar::<_, i64>(sql)
-                    .fetch_one(store.pool())
-                    .await
-                    .unwrap()
-            }
-            Backend::Sqlite => {
-                let store = SqliteStore::connect(&self.url, &Default::default())
-                    .await
-                    .unwrap();
-                sqlx::query_scalar::<_, i64>(sql)
-                    .fetch_one(store.pool())
-                    .await
-                    .unwrap()
-            }
-        }
-    }
-}
-
-impl TestDatabase {
-    /// Executes one statement (written for this backend's dialect) and returns rows affected,
-    /// or the database's error message.
-    pub async fn exec(&self, sql: &'static str) -> Result<u64, String> {
-        match self.backend {
-            Backend::Postgres => {
-                // In an explicit transaction, so that the commit (and the release of its
-                // row locks) has happened when this returns.
-                let store = PgStore::connect(&self.url, &Default::default())
-                    .await
-                    .unwrap();
-                let mut tx = store.pool().begin().await.unwrap();
-                let result = sqlx::query(sql)
-                    .execute(&mut *tx)
-                    .await
-                    .map(|r| r.rows_affected())
-                    .map_err(|e| e.to_string());
-                tx.commit().await.unwrap();
-                result
-            }
-            Backend::Sqlite => {
-                let store = SqliteStore::connect(&self.url, &Default::default())
-                    .await
-                    .unwrap();
-                sqlx::query(sql)
-                    .execute(store.pool())
-                    .await
-                    .map(|r| r.rows_affected())
-                    .map_err(|e| e.to_string())
-            }
-        }
-    }
-
-    /// Picks the statement for this backend.
-    pub fn dialect(&self, postgres: &'static str, sqlite: &'static str) -> &'static str {
-        match self.backend {
-            Backend::Postgres => postgres,
-            Backend::Sqlite => sqlite,
-        }
-    }
-}
-
-impl Drop for TestDatabase {
-    fn drop(&mut self) {
-        if self.backend != Backend::Postgres {
-            return;
-        }
-        let name = self.name.clone();
-        // Drop from a plain thread: Drop cannot await, and the test's runtime may be gone.
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                if let Ok(mut conn) = PgConnection::connect(&postgres_admin_url()).await {
-                    let _ = conn
-                        .execute(sqlx::AssertSqlSafe(format!(
-                            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-                        )))
-                        .await;
-                }
-            });
-        })
-        .join();
     }
 }
 

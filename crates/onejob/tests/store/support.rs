@@ -1,72 +1,27 @@
 //! The backend fixture of the store suite: a fresh database per test (a PostgreSQL database
-//! copied from a migrated template, or a SQLite file in a temporary directory), raw SQL for
-//! the checks the [`Store`] trait cannot make, the `backend_tests!` macro that runs one test
-//! body on each backend, and the small builders the noun files share (a job, an attempt
-//! start, an attempt in a given state).
+//! copied from a migrated template, or a SQLite file in a temporary directory), with the
+//! shared fixtures of `onejob-fixtures` (the backends, `backend_tests!`, raw SQL for the
+//! checks the [`Store`] trait cannot make), and the small builders the noun files share (a
+//! job, an attempt start, an attempt in a given state).
 //!
 //! Copying a migrated template instead of migrating every database keeps the suite's run
 //! time down: the template is built once per test process, named after the process, and
 //! dropped by the next run once that process is gone.
 
-use std::{path::PathBuf, sync::Arc, time::Duration};
+use std::{ops::Deref, sync::Arc, time::Duration};
 
 use onejob::store::{
     AttemptStart, FailOutcome, Intake, Resolution, RetryPolicy, StartOutcome, Store, StoreOptions,
-    UnknownBy, Unsuccessful, postgres::PgStore, sqlite::SqliteStore,
+    UnknownBy, Unsuccessful, postgres::PgStore,
 };
 use onejob_domain::Principal;
+pub use onejob_fixtures::Backend;
+pub(crate) use onejob_fixtures::backend_tests;
+use onejob_fixtures::{admin, database_url};
 use serde_json::json;
-use sqlx::{Connection, Executor, PgConnection};
+use sqlx::Executor;
 use tokio::sync::OnceCell;
 use uuid::Uuid;
-
-/// Which database a test runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    Postgres,
-    Sqlite,
-}
-
-/// Runs each listed async test body (a `fn(Backend) -> impl Future`) once per backend.
-macro_rules! backend_tests {
-    ($($name:ident),+ $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name($crate::support::Backend::Postgres).await
-                }
-            )+
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name($crate::support::Backend::Sqlite).await
-                }
-            )+
-        }
-    };
-}
-pub(crate) use backend_tests;
-
-fn postgres_admin_url() -> String {
-    std::env::var("ONEJOB_TEST_POSTGRES")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
-}
-
-fn database_url(name: &str) -> String {
-    let mut url = url::Url::parse(&postgres_admin_url()).expect("admin url");
-    url.set_path(name);
-    url.to_string()
-}
-
-async fn admin() -> PgConnection {
-    let admin = postgres_admin_url();
-    PgConnection::connect(&admin)
-        .await
-        .unwrap_or_else(|e| panic!("PostgreSQL is required for the tests ({admin}): {e}"))
-}
 
 const TEMPLATE_PREFIX: &str = "onejob_store_template_";
 
@@ -129,44 +84,25 @@ async fn template() -> &'static str {
         .await
 }
 
-/// A fresh database, already migrated, that is removed when dropped.
-pub struct TestDatabase {
-    pub backend: Backend,
-    pub url: String,
-    name: String,
-    _dir: Option<tempfile::TempDir>,
+/// A fresh database, already migrated, that is removed when dropped: the shared
+/// [`onejob_fixtures::TestDatabase`] (raw SQL, the dialect), made from this suite's template.
+pub struct TestDatabase(onejob_fixtures::TestDatabase);
+
+impl Deref for TestDatabase {
+    type Target = onejob_fixtures::TestDatabase;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
 }
 
 impl TestDatabase {
     pub async fn create(backend: Backend) -> Self {
-        let name = format!("onejob_test_{}", Uuid::new_v4().simple());
-        match backend {
-            Backend::Postgres => {
-                let template = template().await;
-                let mut conn = admin().await;
-                conn.execute(sqlx::AssertSqlSafe(format!(
-                    "CREATE DATABASE {name} TEMPLATE {template}"
-                )))
-                .await
-                .expect("create test database");
-                Self {
-                    backend,
-                    url: database_url(&name),
-                    name,
-                    _dir: None,
-                }
-            }
-            Backend::Sqlite => {
-                let dir = tempfile::tempdir().expect("temp dir");
-                let path: PathBuf = dir.path().join("onejob.db");
-                Self {
-                    backend,
-                    url: format!("sqlite://{}", path.display()),
-                    name,
-                    _dir: Some(dir),
-                }
-            }
-        }
+        let template = match backend {
+            Backend::Postgres => Some(template().await),
+            Backend::Sqlite => None,
+        };
+        TestDatabase(onejob_fixtures::TestDatabase::create_from(backend, template).await)
     }
 
     /// Opens a store (its own pool) on this database, migrated.
@@ -181,76 +117,6 @@ impl TestDatabase {
             .expect("open store");
         store.migrate().await.expect("migrate");
         store
-    }
-
-    /// Runs a scalar SQL query that both dialects understand, returning an i64.
-    pub async fn scalar(&self, sql: &'static str) -> i64 {
-        match self.backend {
-            Backend::Postgres => {
-                let store = PgStore::connect(&self.url, &Default::default())
-                    .await
-                    .unwrap();
-                sqlx::query_scalar::<_, i64>(sql)
-                    .fetch_one(store.pool())
-                    .await
-                    .unwrap()
-            }
-            Backend::Sqlite => {
-                let store = SqliteStore::connect(&self.url, &Default::default())
-                    .await
-                    .unwrap();
-                sqlx::query_scalar::<_, i64>(sql)
-                    .fetch_one(store.pool())
-                    .await
-                    .unwrap()
-            }
-        }
-    }
-
-    /// Executes one statement (written for this backend's dialect) and returns rows affected,
-    /// or the database's error message.
-    pub async fn exec(&self, sql: &'static str) -> Result<u64, String> {
-        match self.backend {
-            Backend::Postgres => {
-                // In an explicit transaction, so that the commit (and the release of its
-                // row locks) has happened when this returns.
-                let store = PgStore::connect(&self.url, &Default::default())
-                    .await
-                    .unwrap();
-                let mut tx = store.pool().begin().await.unwrap();
-                let result = sqlx::query(sql)
-                    .execute(&mut *tx)
-                    .await
-                    .map(|r| r.rows_affected())
-                    .map_err(|e| e.to_string());
-                tx.commit().await.unwrap();
-                result
-            }
-            Backend::Sqlite => {
-                let store = SqliteStore::connect(&self.url, &Default::default())
-                    .await
-                    .unwrap();
-                sqlx::query(sql)
-                    .execute(store.pool())
-                    .await
-                    .map(|r| r.rows_affected())
-                    .map_err(|e| e.to_string())
-            }
-        }
-    }
-
-    /// Like [`TestDatabase::exec`], for a statement built at run time.
-    pub async fn exec_sql(&self, sql: String) -> Result<u64, String> {
-        let sql: &'static str = Box::leak(sql.into_boxed_str());
-        self.exec(sql).await
-    }
-
-    /// Picks the statement for this backend.
-    pub fn dialect(&self, postgres: &'static str, sqlite: &'static str) -> &'static str {
-        match self.backend {
-            Backend::Postgres => postgres,
-            Backend::Sqlite => sqlite,
-        }
     }
 
     /// Moves every job's `updated_at` an hour back (to make finished jobs old for pruning).
@@ -283,32 +149,6 @@ impl TestDatabase {
              FROM attempts WHERE state = 'unknown'",
         ))
         .await
-    }
-}
-
-impl Drop for TestDatabase {
-    fn drop(&mut self) {
-        if self.backend != Backend::Postgres {
-            return;
-        }
-        let name = self.name.clone();
-        // Drop from a plain thread: Drop cannot await, and the test's runtime may be gone.
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                if let Ok(mut conn) = PgConnection::connect(&postgres_admin_url()).await {
-                    let _ = conn
-                        .execute(sqlx::AssertSqlSafe(format!(
-                            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-                        )))
-                        .await;
-                }
-            });
-        })
-        .join();
     }
 }
 
