@@ -1,5 +1,7 @@
 //! The backend fixture of the store suite: a fresh database per test (a PostgreSQL database
-//! copied from a migrated template, or a SQLite file in a temporary directory), raw SQL for
+//! copied from a migrated template, a database on a local Citus cluster of this process's
+//! own — a coordinator and two workers, started by the first test that needs it — or a
+//! SQLite file in a temporary directory), raw SQL for
 //! the checks the [`Store`] trait cannot make, the `backend_tests!` macro that runs one test
 //! body on each backend, and the small builders the noun files share (a job, an attempt
 //! start, an attempt in a given state).
@@ -14,6 +16,7 @@ use onejob::store::{
     AttemptStart, FailOutcome, Intake, Resolution, RetryPolicy, StartOutcome, Store, StoreOptions,
     UnknownBy, Unsuccessful, postgres::PgStore, sqlite::SqliteStore,
 };
+use onejob_chaos::citus::CitusCluster;
 use onejob_domain::Principal;
 use serde_json::json;
 use sqlx::{Connection, Executor, PgConnection};
@@ -25,6 +28,15 @@ use uuid::Uuid;
 pub enum Backend {
     Postgres,
     Sqlite,
+    /// A Citus cluster (PostgreSQL's dialect), its job tables distributed by tenant.
+    Citus,
+}
+
+impl Backend {
+    /// Whether the database speaks PostgreSQL (PostgreSQL itself, or Citus).
+    pub fn is_postgres(self) -> bool {
+        matches!(self, Backend::Postgres | Backend::Citus)
+    }
 }
 
 /// Runs each listed async test body (a `fn(Backend) -> impl Future`) once per backend.
@@ -43,6 +55,14 @@ macro_rules! backend_tests {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $name() {
                     super::$name($crate::support::Backend::Sqlite).await
+                }
+            )+
+        }
+        mod citus {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name($crate::support::Backend::Citus).await
                 }
             )+
         }
@@ -129,6 +149,21 @@ async fn template() -> &'static str {
         .await
 }
 
+/// This process's Citus cluster: a coordinator and two workers, stopped once the process
+/// has exited.
+static CITUS: OnceCell<CitusCluster> = OnceCell::const_new();
+
+/// This process's Citus cluster, started by the first caller.
+pub async fn citus() -> &'static CitusCluster {
+    CITUS
+        .get_or_init(|| async {
+            tokio::task::spawn_blocking(|| CitusCluster::start_for_this_process(2))
+                .await
+                .expect("start the Citus cluster")
+        })
+        .await
+}
+
 /// A fresh database, already migrated, that is removed when dropped.
 pub struct TestDatabase {
     pub backend: Backend,
@@ -166,6 +201,23 @@ impl TestDatabase {
                     _dir: Some(dir),
                 }
             }
+            Backend::Citus => {
+                let cluster = citus().await;
+                cluster.create_database(&name).await;
+                let url = cluster.url(&name);
+                let store = PgStore::connect(&url, &StoreOptions::default())
+                    .await
+                    .expect("open the Citus database");
+                assert!(store.is_citus(), "the database has the citus extension");
+                store.migrate().await.expect("migrate the Citus database");
+                store.pool().close().await;
+                Self {
+                    backend,
+                    url,
+                    name,
+                    _dir: None,
+                }
+            }
         }
     }
 
@@ -186,7 +238,7 @@ impl TestDatabase {
     /// Runs a scalar SQL query that both dialects understand, returning an i64.
     pub async fn scalar(&self, sql: &'static str) -> i64 {
         match self.backend {
-            Backend::Postgres => {
+            Backend::Postgres | Backend::Citus => {
                 let store = PgStore::connect(&self.url, &Default::default())
                     .await
                     .unwrap();
@@ -211,7 +263,7 @@ impl TestDatabase {
     /// or the database's error message.
     pub async fn exec(&self, sql: &'static str) -> Result<u64, String> {
         match self.backend {
-            Backend::Postgres => {
+            Backend::Postgres | Backend::Citus => {
                 // In an explicit transaction, so that the commit (and the release of its
                 // row locks) has happened when this returns.
                 let store = PgStore::connect(&self.url, &Default::default())
@@ -242,7 +294,7 @@ impl TestDatabase {
     /// Picks the statement for this backend.
     pub fn dialect(&self, postgres: &'static str, sqlite: &'static str) -> &'static str {
         match self.backend {
-            Backend::Postgres => postgres,
+            Backend::Postgres | Backend::Citus => postgres,
             Backend::Sqlite => sqlite,
         }
     }
@@ -282,10 +334,13 @@ impl TestDatabase {
 
 impl Drop for TestDatabase {
     fn drop(&mut self) {
-        if self.backend != Backend::Postgres {
+        if self.backend == Backend::Sqlite {
             return;
         }
         let name = self.name.clone();
+        let citus = (self.backend == Backend::Citus)
+            .then(|| CITUS.get())
+            .flatten();
         // Drop from a plain thread: Drop cannot await, and the test's runtime may be gone.
         let _ = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
@@ -293,7 +348,9 @@ impl Drop for TestDatabase {
                 .build()
                 .unwrap();
             runtime.block_on(async move {
-                if let Ok(mut conn) = PgConnection::connect(&postgres_admin_url()).await {
+                if let Some(cluster) = citus {
+                    cluster.drop_database(&name).await;
+                } else if let Ok(mut conn) = PgConnection::connect(&postgres_admin_url()).await {
                     let _ = conn
                         .execute(sqlx::AssertSqlSafe(format!(
                             "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
