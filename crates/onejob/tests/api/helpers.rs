@@ -1,5 +1,7 @@
-//! Test fixtures: a fresh database per test, a running onejob on port 0, API keys, and the
-//! `backend_tests!` macro that runs one test body on PostgreSQL and on SQLite.
+//! Test fixtures: a fresh database per test, a running onejob on port 0, API keys, the
+//! `backend_tests!` macro that runs one test body on PostgreSQL and on SQLite, and
+//! `citus_tests!`, which runs the invariant tests' bodies on a Citus cluster too (this
+//! process's own: a coordinator and two workers, started by the first test that needs it).
 
 use std::{
     net::SocketAddr,
@@ -18,6 +20,7 @@ use onejob::{
     store::{Store, postgres::PgStore, sqlite::SqliteStore},
     worker::WorkerHandle,
 };
+use onejob_chaos::citus::CitusCluster;
 use onejob_domain::Principal;
 use onejob_fake::{FakeServer, submissions::Submissions};
 use reqwest::{Client, RequestBuilder, Response};
@@ -30,6 +33,8 @@ use tokio::sync::oneshot;
 pub enum Backend {
     Postgres,
     Sqlite,
+    /// A Citus cluster (PostgreSQL's dialect), its job tables distributed by tenant.
+    Citus,
 }
 
 /// Runs each listed async test body (a `fn(Backend) -> impl Future`) once per backend.
@@ -54,6 +59,36 @@ macro_rules! backend_tests {
     };
 }
 pub(crate) use backend_tests;
+
+/// Runs each listed async test body (a `fn(Backend) -> impl Future`) on a Citus cluster too
+/// (beside the `backend_tests!` of the same bodies).
+macro_rules! citus_tests {
+    ($($name:ident),+ $(,)?) => {
+        mod citus {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name($crate::helpers::Backend::Citus).await
+                }
+            )+
+        }
+    };
+}
+pub(crate) use citus_tests;
+
+/// This process's Citus cluster, stopped once the process has exited.
+static CITUS: tokio::sync::OnceCell<CitusCluster> = tokio::sync::OnceCell::const_new();
+
+/// This process's Citus cluster, started by the first caller.
+pub async fn citus() -> &'static CitusCluster {
+    CITUS
+        .get_or_init(|| async {
+            tokio::task::spawn_blocking(|| CitusCluster::start_for_this_process(2))
+                .await
+                .expect("start the Citus cluster")
+        })
+        .await
+}
 
 pub fn postgres_admin_url() -> String {
     std::env::var("ONEJOB_TEST_POSTGRES")
@@ -99,6 +134,16 @@ impl TestDatabase {
                     _dir: Some(dir),
                 }
             }
+            Backend::Citus => {
+                let cluster = citus().await;
+                cluster.create_database(&name).await;
+                Self {
+                    backend,
+                    url: cluster.url(&name),
+                    name,
+                    _dir: None,
+                }
+            }
         }
     }
 
@@ -112,7 +157,7 @@ impl TestDatabase {
     /// Runs a scalar SQL query that both dialects understand, returning an i64.
     pub async fn scalar(&self, sql: &'static str) -> i64 {
         match self.backend {
-            Backend::Postgres => {
+            Backend::Postgres | Backend::Citus => {
                 let store = PgStore::connect(&self.url, &Default::default())
                     .await
                     .unwrap();
@@ -139,7 +184,7 @@ impl TestDatabase {
     /// or the database's error message.
     pub async fn exec(&self, sql: &'static str) -> Result<u64, String> {
         match self.backend {
-            Backend::Postgres => {
+            Backend::Postgres | Backend::Citus => {
                 // In an explicit transaction, so that the commit (and the release of its
                 // row locks) has happened when this returns.
                 let store = PgStore::connect(&self.url, &Default::default())
@@ -170,7 +215,7 @@ impl TestDatabase {
     /// Picks the statement for this backend.
     pub fn dialect(&self, postgres: &'static str, sqlite: &'static str) -> &'static str {
         match self.backend {
-            Backend::Postgres => postgres,
+            Backend::Postgres | Backend::Citus => postgres,
             Backend::Sqlite => sqlite,
         }
     }
@@ -178,10 +223,13 @@ impl TestDatabase {
 
 impl Drop for TestDatabase {
     fn drop(&mut self) {
-        if self.backend != Backend::Postgres {
+        if self.backend == Backend::Sqlite {
             return;
         }
         let name = self.name.clone();
+        let citus = (self.backend == Backend::Citus)
+            .then(|| CITUS.get())
+            .flatten();
         // Drop from a plain thread: Drop cannot await, and the test's runtime may be gone.
         let _ = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
@@ -189,7 +237,9 @@ impl Drop for TestDatabase {
                 .build()
                 .unwrap();
             runtime.block_on(async move {
-                if let Ok(mut conn) = PgConnection::connect(&postgres_admin_url()).await {
+                if let Some(cluster) = citus {
+                    cluster.drop_database(&name).await;
+                } else if let Ok(mut conn) = PgConnection::connect(&postgres_admin_url()).await {
                     let _ = conn
                         .execute(sqlx::AssertSqlSafe(format!(
                             "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
