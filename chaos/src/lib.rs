@@ -8,6 +8,7 @@
 //!   restarted;
 //! * [`postgres`]: a fresh database on the shared PostgreSQL, or a throwaway cluster of our
 //!   own that may be restarted;
+//! * [`citus`]: a local Citus cluster (a coordinator and worker nodes) of our own;
 //! * [`client`]: a client that records every request and answer into a [`history`];
 //! * [`readback`]: the final read-back of every job and of the fake providers' side effects;
 //! * [`checker`]: the offline checker of DESIGN §2 over a history (also the
@@ -19,6 +20,7 @@
 #![warn(missing_docs)]
 
 pub mod checker;
+pub mod citus;
 pub mod client;
 pub mod history;
 pub mod node;

@@ -129,6 +129,12 @@ impl Cluster {
 
     /// `initdb` and start a cluster on a free port.
     pub fn start_new() -> Cluster {
+        Self::start_new_with("")
+    }
+
+    /// [`Cluster::start_new`], with these lines added to its `postgresql.auto.conf` before
+    /// it starts (e.g. `shared_preload_libraries = 'citus'`).
+    pub fn start_new_with(settings: &str) -> Cluster {
         let dir = tempfile::Builder::new()
             .prefix("onejob-chaos-pg-")
             .tempdir()
@@ -156,7 +162,9 @@ impl Cluster {
         // Enough connections for three nodes' pools and their listeners.
         std::fs::write(
             format!("{}/postgresql.auto.conf", cluster.data()),
-            "max_connections = 200\nfsync = off\nlisten_addresses = '127.0.0.1'\n",
+            format!(
+                "max_connections = 200\nfsync = off\nlisten_addresses = '127.0.0.1'\n{settings}"
+            ),
         )
         .expect("cluster settings");
         cluster.hand_to_postgres();
@@ -358,6 +366,30 @@ impl Cluster {
         std::fs::write(&path, conf).expect("postgresql.auto.conf");
         self.hand_to_postgres();
         self.start();
+    }
+
+    /// Makes sure the server stops, and its directory goes, once this process has exited,
+    /// however it exits: for a cluster kept in a `static` (whose `Drop` never runs), shared
+    /// by a test process's tests. A small shell watches this process and then stops it.
+    pub fn stop_when_this_process_exits(&self) {
+        let script = format!(
+            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; \
+             {stop} -D {data} -m immediate stop >/dev/null 2>&1; rm -rf {root}",
+            pid = std::process::id(),
+            stop = if is_root() {
+                format!("runuser -u postgres -- {}", self.tool("pg_ctl"))
+            } else {
+                self.tool("pg_ctl")
+            },
+            data = self.data(),
+            root = self.root(),
+        );
+        let _ = Command::new("setsid")
+            .args(["sh", "-c", &script])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn();
     }
 
     /// Waits until a connection succeeds.

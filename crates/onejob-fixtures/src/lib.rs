@@ -1,16 +1,19 @@
 //! The fixtures every onejob test suite that talks to a database shares (the store
 //! conformance suite, the API suite, the client's suite): which backend a test runs on
-//! ([`Backend`]), the macro that runs one test body on each ([`backend_tests!`]), a fresh
-//! database per test that is removed when dropped ([`TestDatabase`]), and raw SQL for the
-//! checks only the database can make.
+//! ([`Backend`]), the macros that run one test body on several ([`backend_tests!`],
+//! [`citus_tests!`], [`every_backend_tests!`]), a fresh database per test that is removed
+//! when dropped ([`TestDatabase`]), and raw SQL for the checks only the database can make.
 //!
 //! PostgreSQL is taken from `ONEJOB_TEST_POSTGRES` (default
-//! `postgres://postgres@127.0.0.1:5432/postgres`). A missing PostgreSQL fails the tests: it
-//! is never skipped.
+//! `postgres://postgres@127.0.0.1:5432/postgres`). Citus is a cluster of the test process's
+//! own ([`citus`]: a coordinator and two workers from `initdb`, started by the first test
+//! that needs it). A missing PostgreSQL or Citus fails the tests: they are never skipped.
 
 use std::path::PathBuf;
 
+use onejob_chaos::citus::CitusCluster;
 use sqlx::{Connection, Executor, PgConnection, SqliteConnection};
+use tokio::sync::OnceCell;
 
 /// Which database a test runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +22,15 @@ pub enum Backend {
     Postgres,
     /// A SQLite file in a temporary directory.
     Sqlite,
+    /// A database on this process's Citus cluster ([`citus`]), PostgreSQL's dialect.
+    Citus,
+}
+
+impl Backend {
+    /// Whether the database speaks PostgreSQL (PostgreSQL itself, or Citus).
+    pub fn is_postgres(self) -> bool {
+        matches!(self, Backend::Postgres | Backend::Citus)
+    }
 }
 
 /// Runs each listed async test body (a `fn(Backend) -> impl Future`) once per backend, as
@@ -43,6 +55,46 @@ macro_rules! backend_tests {
             )+
         }
     };
+}
+
+/// Runs each listed async test body on this process's Citus cluster, as `citus::name`
+/// (beside a [`backend_tests!`] of the same bodies).
+#[macro_export]
+macro_rules! citus_tests {
+    ($($name:ident),+ $(,)?) => {
+        mod citus {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name($crate::Backend::Citus).await
+                }
+            )+
+        }
+    };
+}
+
+/// Runs each listed async test body on PostgreSQL, SQLite and Citus alike.
+#[macro_export]
+macro_rules! every_backend_tests {
+    ($($name:ident),+ $(,)?) => {
+        $crate::backend_tests!($($name),+);
+        $crate::citus_tests!($($name),+);
+    };
+}
+
+/// This process's Citus cluster, stopped once the process has exited.
+static CITUS: OnceCell<CitusCluster> = OnceCell::const_new();
+
+/// This process's Citus cluster (a coordinator and two workers), started by the first
+/// caller; panics, saying how to install it, when Citus is missing.
+pub async fn citus() -> &'static CitusCluster {
+    CITUS
+        .get_or_init(|| async {
+            tokio::task::spawn_blocking(|| CitusCluster::start_for_this_process(2))
+                .await
+                .expect("start the Citus cluster")
+        })
+        .await
 }
 
 /// The URL of the PostgreSQL database tests connect to for creating and dropping theirs.
@@ -85,7 +137,8 @@ impl TestDatabase {
     }
 
     /// A new database; on PostgreSQL a copy of `template` (a database closed to
-    /// connections), on SQLite an empty file.
+    /// connections) when given, elsewhere empty (on Citus with the `citus` extension on
+    /// every node, the workers registered).
     pub async fn create_from(backend: Backend, template: Option<&str>) -> Self {
         let name = format!("onejob_test_{}", uuid::Uuid::new_v4().simple());
         match backend {
@@ -116,13 +169,23 @@ impl TestDatabase {
                     _dir: Some(dir),
                 }
             }
+            Backend::Citus => {
+                let cluster = citus().await;
+                cluster.create_database(&name).await;
+                Self {
+                    backend,
+                    url: cluster.url(&name),
+                    name,
+                    _dir: None,
+                }
+            }
         }
     }
 
     /// Runs a scalar SQL query that both dialects understand, returning an i64.
     pub async fn scalar(&self, sql: &'static str) -> i64 {
         match self.backend {
-            Backend::Postgres => {
+            Backend::Postgres | Backend::Citus => {
                 let mut conn = PgConnection::connect(&self.url).await.unwrap();
                 sqlx::query_scalar::<_, i64>(sql)
                     .fetch_one(&mut conn)
@@ -144,7 +207,7 @@ impl TestDatabase {
     /// that the commit (and the release of its row locks) has happened when this returns.
     pub async fn exec(&self, sql: &'static str) -> Result<u64, String> {
         match self.backend {
-            Backend::Postgres => {
+            Backend::Postgres | Backend::Citus => {
                 let mut conn = PgConnection::connect(&self.url).await.unwrap();
                 let mut tx = conn.begin().await.unwrap();
                 let result = sqlx::query(sql)
@@ -175,7 +238,7 @@ impl TestDatabase {
     /// Picks the statement for this backend.
     pub fn dialect(&self, postgres: &'static str, sqlite: &'static str) -> &'static str {
         match self.backend {
-            Backend::Postgres => postgres,
+            Backend::Postgres | Backend::Citus => postgres,
             Backend::Sqlite => sqlite,
         }
     }
@@ -183,10 +246,13 @@ impl TestDatabase {
 
 impl Drop for TestDatabase {
     fn drop(&mut self) {
-        if self.backend != Backend::Postgres {
+        if self.backend == Backend::Sqlite {
             return;
         }
         let name = self.name.clone();
+        let citus = (self.backend == Backend::Citus)
+            .then(|| CITUS.get())
+            .flatten();
         // Drop from a plain thread: Drop cannot await, and the test's runtime may be gone.
         let _ = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
@@ -194,7 +260,9 @@ impl Drop for TestDatabase {
                 .build()
                 .unwrap();
             runtime.block_on(async move {
-                if let Ok(mut conn) = PgConnection::connect(&postgres_admin_url()).await {
+                if let Some(cluster) = citus {
+                    cluster.drop_database(&name).await;
+                } else if let Ok(mut conn) = PgConnection::connect(&postgres_admin_url()).await {
                     let _ = conn
                         .execute(sqlx::AssertSqlSafe(format!(
                             "DROP DATABASE IF EXISTS {name} WITH (FORCE)"

@@ -190,6 +190,7 @@ impl Jobs {
             let logged = self
                 .store
                 .append_event(NewEvent {
+                    tenant: None,
                     job_id: existing.id,
                     attempt_id: None,
                     kind: EventKind::KeyConflict,

@@ -10,7 +10,7 @@
 //! in `postgres/sql.rs` and `sqlite/sql.rs`. This is the shape of river's `riverdriver`:
 //! one interface, a module per database, one conformance suite (`tests/store/`).
 
-use std::{future::Future, time::Duration};
+use std::{collections::HashMap, future::Future, time::Duration};
 
 use serde_json::Value;
 use sqlx::{Database, Pool, SqlSafeStr};
@@ -26,6 +26,7 @@ use super::{
     grouped::Fence,
     settled::Settled,
     sql::Sql,
+    tenants::Tenants,
     transitions::{Ack, Offer},
 };
 
@@ -151,6 +152,31 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
         async { read_one(self, Self::SQL.ping, args![]).await.map(drop) }
     }
 
+    /// Whether the database is distributed (Citus): work spanning tenants then runs tenant
+    /// by tenant, each on its shard, never as one lock across shards.
+    fn distributed(&self) -> bool {
+        false
+    }
+
+    /// The tenants of the jobs and attempts this process created or started lately, where
+    /// knowing them spares a lookup across shards (`tenants.rs`); `None` where it would
+    /// spare nothing.
+    fn tenants(&self) -> Option<&Tenants> {
+        None
+    }
+
+    /// `id`'s tenant, if this process noted it ([`Backend::tenants`]).
+    fn tenant_of(&self, id: Uuid) -> Option<String> {
+        self.tenants().and_then(|tenants| tenants.get(id))
+    }
+
+    /// Notes `id`'s tenant ([`Backend::tenants`]).
+    fn note_tenant(&self, id: Uuid, tenant: &str) {
+        if let Some(tenants) = self.tenants() {
+            tenants.note(id, tenant);
+        }
+    }
+
     /// The settled jobs this process keeps for replays (`settled.rs`).
     fn settled(&self) -> &Settled;
 
@@ -244,6 +270,10 @@ pub(crate) struct Tx<B: Backend> {
     connection: Bounded<B::Db>,
     /// Begun and neither committed nor rolled back.
     open: bool,
+    /// The tenant of each job and attempt this transaction has read, by id: every statement
+    /// about one job names its tenant (a distributed database routes it to that tenant's
+    /// shard), and this spares reading it again (`statements.rs`).
+    pub(super) tenants: HashMap<Uuid, String>,
 }
 
 /// The database's transaction manager, as sqlx's `Transaction` drives it.
@@ -257,6 +287,7 @@ impl<B: Backend> Tx<B> {
             connection: Bounded::acquire(pool, bound).await?,
             // As sqlx's: should `BEGIN` fail halfway, the drop rolls back what it began.
             open: true,
+            tenants: HashMap::new(),
         };
         let statement = B::BEGIN.map(SqlSafeStr::into_sql_str);
         tx.connection

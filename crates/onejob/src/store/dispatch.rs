@@ -142,6 +142,19 @@ impl<B: Backend> Dispatch for B {
     }
 
     async fn heartbeat(&self, worker: &str, lease: Duration) -> Result<Vec<Uuid>, StoreError> {
+        if self.distributed() {
+            // Tenant by tenant, each renewal on its shard, each its own transaction.
+            let tenants = read_all(self, B::SQL.live_tenants, args![worker]).await?;
+            for row in &tenants {
+                let tenant = B::text(row, "tenant")?;
+                let mut tx = self.begin().await?;
+                tx.execute(B::SQL.renew_tenant_leases, args![worker, lease, &tenant])
+                    .await?;
+                tx.commit().await?;
+            }
+            let cancelled = read_all(self, B::SQL.cancelled_leases, args![worker]).await?;
+            return rows::ids::<B>(&cancelled);
+        }
         let mut tx = self.begin().await?;
         tx.execute(B::SQL.renew_leases, args![worker, lease])
             .await?;
@@ -155,6 +168,28 @@ impl<B: Backend> Dispatch for B {
         limit: u32,
         lease: Duration,
     ) -> Result<Vec<AttemptRecord>, StoreError> {
+        if self.distributed() {
+            // Tenant by tenant, each claim on its shard, until the limit is reached.
+            let tenants = read_all(self, B::SQL.unknown_due_tenants, args![limit]).await?;
+            let mut claimed = Vec::new();
+            for row in &tenants {
+                let left = limit.saturating_sub(claimed.len() as u32);
+                if left == 0 {
+                    break;
+                }
+                let tenant = B::text(row, "tenant")?;
+                let mut tx = self.begin().await?;
+                let locked = tx
+                    .all(B::SQL.lock_tenant_unknown, args![left, &tenant])
+                    .await?;
+                let ids = rows::ids::<B>(&locked)?;
+                let sql = B::SQL.claim_locked_unknown;
+                let batch = tx.all(sql, args![&ids[..], lease, &tenant]).await?;
+                tx.commit().await?;
+                claimed.extend(rows::all::<B, _>(&batch, rows::attempt::<B>)?);
+            }
+            return Ok(claimed);
+        }
         let claimed = write_all(self, B::SQL.claim_unknown, args![limit, lease]).await?;
         rows::all::<B, _>(&claimed, rows::attempt::<B>)
     }

@@ -47,6 +47,9 @@ pub(crate) trait Change<B: Backend>: Send + Sync + 'static {
     /// The attempt the change is about.
     fn attempt_id(&self) -> Uuid;
 
+    /// The attempt's tenant, if the caller's process knows it (`tenants.rs`).
+    fn tenant(&self) -> Option<&str>;
+
     /// The rule of each change, for all of them in one transaction that holds nothing of
     /// their jobs yet; `changes` come in the order of their jobs' ids, each with its job, and
     /// the answers in the same order. `None` (the caller rolls back) when they must be made
@@ -73,6 +76,9 @@ pub(crate) struct Writer<B: Backend> {
     pool: Pool<B::Db>,
     bound: Bound,
     wake: Option<WorkSignal>,
+    /// One transaction per tenant of a group (a distributed database: each then runs on its
+    /// tenant's shard, and row locks never span shards).
+    per_tenant: bool,
 }
 
 impl<B: Backend> Clone for Writer<B> {
@@ -81,6 +87,7 @@ impl<B: Backend> Clone for Writer<B> {
             pool: self.pool.clone(),
             bound: self.bound.clone(),
             wake: self.wake.clone(),
+            per_tenant: self.per_tenant,
         }
     }
 }
@@ -88,7 +95,19 @@ impl<B: Backend> Clone for Writer<B> {
 impl<B: Backend> Writer<B> {
     /// Writes through `pool` within `bound`, waking `wake` when a job became due.
     pub(crate) fn new(pool: Pool<B::Db>, bound: Bound, wake: Option<WorkSignal>) -> Self {
-        Self { pool, bound, wake }
+        Self {
+            pool,
+            bound,
+            wake,
+            per_tenant: false,
+        }
+    }
+
+    /// With `per_tenant`, a group is written as one transaction per tenant among its
+    /// changes (see [`Writer::per_tenant`]'s field).
+    pub(crate) fn per_tenant(mut self, per_tenant: bool) -> Self {
+        self.per_tenant = per_tenant;
+        self
     }
 
     /// Begins a write transaction.
@@ -111,6 +130,9 @@ async fn write_group<B: Backend, C: Change<B>>(
     store: &Writer<B>,
     changes: Vec<C>,
 ) -> Vec<Result<C::Out, StoreError>> {
+    if store.per_tenant && changes.len() > 1 {
+        return write_per_tenant(store, changes).await;
+    }
     let together = if changes.len() == 1 {
         None
     } else {
@@ -133,6 +155,75 @@ async fn write_group<B: Backend, C: Change<B>>(
         }
     };
     finish(store, &changes, outs.into_iter().map(Ok).collect())
+}
+
+/// Writes a group as one group per tenant among its changes, in turn: reads the attempts'
+/// tenants first (without a lock), then each tenant's changes share a transaction. An
+/// attempt not found is written alone (which reports it).
+async fn write_per_tenant<B: Backend, C: Change<B>>(
+    store: &Writer<B>,
+    changes: Vec<C>,
+) -> Vec<Result<C::Out, StoreError>> {
+    let attempts: Vec<Uuid> = changes.iter().map(Change::attempt_id).collect();
+    // The tenants this process knows, the others read (across the shards, without a lock).
+    let mut tenants: HashMap<Uuid, String> = changes
+        .iter()
+        .filter_map(|c| Some((c.attempt_id(), c.tenant()?.to_owned())))
+        .collect();
+    let unknown: Vec<Uuid> = attempts
+        .iter()
+        .filter(|a| !tenants.contains_key(a))
+        .copied()
+        .collect();
+    if !unknown.is_empty() {
+        let read = read_all_on::<B>(
+            &store.pool,
+            &store.bound,
+            B::SQL.jobs_of,
+            args![&unknown[..]],
+        )
+        .await
+        .and_then(|rows| {
+            rows.iter()
+                .map(|row| Ok((B::uuid(row, "id")?, B::text(row, "tenant")?)))
+                .collect::<Result<Vec<(Uuid, String)>, StoreError>>()
+        });
+        match read {
+            Ok(read) => tenants.extend(read),
+            Err(error) => return changes.iter().map(|_| Err(error.clone())).collect(),
+        }
+    }
+    let mut groups: Vec<(Option<&String>, Vec<usize>)> = Vec::new();
+    for (at, attempt) in attempts.iter().enumerate() {
+        let tenant = tenants.get(attempt);
+        match groups
+            .iter_mut()
+            .find(|(t, _)| *t == tenant && tenant.is_some())
+        {
+            Some((_, members)) => members.push(at),
+            None => groups.push((tenant, vec![at])),
+        }
+    }
+    let mut slots: Vec<Option<C>> = changes.into_iter().map(Some).collect();
+    let mut outs: Vec<Option<Result<C::Out, StoreError>>> = slots.iter().map(|_| None).collect();
+    for (_, members) in groups {
+        let group: Vec<C> = members
+            .iter()
+            .map(|&at| slots[at].take().expect("each change in one group"))
+            .collect();
+        let written = Box::pin(write_group(
+            &Writer {
+                per_tenant: false,
+                ..store.clone()
+            },
+            group,
+        ))
+        .await;
+        for (at, out) in members.into_iter().zip(written) {
+            outs[at] = Some(out);
+        }
+    }
+    outs.into_iter().flatten().collect()
 }
 
 /// Tells the workers when a committed change made a job due.
@@ -159,12 +250,24 @@ async fn together<B: Backend, C: Change<B>>(
 ) -> Result<Option<Vec<C::Out>>, StoreError> {
     let mut tx = store.begin().await?;
     let attempts: Vec<Uuid> = changes.iter().map(Change::attempt_id).collect();
-    let jobs: HashMap<Uuid, Uuid> = tx
-        .all(B::SQL.jobs_of, &[Arg::Ids(&attempts)])
-        .await?
-        .iter()
-        .map(|row| Ok((B::uuid(row, "id")?, B::uuid(row, "job_id")?)))
-        .collect::<Result<_, StoreError>>()?;
+    let known: Option<Vec<Option<&str>>> = changes.iter().map(|c| c.tenant().map(Some)).collect();
+    let rows = match known {
+        // Every tenant known: the read names them (on a distributed database, their shards).
+        Some(tenants) => {
+            let sql = B::SQL.jobs_of_in_tenants;
+            tx.all(sql, &[Arg::Ids(&attempts), Arg::Texts(&tenants)])
+                .await?
+        }
+        None => tx.all(B::SQL.jobs_of, &[Arg::Ids(&attempts)]).await?,
+    };
+    let mut jobs: HashMap<Uuid, Uuid> = HashMap::with_capacity(rows.len());
+    for row in &rows {
+        let (attempt, job) = (B::uuid(row, "id")?, B::uuid(row, "job_id")?);
+        let tenant = B::text(row, "tenant")?;
+        tx.remember(attempt, Some(tenant.clone()));
+        tx.remember(job, Some(tenant));
+        jobs.insert(attempt, job);
+    }
     let mut order: Vec<(Uuid, usize)> = Vec::with_capacity(changes.len());
     for (at, attempt) in attempts.iter().enumerate() {
         let job = jobs

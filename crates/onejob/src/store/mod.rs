@@ -32,6 +32,7 @@ mod rows;
 mod settled;
 pub mod sqlite;
 mod statements;
+mod tenants;
 mod transitions;
 mod wake;
 
@@ -194,11 +195,26 @@ impl<B: Backend + Retention> Store for B {
         after: Option<i64>,
         limit: u32,
     ) -> Result<Option<Vec<EventRecord>>, StoreError> {
+        // (The job is looked up by its owner, the events by its tenant: both on one shard.)
         if self.job(owner, job_id).await?.is_none() {
             return Ok(None);
         }
-        let events = read_all(self, B::SQL.events_after, args![job_id, after, limit]).await?;
+        let values = args![job_id, after, limit, &owner.tenant];
+        let events = read_all(self, B::SQL.events_after, values).await?;
         rows::all::<B, _>(&events, rows::event::<B>).map(Some)
+    }
+
+    async fn attempts(
+        &self,
+        owner: &Principal,
+        job_id: Uuid,
+    ) -> Result<Option<Vec<AttemptRecord>>, StoreError> {
+        if self.job(owner, job_id).await?.is_none() {
+            return Ok(None);
+        }
+        let values = args![job_id, &owner.tenant];
+        let attempts = read_all(self, B::SQL.job_attempts_in_tenant, values).await?;
+        rows::all::<B, _>(&attempts, rows::attempt::<B>).map(Some)
     }
 
     async fn attempt_in_tenant(
@@ -206,7 +222,8 @@ impl<B: Backend + Retention> Store for B {
         tenant: &str,
         attempt_id: Uuid,
     ) -> Result<Option<(AttemptRecord, JobRecord)>, StoreError> {
-        let row = read_optional(self, B::SQL.attempt_by_id, args![attempt_id]).await?;
+        let values = args![attempt_id, tenant];
+        let row = read_optional(self, B::SQL.attempt_in_tenant, values).await?;
         let Some(attempt) = row.as_ref().map(rows::attempt::<B>).transpose()? else {
             return Ok(None);
         };

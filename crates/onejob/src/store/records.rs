@@ -43,6 +43,7 @@ impl NewJob {
     /// submission alone (the PostgreSQL batch writes it in the statement that inserts the job).
     pub fn created_event(&self) -> NewEvent {
         NewEvent {
+            tenant: Some(self.owner.tenant.clone()),
             job_id: self.id,
             attempt_id: None,
             kind: EventKind::Created,
@@ -71,6 +72,7 @@ impl NewJob {
     /// The `replayed` event for the existing job this submission matched.
     pub fn replayed_event(&self, record: &JobRecord) -> NewEvent {
         NewEvent {
+            tenant: Some(record.owner.tenant.clone()),
             job_id: record.id,
             attempt_id: None,
             kind: EventKind::Replayed,
@@ -144,6 +146,10 @@ pub struct NewEvent {
     pub actor: Option<String>,
     /// Details (never a job's parameter values).
     pub detail: Value,
+    /// The job's tenant, when the writer has it at hand; `None` makes the store read it
+    /// with the job (every event row carries its job's tenant, its distribution column on
+    /// a distributed database).
+    pub tenant: Option<String>,
 }
 
 /// An entry of a job's event log.
@@ -421,6 +427,7 @@ impl Resolution {
         detail: Value,
     ) -> NewEvent {
         NewEvent {
+            tenant: None,
             job_id,
             attempt_id: Some(attempt_id),
             kind,
@@ -617,6 +624,7 @@ impl Exhausted {
     /// Its `exhausted` event.
     pub fn event(&self) -> NewEvent {
         NewEvent {
+            tenant: None,
             job_id: self.job_id,
             attempt_id: None,
             kind: EventKind::Exhausted,

@@ -83,107 +83,123 @@ statements! {
     job_in_tenant,
     /// `$1` job id → `found`.
     job_exists,
-    /// `$1` job id → `state, version, attempts, recoveries, completed_by`, locking the job
-    /// (waiting for other holders).
+    /// `$1` job id → `tenant` (the only lookup of a job by its id alone inside a change; a
+    /// distributed database runs it on every shard, every later statement on one).
+    job_tenant,
+    /// `$1` job id, `$2` tenant → `state, version, attempts, recoveries, completed_by`,
+    /// locking the job (waiting for other holders).
     lock_job,
-    /// `$1` job id → the same and `due`, locking the job unless another transaction holds it
+    /// `$1` job id, `$2` tenant → the same and `due`, locking the job unless another transaction holds it
     /// (then no row).
     lock_due_job,
-    /// `$1` job id: the job is `running` with one more attempt, not due.
+    /// `$1` job id, `$2` tenant: the job is `running` with one more attempt, not due.
     mark_job_started,
-    /// `$1` job id, `$2` seconds: a `running` job becomes due again then, for a hedge.
+    /// `$1` job id, `$2` seconds, `$3` tenant: a `running` job becomes due again then, for a hedge.
     schedule_hedge,
-    /// `$1` job id, `$2` version, `$3` output, `$4` attempt id: the result's compare-and-swap;
+    /// `$1` job id, `$2` version, `$3` output, `$4` attempt id, `$5` tenant: the result's compare-and-swap;
     /// changes one row only if the job is at that version, open and without a winner.
     swap_result,
-    /// `$1` job id, `$2` state, `$3` backoff seconds, `$4` error or NULL: the job's
+    /// `$1` job id, `$2` state, `$3` backoff seconds, `$4` error or NULL, `$5` tenant: the job's
     /// recomputed state, due after the backoff when `pending`, version bumped.
     set_job_state,
-    /// `$1` job id, `$2` error: the job ends `failed`.
+    /// `$1` job id, `$2` error, `$3` tenant: the job ends `failed`.
     fail_job,
-    /// `$1` job id: the job ends `cancelled`, not due.
+    /// `$1` job id, `$2` tenant: the job ends `cancelled`, not due.
     cancel_job,
-    /// `$1` job id: a failed job is `pending` again, due now, in a new recovery generation.
+    /// `$1` job id, `$2` tenant: a failed job is `pending` again, due now, in a new recovery generation.
     recover_job,
 
     // Attempts.
-    /// `$1` attempt id → attempt columns.
-    attempt_by_id,
-    /// `$1` attempt id → `job_id`.
+    /// `$1` attempt id → `job_id, tenant`.
     job_of,
-    /// `$1` attempt ids → `id, job_id` of each.
+    /// `$1` attempt id → `tenant`.
+    attempt_tenant,
+    /// `$1` attempt id, `$2` tenant → `job_id, tenant`: `job_of` when the tenant is known.
+    job_of_in_tenant,
+    /// `$1` attempt ids, `$2` tenants → `id, job_id, tenant` of each: `jobs_of` when the
+    /// tenants are known.
+    jobs_of_in_tenants,
+    /// `$1` attempt ids → `id, job_id, tenant` of each.
     jobs_of,
-    /// `$1` attempt id → `state`.
+    /// `$1` attempt id, `$2` tenant → `state`.
     attempt_state,
-    /// `$1` job id → `id, state` of its `starting`, `running` and `unknown` attempts, oldest
+    /// `$1` job id, `$2` tenant → `id, state` of its `starting`, `running` and `unknown` attempts, oldest
     /// first.
     open_attempts,
-    /// `$1` job id → `state` of each of its attempts.
+    /// `$1` job id, `$2` tenant → `state` of each of its attempts.
     attempt_states,
-    /// `$1` job id → attempt columns of its `starting` and `running` attempts, oldest first.
+    /// `$1` job id, `$2` tenant → attempt columns of its `starting` and `running` attempts, oldest first.
     live_attempts,
     /// `$1` job id → attempt columns of all its attempts, oldest first.
     job_attempts,
-    /// `$1` job id → `provider` of its latest attempt.
+    /// `$1` job id, `$2` tenant → the same, for the job's owner.
+    job_attempts_in_tenant,
+    /// `$1` attempt id, `$2` tenant → attempt columns.
+    attempt_in_tenant,
+    /// `$1` job id, `$2` tenant → `provider` of its latest attempt.
     last_provider,
     /// `$1` attempt id, `$2` job id, `$3` number, `$4` provider, `$5` hedge, `$6` worker,
-    /// `$7` lease seconds, `$8` timeout seconds, `$9` upstream key → attempt columns of the
+    /// `$7` lease seconds, `$8` timeout seconds, `$9` upstream key, `$10` the job's tenant →
+    /// attempt columns of the
     /// new `starting` attempt, its lease and deadline counted from the database's clock.
     insert_attempt,
-    /// `$1` attempt id, `$2` task id or NULL → `state`; a task id already stored is kept.
+    /// `$1` attempt id, `$2` task id or NULL, `$3` tenant → `state`; a task id already stored is kept.
     keep_task_id,
-    /// `$1` attempt id: the acknowledged attempt is `running`.
+    /// `$1` attempt id, `$2` tenant: the acknowledged attempt is `running`.
     mark_running,
-    /// `$1` attempt id: acknowledged after its job was cancelled, it ends `cancelled`, its key
+    /// `$1` attempt id, `$2` tenant: acknowledged after its job was cancelled, it ends `cancelled`, its key
     /// spent.
     cancel_acknowledged,
-    /// `$1` attempt id: an open attempt ends `discarded`.
+    /// `$1` attempt id, `$2` tenant: an open attempt ends `discarded`.
     discard_attempt,
-    /// `$1` attempt id: the winner, if still open, ends `succeeded`; a live one (not
+    /// `$1` attempt id, `$2` tenant: the winner, if still open, ends `succeeded`; a live one (not
     /// `unknown`) not acknowledged before is acknowledged by its answer.
     end_winner,
-    /// `$1` job id, `$2` winner → `id` of each other `unknown` attempt, now `discarded`.
+    /// `$1` job id, `$2` winner, `$3` tenant → `id` of each other `unknown` attempt, now `discarded`.
     discard_unknown_siblings,
-    /// `$1` attempt id, `$2` state, `$3` error, `$4` key spent: the attempt ends.
+    /// `$1` attempt id, `$2` state, `$3` error, `$4` key spent, `$5` tenant: the attempt ends.
     end_attempt,
-    /// `$1` attempt id, `$2` error, `$3` grace seconds or NULL: a live attempt ends
+    /// `$1` attempt id, `$2` error, `$3` grace seconds or NULL, `$4` tenant: a live attempt ends
     /// `discarded` if there is no grace (its own worker) or its lease is still expired (or
     /// its deadline more than the grace past).
     discard_live,
-    /// `$1` attempt id, `$2` why, `$3` grace seconds or NULL: a live attempt becomes
+    /// `$1` attempt id, `$2` why, `$3` grace seconds or NULL, `$4` tenant: a live attempt becomes
     /// `unknown`, due for reconciliation now, on the same condition as `discard_live`.
     make_unknown,
-    /// `$1` job id → `id` of each `unknown` attempt of the job, now `cancelled`.
+    /// `$1` job id, `$2` tenant → `id` of each `unknown` attempt of the job, now `cancelled`.
     cancel_unknown_attempts,
 
     // Groups: the same changes for many jobs or attempts at once (`grouped.rs`). Lists are
-    // bound as arrays (PostgreSQL) or JSON arrays (SQLite), the n-th elements together.
-    /// `$1` job ids → `id, state, version, attempts, recoveries, completed_by` of each,
+    // bound as arrays (PostgreSQL) or JSON arrays (SQLite), the n-th elements together. Each
+    // also takes the group's tenants, so that on a distributed database a group of one
+    // shard's tenants runs on that shard alone (`grouped.rs`).
+    /// `$1` job ids, `$2` tenants → `id, state, version, attempts, recoveries, completed_by` of each,
     /// locking them in the order of their ids (waiting for other holders).
     lock_jobs,
-    /// `$1` attempt ids → `id, state` of each.
+    /// `$1` attempt ids, `$2` tenants → `id, state` of each.
     attempt_states_of,
-    /// `$1` attempt ids, `$2` task ids or NULLs → `id, state` of each; a task id already
+    /// `$1` attempt ids, `$2` task ids or NULLs, `$3` tenants → `id, state` of each; a task id already
     /// stored is kept.
     keep_task_ids,
-    /// `$1` attempt ids: each acknowledged attempt is `running`.
+    /// `$1` attempt ids, `$2` tenants: each acknowledged attempt is `running`.
     mark_all_running,
-    /// `$1` job ids, `$2` versions, `$3` outputs, `$4` attempt ids → `id` of each job whose
+    /// `$1` job ids, `$2` versions, `$3` outputs, `$4` attempt ids, `$5` tenants → `id` of each job whose
     /// compare-and-swap went through (as `swap_result`, job by job).
     swap_results,
-    /// `$1` attempt ids → the winners, those still open, end `succeeded`.
+    /// `$1` attempt ids, `$2` tenants → the winners, those still open, end `succeeded`.
     end_winners,
-    /// `$1` job ids, `$2` their winners → `id, job_id` of each other `unknown` attempt of
+    /// `$1` job ids, `$2` their winners, `$3` tenants → `id, job_id` of each other `unknown` attempt of
     /// those jobs, now `discarded`.
     discard_unknown_siblings_of,
     /// `$1` job ids, `$2` attempt ids or NULLs, `$3` kinds, `$4` actors or NULLs, `$5`
-    /// details: one event each.
+    /// details, `$6` the jobs' tenants: one event each.
     insert_events,
 
     // Events.
-    /// `$1` job id, `$2` attempt id or NULL, `$3` kind, `$4` actor or NULL, `$5` detail.
+    /// `$1` job id, `$2` attempt id or NULL, `$3` kind, `$4` actor or NULL, `$5` detail, `$6`
+    /// the job's tenant.
     insert_event,
-    /// `$1` job id, `$2` last event id seen or NULL, `$3` limit → event columns, oldest
+    /// `$1` job id, `$2` last event id seen or NULL, `$3` limit, `$4` tenant → event columns, oldest
     /// first.
     events_after,
 
@@ -200,6 +216,11 @@ statements! {
     /// `$1` worker, `$2` lease seconds: renews the lease of its live attempts (on PostgreSQL
     /// those no other transaction holds right now).
     renew_leases,
+    /// `$1` worker → `tenant` of each tenant it holds live attempts of.
+    live_tenants,
+    /// `$1` worker, `$2` lease seconds, `$3` tenant: `renew_leases` for that tenant's
+    /// attempts alone (on a distributed database, run tenant by tenant on each one's shard).
+    renew_tenant_leases,
     /// `$1` worker → `id` of its live attempts whose job was cancelled.
     cancelled_leases,
     /// `$1` grace seconds → `id, provider` of live attempts whose lease expired or whose
@@ -208,6 +229,17 @@ statements! {
     /// `$1` limit, `$2` lease seconds → attempt columns of `unknown` attempts due for
     /// reconciliation, each one's check counted and its next check pushed back by the lease.
     claim_unknown,
+    /// `$1` most tenants → `tenant` of each with `unknown` attempts due for reconciliation,
+    /// the longest due first.
+    unknown_due_tenants,
+    /// `$1` limit, `$2` tenant → `id` of that tenant's `unknown` attempts due for
+    /// reconciliation, oldest due first, locked unless another transaction holds them: the
+    /// first half of `claim_unknown` for one tenant (on a distributed database, run tenant
+    /// by tenant on each one's shard).
+    lock_tenant_unknown,
+    /// `$1` attempt ids, `$2` lease seconds, `$3` tenant → attempt columns, each one's check
+    /// counted and its next check pushed back by the lease: the second half.
+    claim_locked_unknown,
     /// `$1` attempt id, `$2` its check count as claimed, `$3` backoff seconds, `$4` most
     /// seconds: its next check after a backoff doubling with each check, if it is still
     /// `unknown` and nobody claimed it since.

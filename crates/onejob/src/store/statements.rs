@@ -43,13 +43,63 @@ fn head<B: Backend>(row: &Row<B>) -> Result<JobHead, StoreError> {
 }
 
 impl<B: Backend> Tx<B> {
+    /// The tenant of a job: the one it was read with in this transaction, else read by the
+    /// job's id (an empty tenant, matching no row, when there is no such job).
+    pub(crate) async fn job_tenant(&mut self, job_id: Uuid) -> Result<String, StoreError> {
+        if let Some(tenant) = self.tenants.get(&job_id) {
+            return Ok(tenant.clone());
+        }
+        let row = self.optional(B::SQL.job_tenant, args![job_id]).await?;
+        let tenant = row.map(|row| B::text(&row, "tenant")).transpose()?;
+        Ok(self.remember(job_id, tenant))
+    }
+
+    /// The tenant of an attempt (its job's), as [`Tx::job_tenant`].
+    pub(crate) async fn attempt_tenant(&mut self, attempt_id: Uuid) -> Result<String, StoreError> {
+        if let Some(tenant) = self.tenants.get(&attempt_id) {
+            return Ok(tenant.clone());
+        }
+        let row = self
+            .optional(B::SQL.attempt_tenant, args![attempt_id])
+            .await?;
+        let tenant = row.map(|row| B::text(&row, "tenant")).transpose()?;
+        Ok(self.remember(attempt_id, tenant))
+    }
+
+    /// Keeps a job's or an attempt's tenant for the rest of the transaction (a missing one
+    /// is not kept, and is the empty tenant).
+    pub(crate) fn remember(&mut self, id: Uuid, tenant: Option<String>) -> String {
+        match tenant {
+            Some(tenant) => {
+                self.tenants.insert(id, tenant.clone());
+                tenant
+            }
+            None => String::new(),
+        }
+    }
+
+    /// The tenants of these jobs or attempts, all read before in this transaction (a group
+    /// reads them with its attempts' jobs), deduplicated.
+    pub(crate) fn tenants_of(&self, ids: &[Uuid]) -> Vec<String> {
+        let mut tenants: Vec<String> = ids
+            .iter()
+            .filter_map(|id| self.tenants.get(id).cloned())
+            .collect();
+        tenants.sort_unstable();
+        tenants.dedup();
+        tenants
+    }
+
     /// Locks the job for a start unless another transaction holds it: `None` when it is
     /// held (PostgreSQL's `SKIP LOCKED`) or missing. With the head, whether the job is due.
     pub(crate) async fn lock_due_job(
         &mut self,
         job_id: Uuid,
     ) -> Result<Option<(JobHead, bool)>, StoreError> {
-        let row = self.optional(B::SQL.lock_due_job, args![job_id]).await?;
+        let tenant = self.job_tenant(job_id).await?;
+        let row = self
+            .optional(B::SQL.lock_due_job, args![job_id, &tenant])
+            .await?;
         row.map(|row| Ok((head::<B>(&row)?, B::flag(&row, "due")?)))
             .transpose()
     }
@@ -62,7 +112,10 @@ impl<B: Backend> Tx<B> {
 
     /// Locks the job (waiting for other holders) and reads its head; `None` if missing.
     pub(crate) async fn lock_job(&mut self, job_id: Uuid) -> Result<Option<JobHead>, StoreError> {
-        let row = self.optional(B::SQL.lock_job, args![job_id]).await?;
+        let tenant = self.job_tenant(job_id).await?;
+        let row = self
+            .optional(B::SQL.lock_job, args![job_id, &tenant])
+            .await?;
         row.as_ref().map(head::<B>).transpose()
     }
 
@@ -76,19 +129,39 @@ impl<B: Backend> Tx<B> {
         let row = self
             .optional(sql, args![job_id, &owner.tenant, &owner.user])
             .await?;
+        if row.is_some() {
+            self.remember(job_id, Some(owner.tenant.clone()));
+        }
         row.as_ref().map(rows::job::<B>).transpose()
     }
 
     /// The whole job, read again inside the transaction.
     pub(crate) async fn reload_job(&mut self, job_id: Uuid) -> Result<JobRecord, StoreError> {
-        rows::job::<B>(&self.one(B::SQL.job_by_id, args![job_id]).await?)
+        let tenant = self.job_tenant(job_id).await?;
+        rows::job::<B>(
+            &self
+                .one(B::SQL.job_in_tenant, args![job_id, &tenant])
+                .await?,
+        )
     }
 
     /// The job of an attempt (which never changes, so it needs no lock); `None` if the
     /// attempt does not exist.
     pub(crate) async fn job_of(&mut self, attempt_id: Uuid) -> Result<Option<Uuid>, StoreError> {
-        let row = self.optional(B::SQL.job_of, args![attempt_id]).await?;
-        row.map(|row| B::uuid(&row, "job_id")).transpose()
+        let row = match self.tenants.get(&attempt_id).cloned() {
+            Some(tenant) => {
+                let values = args![attempt_id, &tenant];
+                self.optional(B::SQL.job_of_in_tenant, values).await?
+            }
+            None => self.optional(B::SQL.job_of, args![attempt_id]).await?,
+        };
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let (job_id, tenant) = (B::uuid(&row, "job_id")?, B::text(&row, "tenant")?);
+        self.remember(attempt_id, Some(tenant.clone()));
+        self.remember(job_id, Some(tenant));
+        Ok(Some(job_id))
     }
 
     /// An attempt's state.
@@ -96,7 +169,10 @@ impl<B: Backend> Tx<B> {
         &mut self,
         attempt_id: Uuid,
     ) -> Result<AttemptState, StoreError> {
-        let row = self.one(B::SQL.attempt_state, args![attempt_id]).await?;
+        let tenant = self.attempt_tenant(attempt_id).await?;
+        let row = self
+            .one(B::SQL.attempt_state, args![attempt_id, &tenant])
+            .await?;
         rows::state::<B, _>(&row, "state")
     }
 
@@ -105,7 +181,10 @@ impl<B: Backend> Tx<B> {
         &mut self,
         job_id: Uuid,
     ) -> Result<Vec<(Uuid, AttemptState)>, StoreError> {
-        let open = self.all(B::SQL.open_attempts, args![job_id]).await?;
+        let tenant = self.job_tenant(job_id).await?;
+        let open = self
+            .all(B::SQL.open_attempts, args![job_id, &tenant])
+            .await?;
         open.iter()
             .map(|row| Ok((B::uuid(row, "id")?, rows::state::<B, _>(row, "state")?)))
             .collect()
@@ -116,7 +195,10 @@ impl<B: Backend> Tx<B> {
         &mut self,
         job_id: Uuid,
     ) -> Result<Vec<AttemptState>, StoreError> {
-        let states = self.all(B::SQL.attempt_states, args![job_id]).await?;
+        let tenant = self.job_tenant(job_id).await?;
+        let states = self
+            .all(B::SQL.attempt_states, args![job_id, &tenant])
+            .await?;
         states
             .iter()
             .map(|row| rows::state::<B, _>(row, "state"))
@@ -128,7 +210,10 @@ impl<B: Backend> Tx<B> {
         &mut self,
         job_id: Uuid,
     ) -> Result<Vec<AttemptRecord>, StoreError> {
-        let live = self.all(B::SQL.live_attempts, args![job_id]).await?;
+        let tenant = self.job_tenant(job_id).await?;
+        let live = self
+            .all(B::SQL.live_attempts, args![job_id, &tenant])
+            .await?;
         rows::all::<B, _>(&live, rows::attempt::<B>)
     }
 
@@ -137,7 +222,10 @@ impl<B: Backend> Tx<B> {
         &mut self,
         job_id: Uuid,
     ) -> Result<Option<String>, StoreError> {
-        let row = self.optional(B::SQL.last_provider, args![job_id]).await?;
+        let tenant = self.job_tenant(job_id).await?;
+        let row = self
+            .optional(B::SQL.last_provider, args![job_id, &tenant])
+            .await?;
         row.map(|row| B::text(&row, "provider")).transpose()
     }
 
@@ -148,8 +236,11 @@ impl<B: Backend> Tx<B> {
         start: &AttemptStart,
         number: i32,
     ) -> Result<AttemptRecord, StoreError> {
+        let tenant = self.job_tenant(start.job_id).await?;
+        let attempt_id = Uuid::now_v7();
+        self.remember(attempt_id, Some(tenant.clone()));
         let values = args![
-            Uuid::now_v7(),
+            attempt_id,
             start.job_id,
             number,
             &start.provider,
@@ -158,13 +249,16 @@ impl<B: Backend> Tx<B> {
             start.lease,
             start.timeout,
             &start.upstream_key,
+            &tenant,
         ];
         rows::attempt::<B>(&self.one(B::SQL.insert_attempt, values).await?)
     }
 
     /// The job is `running` with one more attempt, and not due.
     pub(crate) async fn mark_job_started(&mut self, job_id: Uuid) -> Result<(), StoreError> {
-        self.execute(B::SQL.mark_job_started, args![job_id]).await?;
+        let tenant = self.job_tenant(job_id).await?;
+        self.execute(B::SQL.mark_job_started, args![job_id, &tenant])
+            .await?;
         Ok(())
     }
 
@@ -175,21 +269,25 @@ impl<B: Backend> Tx<B> {
         task_id: Option<&str>,
     ) -> Result<AttemptState, StoreError> {
         let task_id = task_id.map(storable_text);
-        let values = args![attempt_id, task_id.as_deref()];
+        let tenant = self.attempt_tenant(attempt_id).await?;
+        let values = args![attempt_id, task_id.as_deref(), &tenant];
         let row = self.one(B::SQL.keep_task_id, values).await?;
         rows::state::<B, _>(&row, "state")
     }
 
     /// The acknowledged attempt becomes `running`.
     pub(crate) async fn mark_running(&mut self, attempt_id: Uuid) -> Result<(), StoreError> {
-        self.execute(B::SQL.mark_running, args![attempt_id]).await?;
+        let tenant = self.attempt_tenant(attempt_id).await?;
+        self.execute(B::SQL.mark_running, args![attempt_id, &tenant])
+            .await?;
         Ok(())
     }
 
     /// A `starting` attempt acknowledged after its job was cancelled ends `cancelled`, its
     /// key spent.
     pub(crate) async fn cancel_acknowledged(&mut self, attempt_id: Uuid) -> Result<(), StoreError> {
-        self.execute(B::SQL.cancel_acknowledged, args![attempt_id])
+        let tenant = self.attempt_tenant(attempt_id).await?;
+        self.execute(B::SQL.cancel_acknowledged, args![attempt_id, &tenant])
             .await?;
         Ok(())
     }
@@ -200,14 +298,16 @@ impl<B: Backend> Tx<B> {
         job_id: Uuid,
         after: Duration,
     ) -> Result<(), StoreError> {
-        self.execute(B::SQL.schedule_hedge, args![job_id, after])
+        let tenant = self.job_tenant(job_id).await?;
+        self.execute(B::SQL.schedule_hedge, args![job_id, after, &tenant])
             .await?;
         Ok(())
     }
 
     /// An open attempt ends `discarded`.
     pub(crate) async fn discard_attempt(&mut self, attempt_id: Uuid) -> Result<(), StoreError> {
-        self.execute(B::SQL.discard_attempt, args![attempt_id])
+        let tenant = self.attempt_tenant(attempt_id).await?;
+        self.execute(B::SQL.discard_attempt, args![attempt_id, &tenant])
             .await?;
         Ok(())
     }
@@ -222,11 +322,15 @@ impl<B: Backend> Tx<B> {
         output: &Value,
         attempt_id: Uuid,
     ) -> Result<bool, StoreError> {
-        let values = args![job_id, version, output, attempt_id];
+        let tenant = self.job_tenant(job_id).await?;
+        let values = args![job_id, version, output, attempt_id, &tenant];
         if self.execute(B::SQL.swap_result, values).await? != 1 {
             return Ok(false);
         }
-        Ok(self.execute(B::SQL.end_winner, args![attempt_id]).await? == 1)
+        let ended = self
+            .execute(B::SQL.end_winner, args![attempt_id, &tenant])
+            .await?;
+        Ok(ended == 1)
     }
 
     /// The job's `unknown` attempts other than `winner` end `discarded`; returns them.
@@ -235,8 +339,9 @@ impl<B: Backend> Tx<B> {
         job_id: Uuid,
         winner: Uuid,
     ) -> Result<Vec<Uuid>, StoreError> {
+        let tenant = self.job_tenant(job_id).await?;
         let sql = B::SQL.discard_unknown_siblings;
-        rows::ids::<B>(&self.all(sql, args![job_id, winner]).await?)
+        rows::ids::<B>(&self.all(sql, args![job_id, winner, &tenant]).await?)
     }
 
     /// An attempt ends in `state` (failed, rejected, cancelled…) with `error`.
@@ -248,7 +353,8 @@ impl<B: Backend> Tx<B> {
         key_spent: bool,
     ) -> Result<(), StoreError> {
         let error = storable(error);
-        let values = args![attempt_id, state.as_str(), &*error, key_spent];
+        let tenant = self.attempt_tenant(attempt_id).await?;
+        let values = args![attempt_id, state.as_str(), &*error, key_spent, &tenant];
         self.execute(B::SQL.end_attempt, values).await?;
         Ok(())
     }
@@ -262,14 +368,17 @@ impl<B: Backend> Tx<B> {
         backoff: Duration,
         error: Option<&Value>,
     ) -> Result<(), StoreError> {
-        let values = args![job_id, state.as_str(), backoff, error];
+        let tenant = self.job_tenant(job_id).await?;
+        let values = args![job_id, state.as_str(), backoff, error, &tenant];
         self.execute(B::SQL.set_job_state, values).await?;
         Ok(())
     }
 
     /// A job without attempt budget ends `failed` with `error`.
     pub(crate) async fn fail_job(&mut self, job_id: Uuid, error: &Value) -> Result<(), StoreError> {
-        self.execute(B::SQL.fail_job, args![job_id, error]).await?;
+        let tenant = self.job_tenant(job_id).await?;
+        self.execute(B::SQL.fail_job, args![job_id, error, &tenant])
+            .await?;
         Ok(())
     }
 
@@ -282,7 +391,8 @@ impl<B: Backend> Tx<B> {
         error: &Value,
         grace: Option<Duration>,
     ) -> Result<bool, StoreError> {
-        let values = args![attempt_id, error, grace];
+        let tenant = self.attempt_tenant(attempt_id).await?;
+        let values = args![attempt_id, error, grace, &tenant];
         Ok(self.execute(B::SQL.discard_live, values).await? > 0)
     }
 
@@ -294,20 +404,25 @@ impl<B: Backend> Tx<B> {
         why: &Value,
         grace: Option<Duration>,
     ) -> Result<bool, StoreError> {
-        let values = args![attempt_id, why, grace];
+        let tenant = self.attempt_tenant(attempt_id).await?;
+        let values = args![attempt_id, why, grace, &tenant];
         Ok(self.execute(B::SQL.make_unknown, values).await? > 0)
     }
 
     /// The job ends `cancelled`, not due, and its `unknown` attempts with it; returns those.
     pub(crate) async fn cancel_job_row(&mut self, job_id: Uuid) -> Result<Vec<Uuid>, StoreError> {
-        self.execute(B::SQL.cancel_job, args![job_id]).await?;
+        let tenant = self.job_tenant(job_id).await?;
+        self.execute(B::SQL.cancel_job, args![job_id, &tenant])
+            .await?;
         let sql = B::SQL.cancel_unknown_attempts;
-        rows::ids::<B>(&self.all(sql, args![job_id]).await?)
+        rows::ids::<B>(&self.all(sql, args![job_id, &tenant]).await?)
     }
 
     /// A failed job goes back to `pending`, due now, in a new recovery generation.
     pub(crate) async fn recover_job_row(&mut self, job_id: Uuid) -> Result<(), StoreError> {
-        self.execute(B::SQL.recover_job, args![job_id]).await?;
+        let tenant = self.job_tenant(job_id).await?;
+        self.execute(B::SQL.recover_job, args![job_id, &tenant])
+            .await?;
         Ok(())
     }
 
@@ -316,12 +431,17 @@ impl<B: Backend> Tx<B> {
         let actor = event.actor.as_deref().map(storable_text);
         let detail = storable(&event.detail);
         let kind = event.kind.as_str();
+        let tenant = match &event.tenant {
+            Some(tenant) => tenant.clone(),
+            None => self.job_tenant(event.job_id).await?,
+        };
         let values = args![
             event.job_id,
             event.attempt_id,
             kind,
             actor.as_deref(),
-            &*detail
+            &*detail,
+            &tenant
         ];
         self.execute(B::SQL.insert_event, values).await?;
         Ok(())
@@ -333,7 +453,11 @@ impl<B: Backend> Tx<B> {
         &mut self,
         job_ids: &[Uuid],
     ) -> Result<HashMap<Uuid, JobHead>, StoreError> {
-        let heads = self.all(B::SQL.lock_jobs, args![job_ids]).await?;
+        let tenants = self.tenants_of(job_ids);
+        let tenants: Vec<Option<&str>> = tenants.iter().map(|t| Some(t.as_str())).collect();
+        let heads = self
+            .all(B::SQL.lock_jobs, args![job_ids, &tenants[..]])
+            .await?;
         heads
             .iter()
             .map(|row| Ok((B::uuid(row, "id")?, head::<B>(row)?)))
@@ -345,8 +469,10 @@ impl<B: Backend> Tx<B> {
         &mut self,
         attempt_ids: &[Uuid],
     ) -> Result<HashMap<Uuid, AttemptState>, StoreError> {
+        let tenants = self.tenants_of(attempt_ids);
+        let tenants: Vec<Option<&str>> = tenants.iter().map(|t| Some(t.as_str())).collect();
         let states = self
-            .all(B::SQL.attempt_states_of, args![attempt_ids])
+            .all(B::SQL.attempt_states_of, args![attempt_ids, &tenants[..]])
             .await?;
         id_states::<B>(&states)
     }
@@ -359,7 +485,9 @@ impl<B: Backend> Tx<B> {
     ) -> Result<HashMap<Uuid, AttemptState>, StoreError> {
         let task_ids: Vec<_> = task_ids.iter().map(|t| t.map(storable_text)).collect();
         let task_ids: Vec<Option<&str>> = task_ids.iter().map(|t| t.as_deref()).collect();
-        let values = args![attempt_ids, &task_ids[..]];
+        let tenants = self.tenants_of(attempt_ids);
+        let tenants: Vec<Option<&str>> = tenants.iter().map(|t| Some(t.as_str())).collect();
+        let values = args![attempt_ids, &task_ids[..], &tenants[..]];
         id_states::<B>(&self.all(B::SQL.keep_task_ids, values).await?)
     }
 
@@ -368,7 +496,9 @@ impl<B: Backend> Tx<B> {
         &mut self,
         attempt_ids: &[Uuid],
     ) -> Result<(), StoreError> {
-        self.execute(B::SQL.mark_all_running, args![attempt_ids])
+        let tenants = self.tenants_of(attempt_ids);
+        let tenants: Vec<Option<&str>> = tenants.iter().map(|t| Some(t.as_str())).collect();
+        self.execute(B::SQL.mark_all_running, args![attempt_ids, &tenants[..]])
             .await?;
         Ok(())
     }
@@ -381,12 +511,20 @@ impl<B: Backend> Tx<B> {
         let versions: Vec<i64> = swaps.iter().map(|s| s.version).collect();
         let outputs: Vec<&Value> = swaps.iter().map(|s| s.output).collect();
         let winners: Vec<Uuid> = swaps.iter().map(|s| s.attempt_id).collect();
-        let values = args![&jobs[..], &versions[..], &outputs[..], &winners[..]];
+        let tenants = self.tenants_of(&jobs);
+        let tenants: Vec<Option<&str>> = tenants.iter().map(|t| Some(t.as_str())).collect();
+        let values = args![
+            &jobs[..],
+            &versions[..],
+            &outputs[..],
+            &winners[..],
+            &tenants[..]
+        ];
         if self.all(B::SQL.swap_results, values).await?.len() != swaps.len() {
             return Ok(false);
         }
         let ended = self
-            .execute(B::SQL.end_winners, args![&winners[..]])
+            .execute(B::SQL.end_winners, args![&winners[..], &tenants[..]])
             .await?;
         Ok(ended == swaps.len() as u64)
     }
@@ -399,8 +537,12 @@ impl<B: Backend> Tx<B> {
     ) -> Result<Vec<(Uuid, Uuid)>, StoreError> {
         let jobs: Vec<Uuid> = swaps.iter().map(|s| s.job_id).collect();
         let winners: Vec<Uuid> = swaps.iter().map(|s| s.attempt_id).collect();
+        let tenants = self.tenants_of(&jobs);
+        let tenants: Vec<Option<&str>> = tenants.iter().map(|t| Some(t.as_str())).collect();
         let sql = B::SQL.discard_unknown_siblings_of;
-        let rows = self.all(sql, args![&jobs[..], &winners[..]]).await?;
+        let rows = self
+            .all(sql, args![&jobs[..], &winners[..], &tenants[..]])
+            .await?;
         rows.iter()
             .map(|row| Ok((B::uuid(row, "id")?, B::uuid(row, "job_id")?)))
             .collect()
@@ -412,6 +554,14 @@ impl<B: Backend> Tx<B> {
             return Ok(());
         }
         let jobs: Vec<Uuid> = events.iter().map(|e| e.job_id).collect();
+        let mut tenants = Vec::with_capacity(jobs.len());
+        for event in events {
+            tenants.push(match &event.tenant {
+                Some(tenant) => tenant.clone(),
+                None => self.job_tenant(event.job_id).await?,
+            });
+        }
+        let tenants: Vec<Option<&str>> = tenants.iter().map(|t| Some(t.as_str())).collect();
         let attempts: Vec<Option<Uuid>> = events.iter().map(|e| e.attempt_id).collect();
         let kinds: Vec<Option<&str>> = events.iter().map(|e| Some(e.kind.as_str())).collect();
         let actors: Vec<_> = events
@@ -426,7 +576,8 @@ impl<B: Backend> Tx<B> {
             &attempts[..],
             &kinds[..],
             &actors[..],
-            &details[..]
+            &details[..],
+            &tenants[..]
         ];
         self.execute(B::SQL.insert_events, values).await?;
         Ok(())

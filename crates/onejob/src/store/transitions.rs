@@ -136,6 +136,7 @@ pub trait Transitions: Send + Sync {
 impl<S: Backend> Transitions for S {
     async fn start_attempt(&self, start: &AttemptStart) -> Result<StartOutcome, StoreError> {
         let mut tx = self.begin().await?;
+        tx.remember(start.job_id, self.tenant_of(start.job_id));
         let Some((job, due)) = tx.lock_due_job(start.job_id).await? else {
             let exists = tx.job_exists(start.job_id).await?;
             let refusal = if exists {
@@ -171,7 +172,10 @@ impl<S: Backend> Transitions for S {
             tx.insert_event(&failover).await?;
         }
         tx.insert_event(&started_event(&attempt)).await?;
+        let tenant = tx.job_tenant(start.job_id).await?;
         tx.commit().await?;
+        self.note_tenant(start.job_id, &tenant);
+        self.note_tenant(attempt.id, &tenant);
         Ok(StartOutcome::Started(Box::new(attempt)))
     }
 
@@ -192,6 +196,7 @@ impl<S: Backend> Transitions for S {
         hedge_after: Option<Duration>,
     ) -> Result<Acknowledged, StoreError> {
         let ack = Ack {
+            tenant: self.tenant_of(attempt_id),
             attempt_id,
             task_id: task_id.map(str::to_owned),
             hedge_after,
@@ -206,6 +211,7 @@ impl<S: Backend> Transitions for S {
         by: &Resolution,
     ) -> Result<Completion, StoreError> {
         let offer = Offer {
+            tenant: self.tenant_of(attempt_id),
             attempt_id,
             output: output.clone(),
             by: by.clone(),
@@ -223,6 +229,7 @@ impl<S: Backend> Transitions for S {
     ) -> Result<FailOutcome, StoreError> {
         let error = storable(error);
         let mut tx = self.begin().await?;
+        tx.remember(attempt_id, self.tenant_of(attempt_id));
         let job_id = job_of::<S>(&mut tx, attempt_id).await?;
         let job = locked::<S>(&mut tx, job_id).await?;
         let attempt_state = tx.attempt_state(attempt_id).await?;
@@ -257,6 +264,7 @@ impl<S: Backend> Transitions for S {
     ) -> Result<bool, StoreError> {
         let why = storable(why);
         let mut tx = self.begin().await?;
+        tx.remember(attempt_id, self.tenant_of(attempt_id));
         let job_id = job_of::<S>(&mut tx, attempt_id).await?;
         let job = locked::<S>(&mut tx, job_id).await?;
         // A rescuer acts only on a lease that is still expired now: a renewal that got the row
@@ -294,6 +302,7 @@ impl<S: Backend> Transitions for S {
 
     async fn settle_exhausted(&self, job_id: Uuid, max_attempts: u32) -> Result<bool, StoreError> {
         let mut tx = self.begin().await?;
+        tx.remember(job_id, self.tenant_of(job_id));
         let Some(job) = tx.lock_job(job_id).await? else {
             return release(tx, false).await;
         };
@@ -376,7 +385,7 @@ impl<S: Backend> Transitions for S {
 /// Starts first attempts one job after another in one write transaction (see
 /// [`Transitions::start_first_attempts`]): how a backend without a statement of its own for
 /// the batch ([`Backend::start_first`]) does it. `due_first` is its statement that locks the
-/// due jobs (`$1` limit, `$2` the kinds) and returns their `id` and `kind`.
+/// due jobs (`$1` limit, `$2` the kinds) and returns their `id`, `kind` and `tenant`.
 pub(crate) async fn start_first_in_one_transaction<B: Backend>(
     store: &B,
     batch: &FirstAttempts,
@@ -389,6 +398,7 @@ pub(crate) async fn start_first_in_one_transaction<B: Backend>(
     for row in &due {
         let job_id = B::uuid(row, "id")?;
         let kind = B::text(row, "kind")?;
+        tx.remember(job_id, Some(B::text(row, "tenant")?));
         let Some(first) = batch.kinds.iter().find(|k| k.kind == kind) else {
             continue;
         };
@@ -426,6 +436,8 @@ fn started_event(attempt: &AttemptRecord) -> NewEvent {
 
 /// An acknowledgement ([`Transitions::acknowledge_attempt`]), grouped with others.
 pub(crate) struct Ack {
+    /// The attempt's tenant, if this process knows it.
+    tenant: Option<String>,
     attempt_id: Uuid,
     task_id: Option<String>,
     hedge_after: Option<Duration>,
@@ -466,6 +478,10 @@ impl<B: Backend> Change<B> for Ack {
 
     fn attempt_id(&self) -> Uuid {
         self.attempt_id
+    }
+
+    fn tenant(&self) -> Option<&str> {
+        self.tenant.as_deref()
     }
 
     async fn apply_all(
@@ -514,6 +530,7 @@ impl<B: Backend> Change<B> for Ack {
 
     async fn alone(&self, writer: &Writer<B>) -> Result<Acknowledged, StoreError> {
         let mut tx = writer.begin().await?;
+        tx.remember(self.attempt_id, self.tenant.clone());
         let job_id = job_of(&mut tx, self.attempt_id).await?;
         // The job's lock first: a cancellation either committed before (and is seen here) or
         // waits until the attempt is running, when it returns it as live for an upstream
@@ -551,6 +568,8 @@ impl<B: Backend> Change<B> for Ack {
 /// An output offered as a job's result ([`Transitions::complete_attempt`]), grouped with
 /// others.
 pub(crate) struct Offer {
+    /// The attempt's tenant, if this process knows it.
+    tenant: Option<String>,
     attempt_id: Uuid,
     output: Value,
     by: Resolution,
@@ -671,6 +690,10 @@ impl<B: Backend> Change<B> for Offer {
         self.attempt_id
     }
 
+    fn tenant(&self) -> Option<&str> {
+        self.tenant.as_deref()
+    }
+
     async fn apply_all(
         tx: &mut Tx<B>,
         changes: &[(Uuid, &Self)],
@@ -743,6 +766,7 @@ impl<B: Backend> Change<B> for Offer {
     async fn alone(&self, writer: &Writer<B>) -> Result<Completion, StoreError> {
         for _ in 0..CAS_ROUNDS {
             let mut tx = writer.begin().await?;
+            tx.remember(self.attempt_id, self.tenant.clone());
             let job_id = job_of(&mut tx, self.attempt_id).await?;
             match self.complete_one(&mut tx, job_id).await? {
                 Some(completion) => {
@@ -784,6 +808,7 @@ const CAS_ROUNDS: usize = 16;
 
 fn event(job_id: Uuid, attempt_id: Uuid, kind: EventKind, detail: Value) -> NewEvent {
     NewEvent {
+        tenant: None,
         job_id,
         attempt_id: Some(attempt_id),
         kind,
@@ -834,6 +859,7 @@ async fn settle_job<S: Backend>(
 
 fn job_event(job_id: Uuid, kind: EventKind, actor: &str, detail: Value) -> NewEvent {
     NewEvent {
+        tenant: None,
         job_id,
         attempt_id: None,
         kind,

@@ -570,6 +570,7 @@ pub(crate) async fn log_refusals(
 ) {
     for refusal in &decision.refused {
         let event = NewEvent {
+            tenant: None,
             job_id,
             attempt_id: None,
             kind: EventKind::FailoverRefused,

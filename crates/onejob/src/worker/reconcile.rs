@@ -387,6 +387,7 @@ async fn resend(
     key: &str,
 ) -> Result<Proof, StoreError> {
     let event = NewEvent {
+        tenant: None,
         job_id: attempt.job_id,
         attempt_id: Some(attempt.id),
         kind: EventKind::Resent,

@@ -5,9 +5,27 @@ use std::collections::HashSet;
 use futures::future::join_all;
 use serde_json::{Value, json};
 
-use crate::helpers::{Backend, TestApp, TestDatabase, backend_tests, chat, create_key, json};
+use crate::helpers::{
+    Backend, TestApp, TestDatabase, backend_tests, chat, citus_tests, create_key, json,
+};
 
 backend_tests!(
+    double_click_of_fifty_makes_one_job,
+    double_click_across_two_instances_makes_one_job,
+    replay_returns_the_job_and_changes_nothing,
+    changed_params_are_refused_and_the_job_is_untouched,
+    another_kind_under_the_same_key_is_refused,
+    the_same_key_of_another_user_or_tenant_is_another_job,
+    a_pending_job_has_poll_hints_and_no_result_field,
+    intent_fields_decide_what_is_a_replay,
+    quoted_and_bare_keys_name_the_same_job,
+    a_job_is_found_by_its_key,
+    a_refused_request_does_not_burn_its_key,
+    listing_filters_and_pages_the_callers_own_jobs,
+);
+
+// The invariants of intake and isolation hold on a Citus cluster too.
+citus_tests!(
     double_click_of_fifty_makes_one_job,
     double_click_across_two_instances_makes_one_job,
     replay_returns_the_job_and_changes_nothing,

@@ -1,9 +1,12 @@
 //! Black-box tests of onejob: a real server on a loopback port, a real PostgreSQL and a real
 //! SQLite file, the same test bodies run against each (see [`helpers::Backend`]).
 //!
+//! The invariant tests (intake, isolation, and the worker's run-once tests) also run on a
+//! Citus cluster of the test process's own (`citus_tests!`: a coordinator and two workers).
+//!
 //! PostgreSQL is taken from `ONEJOB_TEST_POSTGRES` (default
 //! `postgres://postgres@127.0.0.1:5432/postgres`); each test gets a fresh database. A missing
-//! PostgreSQL fails the tests: it is never skipped.
+//! PostgreSQL or Citus fails the tests: they are never skipped.
 
 mod attempts;
 mod bad_input;

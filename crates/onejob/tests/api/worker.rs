@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use futures::StreamExt;
 
-use crate::helpers::{Backend, Fakes, TestApp, TestDatabase, backend_tests, chat};
+use crate::helpers::{Backend, Fakes, TestApp, TestDatabase, backend_tests, chat, citus_tests};
 
 backend_tests!(
     a_worker_aborted_after_the_answer_is_resolved_by_proof_and_nothing_resent,
@@ -23,6 +23,14 @@ backend_tests!(
     new_jobs_that_find_every_slot_busy_start_when_one_frees,
     a_due_retry_starts_ahead_of_a_backlog_of_new_jobs,
     an_acknowledgement_retried_after_an_unclear_commit_keeps_its_attempt,
+);
+
+// Jobs run once each, and workers wake without polling, on a Citus cluster too.
+citus_tests!(
+    a_burst_beyond_the_concurrency_runs_each_job_once,
+    a_stable_idempotency_key_is_forwarded_upstream,
+    workers_are_woken_without_polling,
+    a_worker_killed_after_acknowledgement_leaves_unknown_and_nothing_resent,
 );
 
 const WITHIN: Duration = Duration::from_secs(15);

@@ -337,7 +337,7 @@ async fn two_attempts_of_a_job_finishing_together_have_one_winner(backend: Backe
         assert_eq!(won, vec![Some(winner)]);
         assert_eq!(race_lost, vec![Some(loser)]);
     }
-    if backend == Backend::Postgres {
+    if backend.is_postgres() {
         // The completions did share transactions: fewer writers than attempts ended.
         let transactions = db
             .scalar(

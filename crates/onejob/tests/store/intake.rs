@@ -327,6 +327,7 @@ async fn an_appended_event_is_read_back_as_written(backend: Backend) {
     let attempt_id = Uuid::now_v7();
     store
         .append_event(NewEvent {
+            tenant: None,
             job_id,
             attempt_id: Some(attempt_id),
             kind: EventKind::Resent,
@@ -337,6 +338,7 @@ async fn an_appended_event_is_read_back_as_written(backend: Backend) {
         .unwrap();
     store
         .append_event(NewEvent {
+            tenant: None,
             job_id,
             attempt_id: None,
             kind: EventKind::KeyConflict,
@@ -381,6 +383,7 @@ async fn the_event_log_pages_oldest_first_by_id(backend: Backend) {
         for job in [job_id, other] {
             store
                 .append_event(NewEvent {
+                    tenant: None,
                     job_id: job,
                     attempt_id: None,
                     kind: EventKind::Resent,
@@ -429,7 +432,7 @@ async fn the_store_names_its_backend_and_answers_a_ping(backend: Backend) {
     let db = TestDatabase::create(backend).await;
     let store = db.open_store().await;
     let expected = match backend {
-        Backend::Postgres => "postgres",
+        Backend::Postgres | Backend::Citus => "postgres",
         Backend::Sqlite => "sqlite",
     };
     assert_eq!(store.backend(), expected);
@@ -541,7 +544,7 @@ impl WritesBlocked {
     async fn on(db: &TestDatabase) -> WritesBlocked {
         use sqlx::{Connection, Executor};
         match db.backend {
-            Backend::Postgres => {
+            Backend::Postgres | Backend::Citus => {
                 let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
                 conn.execute("BEGIN").await.unwrap();
                 conn.execute("LOCK TABLE job_events IN EXCLUSIVE MODE")

@@ -511,7 +511,9 @@ async fn a_pass_takes_a_job_crossing_its_threshold_whole_or_not_at_all(backend: 
     // Finished between 1 s ago and 0.2 s from now: with `older_than` 1 s, they become
     // prunable one after another over the next 1.2 s.
     db.exec(db.dialect(
-        "UPDATE jobs SET updated_at = now() - interval '1 second' + random() * interval '1.2 seconds'",
+        // A spread drawn from each job's id: Citus refuses `random()` in a distributed write.
+        "UPDATE jobs SET updated_at = to_timestamp(extract(epoch FROM now()) - 1.0 \
+         + ('x' || left(md5(id::text), 7))::bit(28)::int % 1200 / 1000.0)",
         "UPDATE jobs SET updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', \
          printf('%+.3f seconds', -1.0 + (abs(random()) % 1200) / 1000.0))",
     ))

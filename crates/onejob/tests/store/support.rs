@@ -1,8 +1,9 @@
 //! The backend fixture of the store suite: a fresh database per test (a PostgreSQL database
-//! copied from a migrated template, or a SQLite file in a temporary directory), with the
-//! shared fixtures of `onejob-fixtures` (the backends, `backend_tests!`, raw SQL for the
-//! checks the [`Store`] trait cannot make), and the small builders the noun files share (a
-//! job, an attempt start, an attempt in a given state).
+//! copied from a migrated template, a migrated database on this process's Citus cluster, or
+//! a SQLite file in a temporary directory), with the shared fixtures of `onejob-fixtures`
+//! (the backends, `backend_tests!` here meaning every backend, raw SQL for the checks the
+//! [`Store`] trait cannot make), and the small builders the noun files share (a job, an
+//! attempt start, an attempt in a given state).
 //!
 //! Copying a migrated template instead of migrating every database keeps the suite's run
 //! time down: the template is built once per test process, named after the process, and
@@ -15,8 +16,9 @@ use onejob::store::{
     UnknownBy, Unsuccessful, postgres::PgStore,
 };
 use onejob_domain::Principal;
-pub use onejob_fixtures::Backend;
-pub(crate) use onejob_fixtures::backend_tests;
+/// Every store test runs on PostgreSQL, SQLite and Citus.
+pub(crate) use onejob_fixtures::every_backend_tests as backend_tests;
+pub use onejob_fixtures::{Backend, citus};
 use onejob_fixtures::{admin, database_url};
 use serde_json::json;
 use sqlx::Executor;
@@ -100,9 +102,19 @@ impl TestDatabase {
     pub async fn create(backend: Backend) -> Self {
         let template = match backend {
             Backend::Postgres => Some(template().await),
-            Backend::Sqlite => None,
+            Backend::Sqlite | Backend::Citus => None,
         };
-        TestDatabase(onejob_fixtures::TestDatabase::create_from(backend, template).await)
+        let db = onejob_fixtures::TestDatabase::create_from(backend, template).await;
+        if backend == Backend::Citus {
+            // No template on a cluster: migrate (and so distribute) each database.
+            let store = PgStore::connect(&db.url, &StoreOptions::default())
+                .await
+                .expect("open the Citus database");
+            assert!(store.is_citus(), "the database has the citus extension");
+            store.migrate().await.expect("migrate the Citus database");
+            store.pool().close().await;
+        }
+        TestDatabase(db)
     }
 
     /// Opens a store (its own pool) on this database, migrated.

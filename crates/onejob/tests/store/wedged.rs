@@ -67,6 +67,7 @@ fn unclear(what: &str, result: Result<String, StoreError>) {
 /// A `replayed` event of `job_id` (any event: its insert must commit).
 fn event(job_id: uuid::Uuid) -> NewEvent {
     NewEvent {
+        tenant: None,
         job_id,
         attempt_id: None,
         kind: EventKind::Replayed,

@@ -22,27 +22,30 @@ use crate::store::{AttemptRecord, FirstAttempts, JobRecord, StoreError, rows};
 const START_FIRST: &str = concat!(
     "WITH kinds AS (SELECT * FROM unnest($2::text[], $3::text[], $4::float8[]) \
        AS k (kind, provider, timeout)), \
-     due AS (SELECT j.id, j.kind FROM jobs j \
+     due AS (SELECT j.id, j.tenant, j.kind FROM jobs j \
        WHERE j.dispatch_at <= now() AND j.state = 'pending' AND j.attempts = 0 \
        AND j.kind = ANY($2) ORDER BY j.dispatch_at LIMIT $1 FOR UPDATE SKIP LOCKED), \
-     numbered AS (SELECT due.id, k.provider, k.timeout, row_number() OVER (ORDER BY due.id) AS n \
+     numbered AS (SELECT due.id, due.tenant, k.provider, k.timeout, \
+       row_number() OVER (ORDER BY due.id) AS n \
        FROM due JOIN kinds k USING (kind)), \
      started AS (UPDATE jobs SET state = 'running', attempts = attempts + 1, \
        version = version + 1, dispatch_at = NULL, updated_at = now() \
-       FROM numbered WHERE jobs.id = numbered.id RETURNING jobs.id), \
+       FROM numbered WHERE jobs.id = numbered.id AND jobs.tenant = numbered.tenant \
+       RETURNING jobs.id), \
      inserted AS (INSERT INTO attempts (id, job_id, number, provider, state, hedge, worker, \
-       lease_expires_at, deadline_at, upstream_key) \
+       lease_expires_at, deadline_at, upstream_key, tenant) \
        SELECT ids.id, numbered.id, 1, numbered.provider, 'starting', false, $5, \
        now() + make_interval(secs => $6), now() + make_interval(secs => numbered.timeout), \
-       'onejob:' || numbered.id \
+       'onejob:' || numbered.id, numbered.tenant \
        FROM started JOIN numbered ON numbered.id = started.id \
        JOIN unnest($7::uuid[]) WITH ORDINALITY AS ids (id, n) ON ids.n = numbered.n \
-       RETURNING ",
+       RETURNING tenant, ",
     attempt_columns!(),
     "), \
-     logged AS (INSERT INTO job_events (job_id, attempt_id, kind, detail) \
+     logged AS (INSERT INTO job_events (job_id, attempt_id, kind, detail, tenant) \
        SELECT job_id, id, 'attempt_started', \
-       jsonb_build_object('number', number, 'provider', provider, 'hedge', hedge) FROM inserted) \
+       jsonb_build_object('number', number, 'provider', provider, 'hedge', hedge), tenant \
+       FROM inserted) \
      SELECT ",
     attempt_columns!(),
     " FROM inserted"

@@ -365,9 +365,9 @@ macro_rules! intake_sql {
                ON CONFLICT DO NOTHING RETURNING ",
             job_columns!(),
             "), logged AS (\
-               INSERT INTO job_events (job_id, attempt_id, kind, actor, detail) \
-               SELECT event.* FROM unnest($1::uuid[], $8::uuid[], $9::text[], $10::text[], $11::jsonb[]) \
-               AS event (job_id, attempt_id, kind, actor, detail) \
+               INSERT INTO job_events (job_id, attempt_id, kind, actor, detail, tenant) \
+               SELECT event.* FROM unnest($1::uuid[], $8::uuid[], $9::text[], $10::text[], $11::jsonb[], \
+               $2::text[]) AS event (job_id, attempt_id, kind, actor, detail, tenant) \
                WHERE event.job_id IN (SELECT id FROM inserted)\
              ), found AS (\
                SELECT job.* FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[]) \
@@ -460,16 +460,22 @@ pub(super) async fn insert_events<'c>(
     }
     let columns = EventColumns::of(events);
     sqlx::query(
-        "INSERT INTO job_events (job_id, attempt_id, kind, actor, detail) \
-         SELECT e.* FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::jsonb[]) \
-           AS e (job_id, attempt_id, kind, actor, detail) \
-         WHERE EXISTS (SELECT 1 FROM jobs WHERE jobs.id = e.job_id)",
+        "INSERT INTO job_events (job_id, attempt_id, kind, actor, detail, tenant) \
+         SELECT e.* FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::jsonb[], \
+           $6::text[]) AS e (job_id, attempt_id, kind, actor, detail, tenant) \
+         WHERE EXISTS (SELECT 1 FROM jobs WHERE jobs.id = e.job_id AND jobs.tenant = e.tenant)",
     )
     .bind(events.iter().map(|e| e.job_id).collect::<Vec<_>>())
     .bind(columns.attempt_ids)
     .bind(columns.kinds)
     .bind(columns.actors)
     .bind(columns.details)
+    .bind(
+        events
+            .iter()
+            .map(|e| e.tenant.as_deref())
+            .collect::<Vec<_>>(),
+    )
     .execute(executor)
     .await?;
     Ok(())

@@ -25,9 +25,11 @@ use super::{
     grouped::{Fence, Writer, fences},
     settled::Settled,
     sql::Sql,
+    tenants::Tenants,
     transitions::{Ack, Offer},
 };
 
+pub mod citus;
 mod first;
 mod held;
 pub mod hosts;
@@ -82,6 +84,12 @@ pub struct PgStore {
     /// The TLS tunnel to a single host whose certificate rustls cannot read, if it needs
     /// one ([`tunnel`]; with several hosts, [`hosts::Hosts`] keeps theirs). Held, not read.
     _tunnel: Option<Arc<tunnel::Tunnel>>,
+    /// The database has the `citus` extension: work spanning tenants runs tenant by tenant
+    /// ([`citus`]).
+    citus: bool,
+    /// The tenants of the jobs and attempts this store created or started lately (used on
+    /// Citus, where they keep a job's statements on its shard).
+    tenants: Arc<Tenants>,
 }
 
 impl PgStore {
@@ -105,6 +113,7 @@ impl PgStore {
             None => tunnel::connect(&first.options, &tls, options.acquire_timeout).await?,
         };
         warn_without_autovacuum(&mut probe).await;
+        let citus = citus::installed(&mut probe).await?;
         probe.close().await?;
         let connect = match (&followed, &tunnel) {
             (Some(hosts), _) => hosts.options(&[]),
@@ -127,33 +136,44 @@ impl PgStore {
         }
         Ok(Self {
             _tunnel: tunnel,
-            ..Self::following(pool, followed, options, bound)
+            ..Self::following(pool, followed, options, bound, citus)
         })
     }
 
     /// Wraps an existing pool (inside a Tokio runtime: it starts the intake writers); its
-    /// statements and commits are bounded by the default `write_timeout`.
+    /// statements and commits are bounded by the default `write_timeout`. The pool's
+    /// database is taken to be a plain PostgreSQL (not Citus: [`PgStore::connect`] finds
+    /// that out).
     pub fn from_pool(pool: PgPool) -> Self {
         Self::following(
             pool,
             None,
             &StoreOptions::default(),
             Bound::within(WRITE_TIMEOUT),
+            false,
         )
     }
 
     /// Wraps `pool`, whose side pools follow `hosts` when given, every statement and commit
-    /// bounded by `bound`.
+    /// bounded by `bound`; `citus` when the database has the extension.
     fn following(
         pool: PgPool,
         hosts: Option<Arc<hosts::Hosts>>,
         options: &StoreOptions,
         bound: Bound,
+        citus: bool,
     ) -> Self {
-        let writer = Writer::<Self>::new(pool.clone(), bound.clone(), None);
+        let writer = Writer::<Self>::new(pool.clone(), bound.clone(), None).per_tenant(citus);
+        let tenants = Arc::new(Tenants::default());
         let wake = wake::Wake::new(pool.clone(), hosts.as_ref().map(|h| h.moved()));
-        let relaxed =
-            relaxed::Relaxed::spawn(&pool, hosts.as_ref(), &bound, wake.signal(), wake.sender());
+        let relaxed = relaxed::Relaxed::spawn(
+            &pool,
+            hosts.as_ref(),
+            &bound,
+            wake.signal(),
+            wake.sender(),
+            citus,
+        );
         let statistics = statistics::Watch::new(pool.clone(), bound.clone());
         Self {
             fences: Arc::new(fences::<Self>(pool.clone(), bound.clone())),
@@ -161,25 +181,36 @@ impl PgStore {
             offers: Arc::new(writer.batcher()),
             settled: Arc::new(Settled::new(options.finished_after)),
             wake,
-            intake: Arc::new(intake::intake_batcher(
-                &pool,
-                hosts.as_ref(),
-                &bound,
-                relaxed.clone(),
-                statistics.clone(),
-            )),
+            intake: Arc::new(if citus {
+                citus::intake_batcher(&pool, &bound, relaxed.clone(), tenants.clone())
+            } else {
+                intake::intake_batcher(
+                    &pool,
+                    hosts.as_ref(),
+                    &bound,
+                    relaxed.clone(),
+                    statistics.clone(),
+                )
+            }),
             statistics,
             relaxed,
             bound,
             pool,
             _hosts: hosts,
             _tunnel: None,
+            citus,
+            tenants,
         }
     }
 
     /// The underlying pool (for tests and tools).
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// Whether the database is a Citus cluster's coordinator ([`citus`]).
+    pub fn is_citus(&self) -> bool {
+        self.citus
     }
 }
 
@@ -244,6 +275,14 @@ impl Backend for PgStore {
     const NAME: &'static str = "postgres";
 
     const SQL: Sql = sql::SQL;
+
+    fn distributed(&self) -> bool {
+        self.citus
+    }
+
+    fn tenants(&self) -> Option<&Tenants> {
+        self.citus.then_some(&*self.tenants)
+    }
 
     fn readers(&self) -> &PgPool {
         &self.pool
@@ -311,7 +350,11 @@ impl Backend for PgStore {
     }
 
     fn dispatch_changed(&self) {
-        // The jobs table's trigger notifies every node's LISTEN when dispatch_at is set.
+        // The jobs table's trigger notifies every node's LISTEN when dispatch_at is set; on
+        // Citus it fires on the worker node holding the shard, so the store notifies.
+        if self.citus {
+            self.relaxed.wake_workers();
+        }
     }
 
     async fn until_work(&self, max_wait: Duration) -> Woken {
@@ -323,6 +366,9 @@ impl Backend for PgStore {
             .run(&self.pool)
             .await?;
         online::widen_key_scope(&self.pool).await?;
+        if self.citus {
+            citus::distribute(&self.pool).await?;
+        }
         Ok(())
     }
 
@@ -338,6 +384,9 @@ impl Backend for PgStore {
         &self,
         batch: &FirstAttempts,
     ) -> Result<Vec<(JobRecord, AttemptRecord)>, StoreError> {
+        if self.citus {
+            return citus::start_first(self, batch).await;
+        }
         self.statistics.poke();
         Bounded::acquire(&self.pool, &self.bound)
             .await?

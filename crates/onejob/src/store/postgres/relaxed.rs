@@ -65,13 +65,14 @@ impl Relaxed {
     /// Starts the writers on a relaxed copy of `pool`'s connection settings (connections
     /// open on first use), following `hosts` if given, each write bounded by `bound`;
     /// `local` wakes this process's workers, and the notifications for the others carry
-    /// `sender`.
+    /// `sender`; on `citus`, events are written one statement each (on its job's shard).
     pub(super) fn spawn(
         pool: &PgPool,
         hosts: Option<&Arc<Hosts>>,
         bound: &Bound,
         local: WorkSignal,
         sender: Arc<str>,
+        citus: bool,
     ) -> Self {
         let relaxed = side_pool(
             tcp::pool_options(),
@@ -90,7 +91,13 @@ impl Relaxed {
             let spare = spare.clone();
             async move {
                 let written = held
-                    .run(async |connection| Ok(write_events(connection, &events).await))
+                    .run(async |connection| {
+                        if citus {
+                            Ok(super::citus::write_events(connection, &events).await)
+                        } else {
+                            Ok(write_events(connection, &events).await)
+                        }
+                    })
                     .await;
                 spare.put(held);
                 match written {
@@ -194,7 +201,14 @@ mod tests {
             .unwrap();
         let local = WorkSignal::default();
         let bound = Bound::within(crate::store::bound::WRITE_TIMEOUT);
-        let relaxed = Relaxed::spawn(&pool, None, &bound, local.clone(), Arc::from("this store"));
+        let relaxed = Relaxed::spawn(
+            &pool,
+            None,
+            &bound,
+            local.clone(),
+            Arc::from("this store"),
+            false,
+        );
         relaxed.wake_workers();
         assert_eq!(local.wait(Duration::from_secs(30)).await, Woken::NewJobs);
     }

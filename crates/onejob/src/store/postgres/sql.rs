@@ -8,6 +8,15 @@
 //! renewal skips the attempts another transaction is changing right now (`SKIP LOCKED`):
 //! it never waits for a group of changes holding some of them, so the two never wait for
 //! each other in a cycle, and those attempts are renewed by the next beat.
+//!
+//! The same statements run on Citus, which refuses a function that is not immutable inside
+//! `CASE` or `COALESCE` of a write (it evaluates `now()` once, before the shard runs the
+//! statement): `now()` stands outside them, `now() + CASE … ELSE NULL END` for a time that
+//! may be NULL, and `LEAST(acknowledged_at, now() + …)` for "the acknowledgement time, or
+//! now" (`LEAST` skips NULLs; an acknowledgement is never later than now). Nor may a
+//! write combine `now()` with a column through a function that is not immutable (`+` of a
+//! time and an interval is only stable): the reconciler's backoff, which grows with the
+//! attempt's checks, is counted in seconds since the epoch (`to_timestamp`).
 
 use crate::store::sql::Sql;
 
@@ -38,119 +47,140 @@ pub(super) const SQL: Sql = Sql {
         " FROM jobs WHERE id = $1 AND tenant = $2"
     ),
     job_exists: "SELECT EXISTS (SELECT 1 FROM jobs WHERE id = $1) AS found",
+    job_tenant: "SELECT tenant FROM jobs WHERE id = $1",
     lock_job: "SELECT state, version, attempts, recoveries, completed_by FROM jobs \
-               WHERE id = $1 FOR UPDATE",
+               WHERE id = $1 AND tenant = $2 FOR UPDATE",
     lock_due_job: "SELECT state, version, attempts, recoveries, completed_by, \
                    COALESCE(dispatch_at <= now(), false) AS due FROM jobs WHERE id = $1 \
-                   FOR UPDATE SKIP LOCKED",
+                   AND tenant = $2 FOR UPDATE SKIP LOCKED",
     mark_job_started: "UPDATE jobs SET state = 'running', attempts = attempts + 1, \
                        version = version + 1, dispatch_at = NULL, updated_at = now() \
-                       WHERE id = $1",
+                       WHERE id = $1 AND tenant = $2",
     schedule_hedge: "UPDATE jobs SET dispatch_at = now() + make_interval(secs => $2), \
                      version = version + 1, updated_at = now() \
-                     WHERE id = $1 AND state = 'running'",
+                     WHERE id = $1 AND state = 'running' AND tenant = $3",
     swap_result: "UPDATE jobs SET state = 'succeeded', result = $3, completed_by = $4, \
                   error = NULL, version = version + 1, dispatch_at = NULL, updated_at = now() \
                   WHERE id = $1 AND version = $2 AND completed_by IS NULL \
-                  AND state IN ('pending', 'running', 'unknown')",
+                  AND state IN ('pending', 'running', 'unknown') AND tenant = $5",
     set_job_state: "UPDATE jobs SET state = $2, version = version + 1, updated_at = now(), \
-                    dispatch_at = CASE WHEN $2 = 'pending' \
-                    THEN now() + make_interval(secs => $3) ELSE NULL END, \
-                    error = $4 WHERE id = $1",
+                    dispatch_at = now() + CASE WHEN $2 = 'pending' \
+                    THEN make_interval(secs => $3) ELSE NULL END, \
+                    error = $4 WHERE id = $1 AND tenant = $5",
     fail_job: "UPDATE jobs SET state = 'failed', dispatch_at = NULL, version = version + 1, \
-               updated_at = now(), error = $2 WHERE id = $1",
+               updated_at = now(), error = $2 WHERE id = $1 AND tenant = $3",
     cancel_job: "UPDATE jobs SET state = 'cancelled', dispatch_at = NULL, \
-                 version = version + 1, updated_at = now() WHERE id = $1",
+                 version = version + 1, updated_at = now() WHERE id = $1 AND tenant = $2",
     recover_job: "UPDATE jobs SET state = 'pending', error = NULL, recoveries = recoveries + 1, \
-                  dispatch_at = now(), version = version + 1, updated_at = now() WHERE id = $1",
+                  dispatch_at = now(), version = version + 1, updated_at = now() WHERE id = $1 \
+                  AND tenant = $2",
 
-    attempt_by_id: concat!(
-        "SELECT ",
-        attempt_columns!(),
-        " FROM attempts WHERE id = $1"
-    ),
-    job_of: "SELECT job_id FROM attempts WHERE id = $1",
-    jobs_of: "SELECT id, job_id FROM attempts WHERE id = ANY($1)",
-    attempt_state: "SELECT state FROM attempts WHERE id = $1",
-    open_attempts: "SELECT id, state FROM attempts WHERE job_id = $1 \
+    job_of: "SELECT job_id, tenant FROM attempts WHERE id = $1",
+    attempt_tenant: "SELECT tenant FROM attempts WHERE id = $1",
+    jobs_of: "SELECT id, job_id, tenant FROM attempts WHERE id = ANY($1)",
+    job_of_in_tenant: "SELECT job_id, tenant FROM attempts WHERE id = $1 AND tenant = $2",
+    jobs_of_in_tenants: "SELECT id, job_id, tenant FROM attempts WHERE id = ANY($1) \
+                         AND tenant = ANY($2)",
+    attempt_state: "SELECT state FROM attempts WHERE id = $1 AND tenant = $2",
+    open_attempts: "SELECT id, state FROM attempts WHERE job_id = $1 AND tenant = $2 \
                     AND state IN ('starting', 'running', 'unknown') ORDER BY number",
-    attempt_states: "SELECT state FROM attempts WHERE job_id = $1",
+    attempt_states: "SELECT state FROM attempts WHERE job_id = $1 AND tenant = $2",
     live_attempts: concat!(
         "SELECT ",
         attempt_columns!(),
-        " FROM attempts WHERE job_id = $1 AND state IN ('starting', 'running') ORDER BY number"
+        " FROM attempts WHERE job_id = $1 AND tenant = $2 AND state IN ('starting', 'running') \
+         ORDER BY number"
     ),
     job_attempts: concat!(
         "SELECT ",
         attempt_columns!(),
         " FROM attempts WHERE job_id = $1 ORDER BY number"
     ),
-    last_provider: "SELECT provider FROM attempts WHERE job_id = $1 \
+    job_attempts_in_tenant: concat!(
+        "SELECT ",
+        attempt_columns!(),
+        " FROM attempts WHERE job_id = $1 AND tenant = $2 ORDER BY number"
+    ),
+    attempt_in_tenant: concat!(
+        "SELECT ",
+        attempt_columns!(),
+        " FROM attempts WHERE id = $1 AND tenant = $2"
+    ),
+    last_provider: "SELECT provider FROM attempts WHERE job_id = $1 AND tenant = $2 \
                     ORDER BY number DESC LIMIT 1",
     insert_attempt: concat!(
         "INSERT INTO attempts (id, job_id, number, provider, state, hedge, worker, \
-         lease_expires_at, deadline_at, upstream_key) VALUES ($1, $2, $3, $4, 'starting', $5, \
-         $6, now() + make_interval(secs => $7), now() + make_interval(secs => $8), $9) \
+         lease_expires_at, deadline_at, upstream_key, tenant) VALUES ($1, $2, $3, $4, 'starting', \
+         $5, $6, now() + make_interval(secs => $7), now() + make_interval(secs => $8), $9, $10) \
          RETURNING ",
         attempt_columns!()
     ),
     keep_task_id: "UPDATE attempts SET task_id = COALESCE(task_id, $2) WHERE id = $1 \
+                   AND tenant = $3 \
                    RETURNING state",
-    mark_running: "UPDATE attempts SET state = 'running', acknowledged_at = now() WHERE id = $1",
+    mark_running: "UPDATE attempts SET state = 'running', acknowledged_at = now() \
+                   WHERE id = $1 AND tenant = $2",
     cancel_acknowledged: "UPDATE attempts SET state = 'cancelled', key_spent = true, \
-                          acknowledged_at = now(), finished_at = now() WHERE id = $1",
+                          acknowledged_at = now(), finished_at = now() WHERE id = $1 \
+                          AND tenant = $2",
     discard_attempt: "UPDATE attempts SET state = 'discarded', finished_at = now() \
-                      WHERE id = $1 AND state IN ('starting', 'running', 'unknown')",
+                      WHERE id = $1 AND tenant = $2 AND state IN ('starting', 'running', 'unknown')",
     end_winner: "UPDATE attempts SET state = 'succeeded', finished_at = now(), \
-                 acknowledged_at = CASE WHEN state = 'unknown' THEN acknowledged_at \
-                 ELSE COALESCE(acknowledged_at, now()) END \
-                 WHERE id = $1 AND state IN ('starting', 'running', 'unknown')",
+                 acknowledged_at = LEAST(acknowledged_at, \
+                 now() + CASE WHEN state = 'unknown' THEN NULL ELSE interval '0' END) \
+                 WHERE id = $1 AND tenant = $2 AND state IN ('starting', 'running', 'unknown')",
     discard_unknown_siblings: "UPDATE attempts SET state = 'discarded', finished_at = now() \
-                               WHERE job_id = $1 AND id <> $2 AND state = 'unknown' RETURNING id",
+                               WHERE job_id = $1 AND id <> $2 AND state = 'unknown' \
+                               AND tenant = $3 RETURNING id",
     end_attempt: "UPDATE attempts SET state = $2, error = $3, key_spent = $4, \
-                  finished_at = now() WHERE id = $1",
+                  finished_at = now() WHERE id = $1 AND tenant = $5",
     discard_live: "UPDATE attempts SET state = 'discarded', error = $2, finished_at = now() \
-                   WHERE id = $1 AND state IN ('starting', 'running') AND ($3::float8 IS NULL \
-                   OR lease_expires_at < now() OR deadline_at < now() - make_interval(secs => $3))",
+                   WHERE id = $1 AND tenant = $4 AND state IN ('starting', 'running') \
+                   AND ($3::float8 IS NULL OR lease_expires_at < now() \
+                   OR deadline_at < now() - make_interval(secs => $3))",
     make_unknown: "UPDATE attempts SET state = 'unknown', error = $2, unknown_since = now(), \
-                   reconcile_at = now() WHERE id = $1 AND state IN ('starting', 'running') \
+                   reconcile_at = now() WHERE id = $1 AND tenant = $4 AND state IN ('starting', 'running') \
                    AND ($3::float8 IS NULL OR lease_expires_at < now() \
                    OR deadline_at < now() - make_interval(secs => $3))",
     cancel_unknown_attempts: "UPDATE attempts SET state = 'cancelled', finished_at = now() \
-                              WHERE job_id = $1 AND state = 'unknown' RETURNING id",
+                              WHERE job_id = $1 AND tenant = $2 AND state = 'unknown' RETURNING id",
 
     lock_jobs: "SELECT id, state, version, attempts, recoveries, completed_by FROM jobs \
-                WHERE id = ANY($1) ORDER BY id FOR UPDATE",
-    attempt_states_of: "SELECT id, state FROM attempts WHERE id = ANY($1)",
+                WHERE id = ANY($1) AND tenant = ANY($2) ORDER BY id FOR UPDATE",
+    attempt_states_of: "SELECT id, state FROM attempts WHERE id = ANY($1) \
+                        AND tenant = ANY($2)",
     keep_task_ids: "UPDATE attempts a SET task_id = COALESCE(a.task_id, u.task_id) \
                     FROM unnest($1::uuid[], $2::text[]) AS u (id, task_id) WHERE a.id = u.id \
+                    AND a.tenant = ANY($3) \
                     RETURNING a.id, a.state",
     mark_all_running: "UPDATE attempts SET state = 'running', acknowledged_at = now() \
-                       WHERE id = ANY($1)",
+                       WHERE id = ANY($1) AND tenant = ANY($2)",
     swap_results: "UPDATE jobs j SET state = 'succeeded', result = u.output, \
                    completed_by = u.attempt_id, error = NULL, version = j.version + 1, \
                    dispatch_at = NULL, updated_at = now() \
                    FROM unnest($1::uuid[], $2::int8[], $3::jsonb[], $4::uuid[]) \
                    AS u (id, version, output, attempt_id) \
                    WHERE j.id = u.id AND j.version = u.version AND j.completed_by IS NULL \
-                   AND j.state IN ('pending', 'running', 'unknown') RETURNING j.id",
+                   AND j.state IN ('pending', 'running', 'unknown') AND j.tenant = ANY($5) RETURNING j.id",
     end_winners: "UPDATE attempts SET state = 'succeeded', finished_at = now(), \
-                  acknowledged_at = CASE WHEN state = 'unknown' THEN acknowledged_at \
-                  ELSE COALESCE(acknowledged_at, now()) END \
-                  WHERE id = ANY($1) AND state IN ('starting', 'running', 'unknown')",
+                  acknowledged_at = LEAST(acknowledged_at, \
+                  now() + CASE WHEN state = 'unknown' THEN NULL ELSE interval '0' END) \
+                  WHERE id = ANY($1) AND tenant = ANY($2) \
+                  AND state IN ('starting', 'running', 'unknown')",
     discard_unknown_siblings_of: "UPDATE attempts a SET state = 'discarded', finished_at = now() \
                                   FROM unnest($1::uuid[], $2::uuid[]) AS u (job_id, winner) \
                                   WHERE a.job_id = u.job_id AND a.id <> u.winner \
-                                  AND a.state = 'unknown' RETURNING a.id, a.job_id",
-    insert_events: "INSERT INTO job_events (job_id, attempt_id, kind, actor, detail) \
+                                  AND a.state = 'unknown' AND a.tenant = ANY($3) \
+                                  RETURNING a.id, a.job_id",
+    insert_events: "INSERT INTO job_events (job_id, attempt_id, kind, actor, detail, tenant) \
                     SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], \
-                    $5::jsonb[])",
-    insert_event: "INSERT INTO job_events (job_id, attempt_id, kind, actor, detail) \
-                   VALUES ($1, $2, $3, $4, $5)",
+                    $5::jsonb[], $6::text[])",
+    insert_event: "INSERT INTO job_events (job_id, attempt_id, kind, actor, detail, tenant) \
+                   VALUES ($1, $2, $3, $4, $5, $6)",
     events_after: concat!(
         "SELECT ",
         event_columns!(),
-        " FROM job_events WHERE job_id = $1 AND ($2::bigint IS NULL OR id > $2) \
+        " FROM job_events WHERE job_id = $1 AND tenant = $4 AND ($2::bigint IS NULL OR id > $2) \
          ORDER BY id LIMIT $3"
     ),
 
@@ -158,7 +188,8 @@ pub(super) const SQL: Sql = Sql {
     due_others: "SELECT id FROM jobs WHERE dispatch_at <= now() \
                  AND NOT (state = 'pending' AND attempts = 0 AND kind = ANY($2)) \
                  ORDER BY dispatch_at LIMIT $1",
-    owned_attempts: "SELECT a.id FROM attempts a JOIN jobs j ON j.id = a.job_id \
+    owned_attempts: "SELECT a.id FROM attempts a \
+                     JOIN jobs j ON j.id = a.job_id AND j.tenant = a.tenant \
                      WHERE a.id = ANY($1) AND a.state = 'starting' AND a.worker = $2 \
                      AND a.lease_expires_at > now() + make_interval(secs => $3) \
                      AND (a.deadline_at IS NULL \
@@ -167,7 +198,14 @@ pub(super) const SQL: Sql = Sql {
     renew_leases: "UPDATE attempts SET lease_expires_at = now() + make_interval(secs => $2) \
                    WHERE id IN (SELECT id FROM attempts WHERE worker = $1 \
                    AND state IN ('starting', 'running') FOR UPDATE SKIP LOCKED)",
-    cancelled_leases: "SELECT a.id FROM attempts a JOIN jobs j ON j.id = a.job_id \
+    live_tenants: "SELECT DISTINCT tenant FROM attempts WHERE worker = $1 \
+                   AND state IN ('starting', 'running')",
+    renew_tenant_leases: "UPDATE attempts SET lease_expires_at = now() + make_interval(secs => $2) \
+                          WHERE tenant = $3 AND id IN (SELECT id FROM attempts WHERE tenant = $3 \
+                          AND worker = $1 AND state IN ('starting', 'running') \
+                          FOR UPDATE SKIP LOCKED)",
+    cancelled_leases: "SELECT a.id FROM attempts a \
+                       JOIN jobs j ON j.id = a.job_id AND j.tenant = a.tenant \
                        WHERE a.worker = $1 AND a.state IN ('starting', 'running') \
                        AND j.state = 'cancelled'",
     expired_attempts: "SELECT id, provider FROM attempts WHERE state IN ('starting', 'running') \
@@ -181,8 +219,20 @@ pub(super) const SQL: Sql = Sql {
          ORDER BY reconcile_at LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING ",
         attempt_columns!()
     ),
-    recheck_unknown_later: "UPDATE attempts SET reconcile_at = now() + make_interval(secs => \
-         LEAST($3 * power(2, LEAST(GREATEST(reconcile_checks - 1, 0), 20)), $4)) \
+    unknown_due_tenants: "SELECT tenant FROM attempts WHERE state = 'unknown' \
+                          AND reconcile_at <= now() GROUP BY tenant ORDER BY min(reconcile_at) \
+                          LIMIT $1",
+    lock_tenant_unknown: "SELECT id FROM attempts WHERE tenant = $2 AND state = 'unknown' \
+                          AND reconcile_at <= now() ORDER BY reconcile_at LIMIT $1 \
+                          FOR UPDATE SKIP LOCKED",
+    claim_locked_unknown: concat!(
+        "UPDATE attempts SET reconcile_checks = reconcile_checks + 1, \
+         reconcile_at = now() + make_interval(secs => $2) \
+         WHERE tenant = $3 AND id = ANY($1) RETURNING ",
+        attempt_columns!()
+    ),
+    recheck_unknown_later: "UPDATE attempts SET reconcile_at = to_timestamp(extract(epoch FROM now()) \
+         + LEAST($3 * power(2, LEAST(GREATEST(reconcile_checks - 1, 0), 20)), $4)) \
          WHERE id = $1 AND state = 'unknown' AND reconcile_checks = $2",
     set_task_id: "UPDATE attempts SET task_id = $2 WHERE id = $1 AND task_id IS NULL",
     extend_deadline: "UPDATE attempts SET deadline_at = now() + make_interval(secs => $2) \
@@ -202,13 +252,13 @@ pub(super) const SQL: Sql = Sql {
     list_attempts: concat!(
         "SELECT ",
         attempt_columns!(),
-        " FROM attempts WHERE job_id IN (SELECT id FROM jobs WHERE tenant = $1 \
+        " FROM attempts WHERE tenant = $1 AND job_id IN (SELECT id FROM jobs WHERE tenant = $1 \
          AND ($2::text IS NULL OR user_id = $2)) AND ($3::text IS NULL OR state = $3) \
          ORDER BY id DESC LIMIT $4"
     ),
     recent_events: "SELECT e.id, e.job_id, e.attempt_id, e.kind, e.actor, e.detail, e.at \
-                    FROM job_events e JOIN jobs j ON j.id = e.job_id \
-                    WHERE j.tenant = $1 AND ($2::text IS NULL OR j.user_id = $2) \
+                    FROM job_events e JOIN jobs j ON j.id = e.job_id AND j.tenant = e.tenant \
+                    WHERE e.tenant = $1 AND j.tenant = $1 AND ($2::text IS NULL OR j.user_id = $2) \
                     AND ($3::text IS NULL OR e.kind = $3) ORDER BY e.id DESC LIMIT $4",
     count_unknown: "SELECT COUNT(*) AS count FROM attempts WHERE state = 'unknown'",
 

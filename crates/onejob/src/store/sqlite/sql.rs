@@ -53,9 +53,9 @@ macro_rules! job_by_key {
 }
 
 /// The due jobs that never had an attempt, oldest first: `?1` limit, `?2` the kinds (a JSON
-/// array) → `id, kind` (see `transitions::start_first_in_one_transaction`).
+/// array) → `id, kind, tenant` (see `transitions::start_first_in_one_transaction`).
 pub(super) const DUE_FIRST: &str = concat!(
-    "SELECT id, kind FROM jobs WHERE dispatch_at <= ",
+    "SELECT id, kind, tenant FROM jobs WHERE dispatch_at <= ",
     now!(),
     " AND state = 'pending' AND attempts = 0 AND kind IN (SELECT value FROM json_each(?2)) \
      ORDER BY dispatch_at LIMIT ?1"
@@ -83,50 +83,52 @@ pub(super) const SQL: Sql = Sql {
         " FROM jobs WHERE id = ?1 AND tenant = ?2"
     ),
     job_exists: "SELECT EXISTS (SELECT 1 FROM jobs WHERE id = ?1) AS found",
-    lock_job: "SELECT state, version, attempts, recoveries, completed_by FROM jobs WHERE id = ?1",
+    job_tenant: "SELECT tenant FROM jobs WHERE id = ?1",
+    lock_job: "SELECT state, version, attempts, recoveries, completed_by FROM jobs \
+               WHERE id = ?1 AND tenant = ?2",
     lock_due_job: concat!(
         "SELECT state, version, attempts, recoveries, completed_by, COALESCE(dispatch_at <= ",
         now!(),
-        ", 0) AS due FROM jobs WHERE id = ?1"
+        ", 0) AS due FROM jobs WHERE id = ?1 AND tenant = ?2"
     ),
     mark_job_started: concat!(
         "UPDATE jobs SET state = 'running', attempts = attempts + 1, version = version + 1, \
          dispatch_at = NULL, updated_at = ",
         now!(),
-        " WHERE id = ?1"
+        " WHERE id = ?1 AND tenant = ?2"
     ),
     schedule_hedge: concat!(
         "UPDATE jobs SET dispatch_at = ",
         later!("?2"),
         ", version = version + 1, updated_at = ",
         now!(),
-        " WHERE id = ?1 AND state = 'running'"
+        " WHERE id = ?1 AND state = 'running' AND tenant = ?3"
     ),
     swap_result: concat!(
         "UPDATE jobs SET state = 'succeeded', result = ?3, completed_by = ?4, error = NULL, \
          version = version + 1, dispatch_at = NULL, updated_at = ",
         now!(),
         " WHERE id = ?1 AND version = ?2 AND completed_by IS NULL \
-         AND state IN ('pending', 'running', 'unknown')"
+         AND state IN ('pending', 'running', 'unknown') AND tenant = ?5"
     ),
     set_job_state: concat!(
         "UPDATE jobs SET state = ?2, version = version + 1, updated_at = ",
         now!(),
         ", dispatch_at = CASE WHEN ?2 = 'pending' THEN ",
         later!("?3"),
-        " ELSE NULL END, error = ?4 WHERE id = ?1"
+        " ELSE NULL END, error = ?4 WHERE id = ?1 AND tenant = ?5"
     ),
     fail_job: concat!(
         "UPDATE jobs SET state = 'failed', dispatch_at = NULL, version = version + 1, \
          updated_at = ",
         now!(),
-        ", error = ?2 WHERE id = ?1"
+        ", error = ?2 WHERE id = ?1 AND tenant = ?3"
     ),
     cancel_job: concat!(
         "UPDATE jobs SET state = 'cancelled', dispatch_at = NULL, version = version + 1, \
          updated_at = ",
         now!(),
-        " WHERE id = ?1"
+        " WHERE id = ?1 AND tenant = ?2"
     ),
     recover_job: concat!(
         "UPDATE jobs SET state = 'pending', error = NULL, recoveries = recoveries + 1, \
@@ -134,59 +136,72 @@ pub(super) const SQL: Sql = Sql {
         now!(),
         ", version = version + 1, updated_at = ",
         now!(),
-        " WHERE id = ?1"
+        " WHERE id = ?1 AND tenant = ?2"
     ),
 
-    attempt_by_id: concat!(
-        "SELECT ",
-        attempt_columns!(),
-        " FROM attempts WHERE id = ?1"
-    ),
-    job_of: "SELECT job_id FROM attempts WHERE id = ?1",
-    jobs_of: "SELECT id, job_id FROM attempts WHERE id IN (SELECT value FROM json_each(?1))",
-    attempt_state: "SELECT state FROM attempts WHERE id = ?1",
-    open_attempts: "SELECT id, state FROM attempts WHERE job_id = ?1 \
+    job_of: "SELECT job_id, tenant FROM attempts WHERE id = ?1",
+    attempt_tenant: "SELECT tenant FROM attempts WHERE id = ?1",
+    job_of_in_tenant: "SELECT job_id, tenant FROM attempts WHERE id = ?1 AND tenant = ?2",
+    jobs_of_in_tenants: "SELECT id, job_id, tenant FROM attempts \
+                         WHERE id IN (SELECT value FROM json_each(?1)) \
+                         AND tenant IN (SELECT value FROM json_each(?2))",
+    jobs_of: "SELECT id, job_id, tenant FROM attempts WHERE id IN (SELECT value FROM json_each(?1))",
+    attempt_state: "SELECT state FROM attempts WHERE id = ?1 AND tenant = ?2",
+    open_attempts: "SELECT id, state FROM attempts WHERE job_id = ?1 AND tenant = ?2 \
                     AND state IN ('starting', 'running', 'unknown') ORDER BY number",
-    attempt_states: "SELECT state FROM attempts WHERE job_id = ?1",
+    attempt_states: "SELECT state FROM attempts WHERE job_id = ?1 AND tenant = ?2",
     live_attempts: concat!(
         "SELECT ",
         attempt_columns!(),
-        " FROM attempts WHERE job_id = ?1 AND state IN ('starting', 'running') ORDER BY number"
+        " FROM attempts WHERE job_id = ?1 AND tenant = ?2 AND state IN ('starting', 'running') \
+         ORDER BY number"
     ),
     job_attempts: concat!(
         "SELECT ",
         attempt_columns!(),
         " FROM attempts WHERE job_id = ?1 ORDER BY number"
     ),
-    last_provider: "SELECT provider FROM attempts WHERE job_id = ?1 \
+    job_attempts_in_tenant: concat!(
+        "SELECT ",
+        attempt_columns!(),
+        " FROM attempts WHERE job_id = ?1 AND tenant = ?2 ORDER BY number"
+    ),
+    attempt_in_tenant: concat!(
+        "SELECT ",
+        attempt_columns!(),
+        " FROM attempts WHERE id = ?1 AND tenant = ?2"
+    ),
+    last_provider: "SELECT provider FROM attempts WHERE job_id = ?1 AND tenant = ?2 \
                     ORDER BY number DESC LIMIT 1",
     insert_attempt: concat!(
         "INSERT INTO attempts (id, job_id, number, provider, state, hedge, worker, \
-         lease_expires_at, deadline_at, upstream_key) VALUES (?1, ?2, ?3, ?4, 'starting', ?5, ?6, ",
+         lease_expires_at, deadline_at, upstream_key, tenant) \
+         VALUES (?1, ?2, ?3, ?4, 'starting', ?5, ?6, ",
         later!("?7"),
         ", ",
         later!("?8"),
-        ", ?9) RETURNING ",
+        ", ?9, ?10) RETURNING ",
         attempt_columns!()
     ),
     keep_task_id: "UPDATE attempts SET task_id = COALESCE(task_id, ?2) WHERE id = ?1 \
+                   AND tenant = ?3 \
                    RETURNING state",
     mark_running: concat!(
         "UPDATE attempts SET state = 'running', acknowledged_at = ",
         now!(),
-        " WHERE id = ?1"
+        " WHERE id = ?1 AND tenant = ?2"
     ),
     cancel_acknowledged: concat!(
         "UPDATE attempts SET state = 'cancelled', key_spent = 1, acknowledged_at = ",
         now!(),
         ", finished_at = ",
         now!(),
-        " WHERE id = ?1"
+        " WHERE id = ?1 AND tenant = ?2"
     ),
     discard_attempt: concat!(
         "UPDATE attempts SET state = 'discarded', finished_at = ",
         now!(),
-        " WHERE id = ?1 AND state IN ('starting', 'running', 'unknown')"
+        " WHERE id = ?1 AND tenant = ?2 AND state IN ('starting', 'running', 'unknown')"
     ),
     end_winner: concat!(
         "UPDATE attempts SET state = 'succeeded', finished_at = ",
@@ -195,22 +210,23 @@ pub(super) const SQL: Sql = Sql {
          ELSE COALESCE(acknowledged_at, ",
         now!(),
         ") END",
-        " WHERE id = ?1 AND state IN ('starting', 'running', 'unknown')"
+        " WHERE id = ?1 AND tenant = ?2 AND state IN ('starting', 'running', 'unknown')"
     ),
     discard_unknown_siblings: concat!(
         "UPDATE attempts SET state = 'discarded', finished_at = ",
         now!(),
-        " WHERE job_id = ?1 AND id <> ?2 AND state = 'unknown' RETURNING id"
+        " WHERE job_id = ?1 AND id <> ?2 AND state = 'unknown' AND tenant = ?3 RETURNING id"
     ),
     end_attempt: concat!(
         "UPDATE attempts SET state = ?2, error = ?3, key_spent = ?4, finished_at = ",
         now!(),
-        " WHERE id = ?1"
+        " WHERE id = ?1 AND tenant = ?5"
     ),
     discard_live: concat!(
         "UPDATE attempts SET state = 'discarded', error = ?2, finished_at = ",
         now!(),
-        " WHERE id = ?1 AND state IN ('starting', 'running') AND (?3 IS NULL OR lease_expires_at < ",
+        " WHERE id = ?1 AND tenant = ?4 AND state IN ('starting', 'running') \
+         AND (?3 IS NULL OR lease_expires_at < ",
         now!(),
         " OR deadline_at < ",
         earlier!("?3"),
@@ -221,7 +237,8 @@ pub(super) const SQL: Sql = Sql {
         now!(),
         ", reconcile_at = ",
         now!(),
-        " WHERE id = ?1 AND state IN ('starting', 'running') AND (?3 IS NULL OR lease_expires_at < ",
+        " WHERE id = ?1 AND tenant = ?4 AND state IN ('starting', 'running') \
+         AND (?3 IS NULL OR lease_expires_at < ",
         now!(),
         " OR deadline_at < ",
         earlier!("?3"),
@@ -230,21 +247,25 @@ pub(super) const SQL: Sql = Sql {
     cancel_unknown_attempts: concat!(
         "UPDATE attempts SET state = 'cancelled', finished_at = ",
         now!(),
-        " WHERE job_id = ?1 AND state = 'unknown' RETURNING id"
+        " WHERE job_id = ?1 AND tenant = ?2 AND state = 'unknown' RETURNING id"
     ),
 
     lock_jobs: "SELECT id, state, version, attempts, recoveries, completed_by FROM jobs \
-                WHERE id IN (SELECT value FROM json_each(?1)) ORDER BY id",
+                WHERE id IN (SELECT value FROM json_each(?1)) \
+                AND tenant IN (SELECT value FROM json_each(?2)) ORDER BY id",
     attempt_states_of: "SELECT id, state FROM attempts \
-                        WHERE id IN (SELECT value FROM json_each(?1))",
+                        WHERE id IN (SELECT value FROM json_each(?1)) \
+                        AND tenant IN (SELECT value FROM json_each(?2))",
     keep_task_ids: "UPDATE attempts SET task_id = COALESCE(attempts.task_id, u.task_id) \
                     FROM (SELECT i.value AS id, t.value AS task_id FROM json_each(?1) i \
                     JOIN json_each(?2) t ON t.key = i.key) AS u WHERE attempts.id = u.id \
+                    AND attempts.tenant IN (SELECT value FROM json_each(?3)) \
                     RETURNING attempts.id, attempts.state",
     mark_all_running: concat!(
         "UPDATE attempts SET state = 'running', acknowledged_at = ",
         now!(),
-        " WHERE id IN (SELECT value FROM json_each(?1))"
+        " WHERE id IN (SELECT value FROM json_each(?1)) \
+         AND tenant IN (SELECT value FROM json_each(?2))"
     ),
     swap_results: concat!(
         "UPDATE jobs SET state = 'succeeded', result = u.output, completed_by = u.attempt_id, \
@@ -254,7 +275,8 @@ pub(super) const SQL: Sql = Sql {
          a.value AS attempt_id FROM json_each(?1) i JOIN json_each(?2) v ON v.key = i.key \
          JOIN json_each(?3) o ON o.key = i.key JOIN json_each(?4) a ON a.key = i.key) AS u \
          WHERE jobs.id = u.id AND jobs.version = u.version AND jobs.completed_by IS NULL \
-         AND jobs.state IN ('pending', 'running', 'unknown') RETURNING jobs.id"
+         AND jobs.state IN ('pending', 'running', 'unknown') \
+         AND jobs.tenant IN (SELECT value FROM json_each(?5)) RETURNING jobs.id"
     ),
     end_winners: concat!(
         "UPDATE attempts SET state = 'succeeded', finished_at = ",
@@ -264,7 +286,7 @@ pub(super) const SQL: Sql = Sql {
         now!(),
         ") END",
         " WHERE id IN (SELECT value FROM json_each(?1)) \
-         AND state IN ('starting', 'running', 'unknown')"
+         AND tenant IN (SELECT value FROM json_each(?2)) AND state IN ('starting', 'running', 'unknown')"
     ),
     discard_unknown_siblings_of: concat!(
         "UPDATE attempts SET state = 'discarded', finished_at = ",
@@ -272,19 +294,22 @@ pub(super) const SQL: Sql = Sql {
         " FROM (SELECT j.value AS job_id, w.value AS winner FROM json_each(?1) j \
          JOIN json_each(?2) w ON w.key = j.key) AS u WHERE attempts.job_id = u.job_id \
          AND attempts.id <> u.winner AND attempts.state = 'unknown' \
+         AND attempts.tenant IN (SELECT value FROM json_each(?3)) \
          RETURNING attempts.id, attempts.job_id"
     ),
-    insert_events: "INSERT INTO job_events (job_id, attempt_id, kind, actor, detail) \
-                    SELECT j.value, a.value, k.value, c.value, d.value FROM json_each(?1) j \
+    insert_events: "INSERT INTO job_events (job_id, attempt_id, kind, actor, detail, tenant) \
+                    SELECT j.value, a.value, k.value, c.value, d.value, t.value \
+                    FROM json_each(?1) j \
                     JOIN json_each(?2) a ON a.key = j.key JOIN json_each(?3) k ON k.key = j.key \
                     JOIN json_each(?4) c ON c.key = j.key JOIN json_each(?5) d ON d.key = j.key \
-                    ORDER BY j.key",
-    insert_event: "INSERT INTO job_events (job_id, attempt_id, kind, actor, detail) \
-                   VALUES (?1, ?2, ?3, ?4, ?5)",
+                    JOIN json_each(?6) t ON t.key = j.key ORDER BY j.key",
+    insert_event: "INSERT INTO job_events (job_id, attempt_id, kind, actor, detail, tenant) \
+                   VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     events_after: concat!(
         "SELECT ",
         event_columns!(),
-        " FROM job_events WHERE job_id = ?1 AND (?2 IS NULL OR id > ?2) ORDER BY id LIMIT ?3"
+        " FROM job_events WHERE job_id = ?1 AND tenant = ?4 AND (?2 IS NULL OR id > ?2) \
+         ORDER BY id LIMIT ?3"
     ),
 
     due_jobs: concat!(
@@ -299,7 +324,7 @@ pub(super) const SQL: Sql = Sql {
          AND kind IN (SELECT value FROM json_each(?2))) ORDER BY dispatch_at LIMIT ?1"
     ),
     owned_attempts: concat!(
-        "SELECT a.id FROM attempts a JOIN jobs j ON j.id = a.job_id \
+        "SELECT a.id FROM attempts a JOIN jobs j ON j.id = a.job_id AND j.tenant = a.tenant \
          WHERE a.id IN (SELECT value FROM json_each(?1)) AND a.state = 'starting' \
          AND a.worker = ?2 AND a.lease_expires_at > ",
         later!("?3"),
@@ -312,7 +337,15 @@ pub(super) const SQL: Sql = Sql {
         later!("?2"),
         " WHERE worker = ?1 AND state IN ('starting', 'running')"
     ),
-    cancelled_leases: "SELECT a.id FROM attempts a JOIN jobs j ON j.id = a.job_id \
+    live_tenants: "SELECT DISTINCT tenant FROM attempts WHERE worker = ?1 \
+                   AND state IN ('starting', 'running')",
+    renew_tenant_leases: concat!(
+        "UPDATE attempts SET lease_expires_at = ",
+        later!("?2"),
+        " WHERE tenant = ?3 AND worker = ?1 AND state IN ('starting', 'running')"
+    ),
+    cancelled_leases: "SELECT a.id FROM attempts a \
+                       JOIN jobs j ON j.id = a.job_id AND j.tenant = a.tenant \
                        WHERE a.worker = ?1 AND a.state IN ('starting', 'running') \
                        AND j.state = 'cancelled'",
     expired_attempts: concat!(
@@ -329,6 +362,22 @@ pub(super) const SQL: Sql = Sql {
         " WHERE id IN (SELECT id FROM attempts WHERE state = 'unknown' AND reconcile_at <= ",
         now!(),
         " ORDER BY reconcile_at LIMIT ?1) RETURNING ",
+        attempt_columns!()
+    ),
+    unknown_due_tenants: concat!(
+        "SELECT tenant FROM attempts WHERE state = 'unknown' AND reconcile_at <= ",
+        now!(),
+        " GROUP BY tenant ORDER BY min(reconcile_at) LIMIT ?1"
+    ),
+    lock_tenant_unknown: concat!(
+        "SELECT id FROM attempts WHERE tenant = ?2 AND state = 'unknown' AND reconcile_at <= ",
+        now!(),
+        " ORDER BY reconcile_at LIMIT ?1"
+    ),
+    claim_locked_unknown: concat!(
+        "UPDATE attempts SET reconcile_checks = reconcile_checks + 1, reconcile_at = ",
+        later!("?2"),
+        " WHERE tenant = ?3 AND id IN (SELECT value FROM json_each(?1)) RETURNING ",
         attempt_columns!()
     ),
     recheck_unknown_later: concat!(
@@ -360,13 +409,13 @@ pub(super) const SQL: Sql = Sql {
     list_attempts: concat!(
         "SELECT ",
         attempt_columns!(),
-        " FROM attempts WHERE job_id IN (SELECT id FROM jobs WHERE tenant = ?1 \
+        " FROM attempts WHERE tenant = ?1 AND job_id IN (SELECT id FROM jobs WHERE tenant = ?1 \
          AND (?2 IS NULL OR user_id = ?2)) AND (?3 IS NULL OR state = ?3) \
          ORDER BY id DESC LIMIT ?4"
     ),
     recent_events: "SELECT e.id, e.job_id, e.attempt_id, e.kind, e.actor, e.detail, e.at \
-                    FROM job_events e JOIN jobs j ON j.id = e.job_id \
-                    WHERE j.tenant = ?1 AND (?2 IS NULL OR j.user_id = ?2) \
+                    FROM job_events e JOIN jobs j ON j.id = e.job_id AND j.tenant = e.tenant \
+                    WHERE e.tenant = ?1 AND j.tenant = ?1 AND (?2 IS NULL OR j.user_id = ?2) \
                     AND (?3 IS NULL OR e.kind = ?3) ORDER BY e.id DESC LIMIT ?4",
     count_unknown: "SELECT COUNT(*) AS count FROM attempts WHERE state = 'unknown'",
 
