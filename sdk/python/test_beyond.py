@@ -1,10 +1,11 @@
 """onejob's gateway beyond chat (DESIGN §9 "Beyond chat") driven by the real SDKs: the
-`openai` package's embeddings, and the `anthropic` package's Messages API (`messages.create`
-plain and streamed, `messages.stream`).
+`openai` package's embeddings and Responses API (`responses.create` plain and streamed), and
+the `anthropic` package's Messages API (`messages.create` plain and streamed,
+`messages.stream`).
 
 Run by `cargo test` (crates/onejob/tests/api/sdk.rs), which starts onejob serving the demo's
 models beyond chat on a fake provider (`embed` at /v1/embeddings, `converse` at
-/v1/messages, …), with
+/v1/messages, `respond` at /v1/responses, …), with
 `[gateway] wait = "2s"`, and passes:
 
   ONEJOB_URL       the server, http://127.0.0.1:PORT
@@ -246,6 +247,66 @@ class Messages(unittest.TestCase):
         self.assertGreaterEqual(time.monotonic() - started, 2.5)
         self.assertEqual(raw.headers["idempotent-replayed"], "true")
         self.assertEqual(len(upstream_calls("messages", text)), 1)
+
+
+class Responses(unittest.TestCase):
+    def test_responses_create_returns_the_upstreams_response(self):
+        text = unique("Describe a red fox.")
+        response = openai_client().responses.create(
+            model="respond", input=text, extra_headers=key("responses-plain")
+        )
+        self.assertEqual((response.object, response.status), ("response", "completed"))
+        self.assertIn(text, response.output_text)
+        self.assertGreater(response.usage.total_tokens, 0)
+        [call] = upstream_calls("responses", text)
+        self.assertEqual(call["request"]["input"], text)
+
+    def test_a_stream_reads_typed_events_to_response_completed(self):
+        text = unique("Stream a red fox.")
+        add_rule(text, run_ms=300)
+        stream = openai_client().responses.create(
+            model="respond", input=text, stream=True, extra_headers=key("responses-stream")
+        )
+        events = list(stream)
+        types = [event.type for event in events]
+        self.assertEqual((types[0], types[-1]), ("response.created", "response.completed"))
+        self.assertEqual([e.sequence_number for e in events], list(range(len(events))))
+        streamed = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+        self.assertIn(text, streamed)
+        self.assertEqual(events[-1].response.output_text, streamed)
+        self.assertEqual(len(upstream_calls("responses", text)), 1)
+
+    def test_the_same_call_twice_under_one_key_is_one_upstream_call(self):
+        text = unique("A fox, asked twice.")
+        create = openai_client().responses.with_raw_response.create
+        first = create(model="respond", input=text, extra_headers=key("responses-twice"))
+        second = create(model="respond", input=text, extra_headers=key("responses-twice"))
+        self.assertIsNone(first.headers.get("idempotent-replayed"))
+        self.assertEqual(second.headers["idempotent-replayed"], "true")
+        self.assertEqual(first.parse().model_dump(), second.parse().model_dump())
+        self.assertEqual(len(upstream_calls("responses", text)), 1)
+
+    def test_conversation_state_is_refused_with_a_clear_error(self):
+        text = unique("A fox to remember.")
+        with self.assertRaises(openai.BadRequestError) as raised:
+            openai_client().responses.create(
+                model="respond", input=text, store=True, extra_headers=key("responses-store")
+            )
+        self.assertIn("does not keep conversation state", raised.exception.message)
+        self.assertEqual(upstream_calls("responses", text), [])
+
+    def test_an_sdk_timeout_retries_into_the_same_job(self):
+        text = unique("A slow fox to answer.")
+        add_rule(text, run_ms=2500)
+        started = time.monotonic()
+        raw = openai_client(timeout=1.0, max_retries=6).responses.with_raw_response.create(
+            model="respond", input=text, extra_headers=key("responses-timeout")
+        )
+        self.assertIn(text, raw.parse().output_text)
+        self.assertGreaterEqual(raw.retries_taken, 1, "the SDK timed out and retried")
+        self.assertGreaterEqual(time.monotonic() - started, 2.5)
+        self.assertEqual(raw.headers["idempotent-replayed"], "true")
+        self.assertEqual(len(upstream_calls("responses", text)), 1)
 
 
 if __name__ == "__main__":

@@ -403,6 +403,16 @@ fn response_of(request: &Value, behaviour: &Behaviour) -> Value {
             "annotations": [], "logprobs": []}]}),
     };
     let (input_tokens, output_tokens) = (tokens(&asked), tokens(&text));
+    // As OpenAI answers them: a function tool's `strict` is always there (default true).
+    let tools: Vec<Value> = tools
+        .into_iter()
+        .map(|mut tool| {
+            if tool["type"] == "function" && tool.get("strict").is_none() {
+                tool["strict"] = json!(true);
+            }
+            tool
+        })
+        .collect();
     let pass = |name: &str, default: Value| request.get(name).cloned().unwrap_or(default);
     json!({
         "id": id("resp"), "object": "response", "created_at": now(), "status": "completed",
@@ -417,7 +427,8 @@ fn response_of(request: &Value, behaviour: &Behaviour) -> Value {
         "tools": tools,
         "text": pass("text", json!({"format": {"type": "text"}})),
         "store": false,
-        "usage": {"input_tokens": input_tokens, "input_tokens_details": {"cached_tokens": 0},
+        "usage": {"input_tokens": input_tokens,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
             "output_tokens": output_tokens,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": input_tokens + output_tokens},

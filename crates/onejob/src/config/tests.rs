@@ -35,10 +35,11 @@ fn the_demo_config_loads_and_compiles() {
             "chat.fast",
             "embed.fast",
             "image.generate",
-            "messages.fast"
+            "messages.fast",
+            "respond.fast"
         ]
     );
-    assert_eq!(kinds.models(), vec!["converse", "embed", "fast"]);
+    assert_eq!(kinds.models(), vec!["converse", "embed", "fast", "respond"]);
     assert_eq!(
         kinds.by_model("embed").unwrap().endpoint,
         crate::gateway::Endpoint::Embeddings

@@ -27,6 +27,10 @@ backend_tests!(
     messages_stream_live_and_replayed_as_anthropics_events,
     messages_take_x_api_key_and_answer_errors_in_anthropics_shape,
     an_anthropic_messages_provider_is_sent_anthropics_headers,
+    responses_keep_the_one_job_contract,
+    responses_stream_openais_typed_events_live_and_replayed,
+    responses_refuse_conversation_state_and_pass_text_format_and_tools,
+    a_stalled_responses_stream_ends_with_an_error_event_naming_the_job,
 );
 
 const WITHIN: Duration = Duration::from_secs(30);
@@ -75,6 +79,20 @@ const MESSAGES: Case = Case {
             json!({"model": "converse", "max_tokens": 128,
                 "messages": [{"role": "user", "content": text}]}),
             "/max_tokens",
+        )
+    },
+};
+
+const RESPONSES: Case = Case {
+    path: "/v1/responses",
+    kind: "respond.fast",
+    upstream: "responses",
+    schema: Some("Response"),
+    request: |text| json!({"model": "respond", "input": text}),
+    changed: |text| {
+        (
+            json!({"model": "respond", "input": text, "instructions": "Be brief."}),
+            "/instructions",
         )
     },
 };
@@ -528,4 +546,160 @@ fn the_gateway_pages_configs_beyond_chat_compile() {
         .unwrap_or_else(|e| panic!("{e}:\n{config}"));
         onejob::kind::Kinds::compile(&parsed).unwrap_or_else(|e| panic!("{e}:\n{config}"));
     }
+}
+
+async fn responses_keep_the_one_job_contract(backend: Backend) {
+    keeps_the_one_job_contract(backend, RESPONSES).await;
+}
+
+async fn responses_stream_openais_typed_events_live_and_replayed(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(rule(
+        "fox",
+        Behaviour {
+            run_ms: 600,
+            ..Default::default()
+        },
+    ));
+    let app = TestApp::running(&db, &fakes, |config| quick(config, "respond.fast")).await;
+    let mut body = json!({"model": "respond", "input": [{"role": "user",
+        "content": [{"type": "input_text", "text": "Stream a red fox."}]}], "stream": true});
+    let (first, second) = tokio::join!(app.call("/v1/responses", "stream", &body), async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        app.call("/v1/responses", "stream", &body).await
+    });
+    let job_id = first.headers()["onejob-job-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let (first, second) = (events(first).await, events(second).await);
+    assert_eq!(
+        first, second,
+        "two readers of one key read the same live events"
+    );
+    for (name, event) in &first {
+        conforms("ResponseStreamEvent", event);
+        assert_eq!(
+            event["type"],
+            name.as_str(),
+            "each event is named by its type"
+        );
+    }
+    let names: Vec<&str> = first.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names.first(), Some(&"response.created"));
+    assert_eq!(names.last(), Some(&"response.completed"));
+    assert!(names.contains(&"response.output_text.delta"), "{names:?}");
+    assert_eq!(upstream_calls(&RESPONSES, &fakes, "Stream a red fox."), 1);
+    // The job's result is the completed response, which a JSON replay answers.
+    let completed = &first.last().unwrap().1["response"];
+    let job = app.job(&job_id).await;
+    assert_eq!(&job["result"], completed, "{job}");
+    body.as_object_mut().unwrap().remove("stream");
+    let (status, headers, answer) =
+        answered(&RESPONSES, app.call("/v1/responses", "stream", &body).await).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(headers["idempotent-replayed"], "true");
+    assert_eq!(&answer, completed);
+    // A stream asked after completion: the stored response as the same typed events.
+    body["stream"] = json!(true);
+    let replayed = events(app.call("/v1/responses", "stream", &body).await).await;
+    for (_, event) in &replayed {
+        conforms("ResponseStreamEvent", event);
+    }
+    let replayed_names: Vec<&str> = replayed.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(replayed_names, names);
+    assert_eq!(&replayed.last().unwrap().1["response"], completed);
+    assert_eq!(upstream_calls(&RESPONSES, &fakes, "Stream a red fox."), 1);
+}
+
+async fn responses_refuse_conversation_state_and_pass_text_format_and_tools(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, |config| quick(config, "respond.fast")).await;
+    for (field, value) in [
+        ("store", json!(true)),
+        ("previous_response_id", json!("resp_123")),
+    ] {
+        let mut body = (RESPONSES.request)("A stateful fox.");
+        body[field] = value;
+        let (status, _, refused) =
+            answered(&RESPONSES, app.call("/v1/responses", field, &body).await).await;
+        assert_eq!(status, 400, "{refused}");
+        let message = refused["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(field) && message.contains("does not keep conversation state"),
+            "{message}"
+        );
+    }
+    assert_eq!(fakes.primary.submissions().total, 0, "nothing was sent");
+    // `store: false` is what onejob does anyway: served.
+    let mut body = (RESPONSES.request)("A stateless fox.");
+    body["store"] = json!(false);
+    body["text"] = json!({"format": {"type": "json_schema", "name": "fox", "strict": true,
+        "schema": {"type": "object", "properties": {"text": {"type": "string"}},
+        "required": ["text"], "additionalProperties": false}}});
+    let (status, _, answer) =
+        answered(&RESPONSES, app.call("/v1/responses", "schema", &body).await).await;
+    assert_eq!(status, 200, "{answer}");
+    let text = answer["output"][0]["content"][0]["text"].as_str().unwrap();
+    let parsed: Value = serde_json::from_str(text).expect("JSON, as text.format asked");
+    assert!(
+        parsed["text"]
+            .as_str()
+            .unwrap()
+            .contains("A stateless fox.")
+    );
+    let sent = &fakes.primary.submissions().requests[0].request;
+    assert_eq!(
+        sent["text"], body["text"],
+        "text.format reached the upstream"
+    );
+    // Tools: the upstream's function call is a real answer.
+    let tools = json!([{"type": "function", "name": "weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]);
+    let body = json!({"model": "respond", "input": "Weather in Oslo?", "tools": tools,
+        "tool_choice": "required"});
+    let (status, _, answer) =
+        answered(&RESPONSES, app.call("/v1/responses", "tools", &body).await).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["output"][0]["type"], "function_call");
+    assert_eq!(answer["output"][0]["name"], "weather");
+}
+
+async fn a_stalled_responses_stream_ends_with_an_error_event_naming_the_job(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(rule(
+        "stalls",
+        Behaviour {
+            hang_after_ack: true,
+            ..Default::default()
+        },
+    ));
+    let app = TestApp::running(&db, &fakes, |config| {
+        quick(config, "respond.fast");
+        kind(config, "respond.fast").stream_idle_timeout = Duration::from_millis(500);
+    })
+    .await;
+    let body = json!({"model": "respond", "input": "A fox that stalls.", "stream": true});
+    let response = app.call("/v1/responses", "stalls", &body).await;
+    let job_id = response.headers()["onejob-job-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let events = events(response).await;
+    let (name, last) = events.last().unwrap();
+    assert_eq!(
+        events[0].0, "response.created",
+        "the first event came through"
+    );
+    assert_eq!(name, "error");
+    conforms("ResponseStreamEvent", last);
+    assert_eq!(last["code"], "attempt_failed");
+    assert!(
+        last["message"].as_str().unwrap().contains(&job_id),
+        "{last}"
+    );
+    assert_eq!(last["sequence_number"], events.len() - 1);
 }

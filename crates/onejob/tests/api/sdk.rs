@@ -25,10 +25,11 @@
 //! `sdk/js/quickstart.mjs`, included verbatim (checked here) and run here against onejob.
 //!
 //! Beyond chat, `sdk/python/test_beyond.py` drives the endpoints with OpenAI's `openai`
-//! package (embeddings) and Anthropic's `anthropic` package (messages: `messages.create`
-//! plain and streamed, `messages.stream`, tools), and `sdk/js/beyond.test.mjs` with its npm package, each case a call,
-//! a replay counted as one upstream call at the fake, a changed body as the SDK's 422, or an
-//! SDK timeout whose retries re-attach to the one job.
+//! package (`embeddings.create`, `responses.create` plain and streamed) and Anthropic's
+//! `anthropic` package (`messages.create` plain and streamed, `messages.stream`, tools), and
+//! `sdk/js/beyond.test.mjs` with OpenAI's npm package: calls, streams, a replay counted as
+//! one upstream call at the fake, a changed body as the SDK's 422, refused conversation
+//! state, and an SDK timeout whose retries re-attach to the one job.
 //!
 //! The tools are installed by `.ci/run`: a Python venv (`ONEJOB_SDK_VENV`, default
 //! `/var/cache/onejob/venv-sdk`) with `sdk/python/requirements.txt`, and `npm ci --prefix
@@ -66,10 +67,10 @@ const PYTHON_CASES: u32 = 22;
 const FRAMEWORK_CASES: u32 = 8;
 
 /// The cases of `sdk/python/test_beyond.py` (the endpoints beyond chat).
-const PYTHON_BEYOND_CASES: u32 = 12;
+const PYTHON_BEYOND_CASES: u32 = 17;
 
 /// The cases of `sdk/js/beyond.test.mjs`.
-const JS_BEYOND_CASES: u32 = 4;
+const JS_BEYOND_CASES: u32 = 9;
 
 /// The cases of `sdk/js/gateway.test.mjs`.
 const JS_CASES: u32 = 21;
