@@ -1,9 +1,11 @@
 // onejob's gateway beyond chat (DESIGN §9 "Beyond chat") driven by the real `openai` npm
-// package: embeddings and the Responses API (`responses.create` plain and streamed).
+// package: embeddings, the Responses API (`responses.create` plain and streamed) and image
+// generation (`images.generate`, also from an async-task image provider).
 //
 // Run by `cargo test` (crates/onejob/tests/api/sdk.rs), which starts onejob serving the
 // demo's models beyond chat on a fake provider (`embed` at /v1/embeddings, `respond` at
-// /v1/responses, …), with
+// /v1/responses, `draw` at /v1/images/generations, `draw-polled` there from an async-task
+// provider), with
 // `[gateway] wait = "2s"`, and passes:
 //   ONEJOB_URL       the server, http://127.0.0.1:PORT (the SDK's baseURL is ONEJOB_URL/v1)
 //   ONEJOB_API_KEY   a onejob API key
@@ -180,5 +182,25 @@ describe("the Responses API through the openai npm package", () => {
     assert.ok(sent.requests >= 2, `the SDK timed out and retried (${sent.requests} requests)`);
     assert.equal(response.headers.get("idempotent-replayed"), "true");
     assert.equal((await upstreamCalls("responses", text)).length, 1);
+  });
+});
+
+describe("image generation through the openai npm package", () => {
+  it("answers images.generate with the upstream's images, one upstream call per key", async () => {
+    const text = unique("A red fox in the snow.");
+    const sdk = client();
+    const body = { model: "draw", prompt: text };
+    const first = await sdk.images.generate(body, key("images-twice")).withResponse();
+    const second = await sdk.images.generate(body, key("images-twice")).withResponse();
+    assert.ok(first.data.data[0].url.startsWith("https://"), first.data.data[0].url);
+    assert.equal(second.response.headers.get("idempotent-replayed"), "true");
+    assert.deepEqual(first.data, second.data);
+    assert.equal((await upstreamCalls("images", text)).length, 1);
+  });
+
+  it("answers an async-task provider's image", async () => {
+    const text = unique("A red fox, polled.");
+    const images = await client().images.generate({ model: "draw-polled", prompt: text }, key("images-polled"));
+    assert.ok(images.data[0].url.startsWith("https://fake.invalid/images/task_"), images.data[0].url);
   });
 });

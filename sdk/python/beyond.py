@@ -15,4 +15,6 @@ vectors = openai.embeddings.create(model="embed", input="A red fox.", **once("fo
 ask = [{"role": "user", "content": "A red fox?"}]
 message = claude.messages.create(model="converse", max_tokens=64, messages=ask, **once("fox:ask"))
 response = openai.responses.create(model="respond", input="A red fox?", **once("fox:respond"))
-print(len(vectors.data[0].embedding), message.content[0].text, response.output_text, sep=" | ")
+image = openai.images.generate(model="draw", prompt="A red fox.", **once("fox:draw"))
+print(len(vectors.data[0].embedding), message.content[0].text, response.output_text,
+      image.data[0].url, sep=" | ")

@@ -1,11 +1,13 @@
 """onejob's gateway beyond chat (DESIGN §9 "Beyond chat") driven by the real SDKs: the
-`openai` package's embeddings and Responses API (`responses.create` plain and streamed), and
+`openai` package's embeddings, Responses API (`responses.create` plain and streamed) and
+image generation (`images.generate`, also from an async-task image provider), and
 the `anthropic` package's Messages API (`messages.create` plain and streamed,
 `messages.stream`).
 
 Run by `cargo test` (crates/onejob/tests/api/sdk.rs), which starts onejob serving the demo's
 models beyond chat on a fake provider (`embed` at /v1/embeddings, `converse` at
-/v1/messages, `respond` at /v1/responses, …), with
+/v1/messages, `respond` at /v1/responses, `draw` at /v1/images/generations, and
+`draw-polled` there from an async-task provider: the fake's task API), with
 `[gateway] wait = "2s"`, and passes:
 
   ONEJOB_URL       the server, http://127.0.0.1:PORT
@@ -16,6 +18,7 @@ models beyond chat on a fake provider (`embed` at /v1/embeddings, `converse` at
 Every case uses its own input and Idempotency-Key, so the cases do not see each other.
 """
 
+import base64
 import json
 import os
 import time
@@ -307,6 +310,61 @@ class Responses(unittest.TestCase):
         self.assertGreaterEqual(time.monotonic() - started, 2.5)
         self.assertEqual(raw.headers["idempotent-replayed"], "true")
         self.assertEqual(len(upstream_calls("responses", text)), 1)
+
+
+class Images(unittest.TestCase):
+    def test_images_generate_returns_the_upstreams_image_urls(self):
+        text = unique("A red fox in the snow.")
+        images = openai_client().images.generate(
+            model="draw", prompt=text, n=2, extra_headers=key("images-plain")
+        )
+        self.assertEqual(len(images.data), 2)
+        self.assertTrue(images.data[0].url.startswith("https://"), images.data[0].url)
+        self.assertGreater(images.created, 0)
+
+    def test_b64_json_asked_is_the_image_itself(self):
+        text = unique("A red fox, inline.")
+        images = openai_client().images.generate(
+            model="draw", prompt=text, response_format="b64_json", extra_headers=key("images-b64")
+        )
+        self.assertTrue(base64.b64decode(images.data[0].b64_json).startswith(b"\x89PNG"))
+        self.assertIsNone(images.data[0].url)
+
+    def test_an_async_task_provider_answers_its_tasks_image(self):
+        text = unique("A red fox, polled.")
+        images = openai_client().images.generate(
+            model="draw-polled", prompt=text, extra_headers=key("images-polled")
+        )
+        self.assertTrue(
+            images.data[0].url.startswith("https://fake.invalid/images/task_"), images.data[0].url
+        )
+        [task] = [
+            r for r in fake("/_fake/submissions")["requests"]
+            if r["endpoint"] == "tasks" and text in json.dumps(r["input"])
+        ]
+        self.assertEqual(task["request"]["prompt"], text, "the request went to the task API")
+
+    def test_the_same_call_twice_under_one_key_is_one_upstream_call(self):
+        text = unique("A fox drawn twice.")
+        generate = openai_client().images.with_raw_response.generate
+        first = generate(model="draw", prompt=text, extra_headers=key("images-twice"))
+        second = generate(model="draw", prompt=text, extra_headers=key("images-twice"))
+        self.assertEqual(second.headers["idempotent-replayed"], "true")
+        self.assertEqual(first.parse().model_dump(), second.parse().model_dump())
+        self.assertEqual(len(upstream_calls("images", text)), 1)
+
+    def test_an_sdk_timeout_retries_into_the_same_job(self):
+        text = unique("A slow fox to draw.")
+        add_rule(text, run_ms=2500)
+        started = time.monotonic()
+        raw = openai_client(timeout=1.0, max_retries=6).images.with_raw_response.generate(
+            model="draw", prompt=text, extra_headers=key("images-timeout")
+        )
+        self.assertTrue(raw.parse().data[0].url.startswith("https://"))
+        self.assertGreaterEqual(raw.retries_taken, 1, "the SDK timed out and retried")
+        self.assertGreaterEqual(time.monotonic() - started, 2.5)
+        self.assertEqual(raw.headers["idempotent-replayed"], "true")
+        self.assertEqual(len(upstream_calls("images", text)), 1)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,9 @@ backend_tests!(
     responses_stream_openais_typed_events_live_and_replayed,
     responses_refuse_conversation_state_and_pass_text_format_and_tools,
     a_stalled_responses_stream_ends_with_an_error_event_naming_the_job,
+    images_keep_the_one_job_contract,
+    images_come_as_urls_or_b64_json_as_asked,
+    an_async_task_image_provider_answers_images_as_one_job,
 );
 
 const WITHIN: Duration = Duration::from_secs(30);
@@ -95,6 +98,15 @@ const RESPONSES: Case = Case {
             "/instructions",
         )
     },
+};
+
+const IMAGES: Case = Case {
+    path: "/v1/images/generations",
+    kind: "image.draw",
+    upstream: "images",
+    schema: Some("ImagesResponse"),
+    request: |text| json!({"model": "draw", "prompt": text}),
+    changed: |text| (json!({"model": "draw", "prompt": text, "n": 2}), "/n"),
 };
 
 /// The kind `name` served by the primary fake only, with one attempt; its attempts time out
@@ -702,4 +714,117 @@ async fn a_stalled_responses_stream_ends_with_an_error_event_naming_the_job(back
         "{last}"
     );
     assert_eq!(last["sequence_number"], events.len() - 1);
+}
+
+async fn images_keep_the_one_job_contract(backend: Backend) {
+    keeps_the_one_job_contract(backend, IMAGES).await;
+}
+
+async fn images_come_as_urls_or_b64_json_as_asked(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, |config| quick(config, "image.draw")).await;
+    let path = "/v1/images/generations";
+    let body = json!({"model": "draw", "prompt": "Two red foxes.", "n": 2});
+    let (status, _, urls) = answered(&IMAGES, app.call(path, "urls", &body).await).await;
+    assert_eq!(status, 200, "{urls}");
+    assert_eq!(urls["data"].as_array().unwrap().len(), 2);
+    assert!(
+        urls["data"][0]["url"]
+            .as_str()
+            .unwrap()
+            .starts_with("https://")
+    );
+    let body = json!({"model": "draw", "prompt": "A red fox, inline.",
+        "response_format": "b64_json"});
+    let (status, _, inline) = answered(&IMAGES, app.call(path, "b64", &body).await).await;
+    assert_eq!(status, 200, "{inline}");
+    let png = decode_base64(inline["data"][0]["b64_json"].as_str().unwrap());
+    assert_eq!(&png[1..4], b"PNG", "the image itself");
+    let sent = fakes.primary.submissions();
+    assert_eq!(sent.requests[1].request["response_format"], "b64_json");
+}
+
+async fn an_async_task_image_provider_answers_images_as_one_job(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(rule(
+        "blank",
+        Behaviour {
+            outcome: Outcome::MissingArtifact,
+            ..Default::default()
+        },
+    ));
+    fakes.primary.add_rule(rule(
+        "",
+        Behaviour {
+            run_ms: 300,
+            ..Default::default()
+        },
+    ));
+    let base = fakes.primary.base_url();
+    let app = TestApp::running(&db, &fakes, |config| {
+        quick(config, "image.draw");
+        // The seed's own case: an image API that answers a task id and a status to poll.
+        let mut tasks =
+            onejob::config::ProviderConfig::new("tasks", onejob::config::Adapter::AsyncTask);
+        tasks.submit_url = Some(format!("{base}/v1/tasks"));
+        tasks.status_url = Some(format!("{base}/v1/tasks/{{task_id}}"));
+        tasks.task_id_pointer = Some("/task_id".into());
+        tasks.status_pointer = Some("/status".into());
+        tasks.result_pointer = Some("/result".into());
+        tasks.succeeded = vec!["succeeded".into()];
+        tasks.failed = vec!["failed".into(), "cancelled".into()];
+        config.providers.push(tasks);
+        kind(config, "image.draw").providers = vec!["tasks".into()];
+        // Long enough for the task's status to be polled to its end within one call.
+        config.gateway.wait = Duration::from_secs(10);
+    })
+    .await;
+    let path = "/v1/images/generations";
+    let tasks = |fakes: &Fakes| {
+        fakes
+            .primary
+            .submissions()
+            .requests
+            .iter()
+            .filter(|r| r.endpoint == "tasks")
+            .count()
+    };
+    // The task's images are the answer: an ImagesResponse, replayed under the key.
+    let body = json!({"model": "draw", "prompt": "A red fox, polled."});
+    let (status, headers, first) = answered(&IMAGES, app.call(path, "task", &body).await).await;
+    assert_eq!(status, 200, "{first}");
+    let url = first["data"][0]["url"].as_str().unwrap();
+    assert!(
+        url.starts_with("https://fake.invalid/images/task_"),
+        "{first}"
+    );
+    let job_id = headers["onejob-job-id"].to_str().unwrap().to_owned();
+    let attempts = app.attempts(&job_id).await;
+    assert!(
+        attempts[0]["task_id"]
+            .as_str()
+            .unwrap()
+            .starts_with("task_"),
+        "the task id was kept: {attempts:?}"
+    );
+    let (status, headers, again) = answered(&IMAGES, app.call(path, "task", &body).await).await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["idempotent-replayed"], "true");
+    assert_eq!(again, first);
+    assert_eq!(tasks(&fakes), 1, "one task for the key");
+    // b64_json asked: the task's image itself.
+    let inline = json!({"model": "draw", "prompt": "A red fox, polled inline.",
+        "response_format": "b64_json"});
+    let (status, _, answer) = answered(&IMAGES, app.call(path, "task-b64", &inline).await).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer["data"][0]["b64_json"].is_string(), "{answer}");
+    assert!(answer["data"][0].get("url").is_none(), "{answer}");
+    // A task that succeeds without an image: a failure, never a success.
+    let blank = json!({"model": "draw", "prompt": "A blank fox."});
+    let (status, headers, failed) = answered(&IMAGES, app.call(path, "blank", &blank).await).await;
+    assert_eq!(status, 502, "{failed}");
+    let job_id = headers["onejob-job-id"].to_str().unwrap();
+    assert_eq!(app.job(job_id).await["state"], "failed");
 }
