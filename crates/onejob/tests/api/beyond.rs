@@ -34,6 +34,7 @@ backend_tests!(
     images_keep_the_one_job_contract,
     images_come_as_urls_or_b64_json_as_asked,
     an_async_task_image_provider_answers_images_as_one_job,
+    verify_certifies_providers_for_every_endpoint,
 );
 
 const WITHIN: Duration = Duration::from_secs(30);
@@ -488,6 +489,10 @@ async fn messages_take_x_api_key_and_answer_errors_in_anthropics_shape(backend: 
     assert_eq!(status, 400, "{refused}");
     assert_eq!(refused["error"]["type"], "invalid_request_error");
     assert!(refused.to_string().contains("max_tokens"), "{refused}");
+    // A method the path does not take: still Anthropic's shape.
+    let (status, _, refused) =
+        answered(&MESSAGES, app.get("/v1/messages").send().await.unwrap()).await;
+    assert_eq!(status, 405, "{refused}");
 }
 
 async fn an_anthropic_messages_provider_is_sent_anthropics_headers(backend: Backend) {
@@ -827,4 +832,29 @@ async fn an_async_task_image_provider_answers_images_as_one_job(backend: Backend
     assert_eq!(status, 502, "{failed}");
     let job_id = headers["onejob-job-id"].to_str().unwrap();
     assert_eq!(app.job(job_id).await["state"], "failed");
+}
+
+async fn verify_certifies_providers_for_every_endpoint(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, |_| {}).await;
+    for kind in ["embed.fast", "messages.fast", "respond.fast", "image.draw"] {
+        let report = app.verify("fake-backup", kind).await;
+        assert!(report.passed, "{kind}: {report:?}");
+        // Messages and responses carry an id, so a second send under the key answering the
+        // same id proves the fake deduplicates; embeddings and images carry none to compare.
+        let proven = matches!(kind, "messages.fast" | "respond.fast");
+        assert_eq!(
+            report.idempotency.as_ref().unwrap().deduplicated,
+            proven,
+            "{kind}: {report:?}"
+        );
+    }
+    let backup = fakes.backup.submissions();
+    for endpoint in ["embeddings", "messages", "responses", "images"] {
+        assert!(
+            backup.requests.iter().any(|r| r.endpoint == endpoint),
+            "verify sent its contract cases to /v1/{endpoint}"
+        );
+    }
 }
