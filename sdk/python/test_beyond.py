@@ -157,7 +157,9 @@ class Embeddings(unittest.TestCase):
 class Messages(unittest.TestCase):
     def test_messages_create_returns_the_upstreams_message(self):
         text = unique("Describe a red fox.")
-        message = anthropic_client().messages.create(**asked(text), extra_headers=key("messages-plain"))
+        message = anthropic_client().messages.create(
+            **asked(text), extra_headers=key("messages-plain")
+        )
         self.assertEqual((message.type, message.role), ("message", "assistant"))
         self.assertEqual(message.content[0].type, "text")
         self.assertIn(text, message.content[0].text)
@@ -182,7 +184,9 @@ class Messages(unittest.TestCase):
         sdk = anthropic_client()
         sdk.messages.create(**asked(text), extra_headers=key("messages-changed"))
         with self.assertRaises(anthropic.UnprocessableEntityError) as raised:
-            sdk.messages.create(**{**asked(text), "max_tokens": 128}, extra_headers=key("messages-changed"))
+            sdk.messages.create(
+                **{**asked(text), "max_tokens": 128}, extra_headers=key("messages-changed")
+            )
         body = raised.exception.body
         self.assertEqual(body["type"], "error")
         self.assertEqual(body["error"]["code"], "key-reused")
@@ -207,14 +211,17 @@ class Messages(unittest.TestCase):
     def test_messages_stream_gives_the_text_and_the_final_message(self):
         text = unique("Stream a fox with the helper.")
         add_rule(text, run_ms=300)
-        with anthropic_client().messages.stream(**asked(text), extra_headers=key("messages-helper")) as stream:
+        helper = anthropic_client().messages.stream
+        with helper(**asked(text), extra_headers=key("messages-helper")) as stream:
             streamed = "".join(stream.text_stream)
             final = stream.get_final_message()
         self.assertIn(text, streamed)
         self.assertEqual(final.content[0].text, streamed)
         self.assertEqual(final.stop_reason, "end_turn")
         # Asked again under the key after it finished: the stored message, not another call.
-        again = anthropic_client().messages.create(**asked(text), extra_headers=key("messages-helper"))
+        again = anthropic_client().messages.create(
+            **asked(text), extra_headers=key("messages-helper")
+        )
         self.assertEqual(again.content[0].text, streamed)
         self.assertEqual(len(upstream_calls("messages", text)), 1)
 
@@ -234,7 +241,8 @@ class Messages(unittest.TestCase):
             extra_headers=key("messages-tools"),
         )
         self.assertEqual(message.stop_reason, "tool_use")
-        self.assertEqual((message.content[0].type, message.content[0].name), ("tool_use", "weather"))
+        block = message.content[0]
+        self.assertEqual((block.type, block.name), ("tool_use", "weather"))
         [call] = upstream_calls("messages", text)
         self.assertEqual(call["request"]["tools"], tools)
 
