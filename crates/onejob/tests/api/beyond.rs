@@ -35,6 +35,7 @@ backend_tests!(
     images_come_as_urls_or_b64_json_as_asked,
     an_async_task_image_provider_answers_images_as_one_job,
     verify_certifies_providers_for_every_endpoint,
+    a_stalled_messages_stream_ends_with_anthropics_error_event_naming_the_job,
 );
 
 const WITHIN: Duration = Duration::from_secs(30);
@@ -857,4 +858,41 @@ async fn verify_certifies_providers_for_every_endpoint(backend: Backend) {
             "verify sent its contract cases to /v1/{endpoint}"
         );
     }
+}
+
+async fn a_stalled_messages_stream_ends_with_anthropics_error_event_naming_the_job(
+    backend: Backend,
+) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(rule(
+        "stalls",
+        Behaviour {
+            hang_after_ack: true,
+            ..Default::default()
+        },
+    ));
+    let app = TestApp::running(&db, &fakes, |config| {
+        quick(config, "messages.fast");
+        kind(config, "messages.fast").stream_idle_timeout = Duration::from_millis(500);
+    })
+    .await;
+    let mut body = (MESSAGES.request)("A fox that stalls.");
+    body["stream"] = json!(true);
+    let response = app.call("/v1/messages", "stalls", &body).await;
+    let job_id = response.headers()["onejob-job-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let events = events(response).await;
+    assert_eq!(events[0].0, "message_start", "the first event came through");
+    let (name, last) = events.last().unwrap();
+    assert_eq!(name, "error");
+    assert_eq!(last["type"], "error");
+    assert_eq!(last["error"]["type"], "api_error");
+    assert_eq!(last["error"]["code"], "attempt_failed");
+    assert!(
+        last["error"]["message"].as_str().unwrap().contains(&job_id),
+        "{last}"
+    );
 }
