@@ -198,6 +198,17 @@ describe("image generation through the openai npm package", () => {
     assert.equal((await upstreamCalls("images", text)).length, 1);
   });
 
+  it("retries an SDK timeout into the same job", async () => {
+    const text = unique("A slow fox to draw.");
+    await addRule(text, { run_ms: 2500 });
+    const [sdk, sent] = counted({ timeout: 1000, maxRetries: 6 });
+    const { data, response } = await sdk.images.generate({ model: "draw", prompt: text }, key("images-timeout")).withResponse();
+    assert.ok(data.data[0].url.startsWith("https://"));
+    assert.ok(sent.requests >= 2, `the SDK timed out and retried (${sent.requests} requests)`);
+    assert.equal(response.headers.get("idempotent-replayed"), "true");
+    assert.equal((await upstreamCalls("images", text)).length, 1);
+  });
+
   it("answers an async-task provider's image", async () => {
     const text = unique("A red fox, polled.");
     const images = await client().images.generate({ model: "draw-polled", prompt: text }, key("images-polled"));

@@ -246,6 +246,25 @@ class Messages(unittest.TestCase):
         [call] = upstream_calls("messages", text)
         self.assertEqual(call["request"]["tools"], tools)
 
+    def test_still_running_is_the_sdks_409_which_its_retries_attach_to(self):
+        # The server waits 2 s ([gateway] wait), the upstream takes 3 s: without retries the
+        # SDK raises the 409 (Retry-After: 1); with them it asks again and gets the answer.
+        text = unique("A fox that takes its time.")
+        add_rule(text, run_ms=3000)
+        with self.assertRaises(anthropic.ConflictError) as raised:
+            anthropic_client(max_retries=0).messages.create(
+                **asked(text), extra_headers=key("messages-running")
+            )
+        error = raised.exception
+        self.assertEqual(error.response.headers["retry-after"], "1")
+        self.assertEqual(error.body["error"]["state"], "running")
+        raw = anthropic_client().messages.with_raw_response.create(
+            **asked(text), extra_headers=key("messages-running")
+        )
+        self.assertEqual(raw.headers["onejob-job-id"], error.body["error"]["job_id"])
+        self.assertIn(text, raw.parse().content[0].text)
+        self.assertEqual(len(upstream_calls("messages", text)), 1)
+
     def test_an_sdk_timeout_retries_into_the_same_job(self):
         text = unique("A slow fox for Claude.")
         add_rule(text, run_ms=2500)

@@ -71,10 +71,10 @@ const PYTHON_CASES: u32 = 22;
 const FRAMEWORK_CASES: u32 = 8;
 
 /// The cases of `sdk/python/test_beyond.py` (the endpoints beyond chat).
-const PYTHON_BEYOND_CASES: u32 = 22;
+const PYTHON_BEYOND_CASES: u32 = 23;
 
 /// The cases of `sdk/js/beyond.test.mjs`.
-const JS_BEYOND_CASES: u32 = 11;
+const JS_BEYOND_CASES: u32 = 12;
 
 /// The cases of `sdk/js/gateway.test.mjs`.
 const JS_CASES: u32 = 21;
