@@ -1,8 +1,11 @@
 // onejob's gateway beyond chat (DESIGN §9 "Beyond chat") driven by the real `openai` npm
-// package: embeddings, and what each case names.
+// package: embeddings, the Responses API (`responses.create` plain and streamed) and image
+// generation (`images.generate`, also from an async-task image provider).
 //
 // Run by `cargo test` (crates/onejob/tests/api/sdk.rs), which starts onejob serving the
-// demo's models beyond chat on a fake provider (`embed` at /v1/embeddings, …), with
+// demo's models beyond chat on a fake provider (`embed` at /v1/embeddings, `respond` at
+// /v1/responses, `draw` at /v1/images/generations, `draw-polled` there from an async-task
+// provider), with
 // `[gateway] wait = "2s"`, and passes:
 //   ONEJOB_URL       the server, http://127.0.0.1:PORT (the SDK's baseURL is ONEJOB_URL/v1)
 //   ONEJOB_API_KEY   a onejob API key
@@ -13,7 +16,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
-import OpenAI, { UnprocessableEntityError } from "openai";
+import OpenAI, { BadRequestError, UnprocessableEntityError } from "openai";
 
 function required(name) {
   const value = process.env[name];
@@ -116,5 +119,99 @@ describe("embeddings through the openai npm package", () => {
     assert.ok(Date.now() - started >= 2500);
     assert.equal(response.headers.get("idempotent-replayed"), "true");
     assert.equal((await upstreamCalls("embeddings", text)).length, 1);
+  });
+});
+
+describe("the Responses API through the openai npm package", () => {
+  it("answers responses.create with the upstream's response", async () => {
+    const text = unique("Describe a red fox.");
+    const response = await client().responses.create({ model: "respond", input: text }, key("responses-plain"));
+    assert.equal(response.object, "response");
+    assert.equal(response.status, "completed");
+    assert.ok(response.output_text.includes(text), response.output_text);
+    assert.ok(response.usage.total_tokens > 0);
+  });
+
+  it("streams typed events up to response.completed", async () => {
+    const text = unique("Stream a red fox.");
+    await addRule(text, { run_ms: 300 });
+    const stream = await client().responses.create({ model: "respond", input: text, stream: true }, key("responses-stream"));
+    const events = [];
+    for await (const event of stream) events.push(event);
+    assert.equal(events[0].type, "response.created");
+    assert.equal(events.at(-1).type, "response.completed");
+    const streamed = events
+      .filter((e) => e.type === "response.output_text.delta")
+      .map((e) => e.delta)
+      .join("");
+    assert.ok(streamed.includes(text), streamed);
+    assert.equal((await upstreamCalls("responses", text)).length, 1);
+  });
+
+  it("makes the same call twice under one key one upstream call", async () => {
+    const text = unique("A fox, asked twice.");
+    const sdk = client();
+    const body = { model: "respond", input: text };
+    const first = await sdk.responses.create(body, key("responses-twice")).withResponse();
+    const second = await sdk.responses.create(body, key("responses-twice")).withResponse();
+    assert.equal(first.response.headers.get("idempotent-replayed"), null);
+    assert.equal(second.response.headers.get("idempotent-replayed"), "true");
+    assert.deepEqual(first.data, second.data);
+    assert.equal((await upstreamCalls("responses", text)).length, 1);
+  });
+
+  it("refuses conversation state with a clear error", async () => {
+    const text = unique("A fox to remember.");
+    const refused = await client()
+      .responses.create({ model: "respond", input: text, previous_response_id: "resp_1" }, key("responses-state"))
+      .then(
+        () => assert.fail("previous_response_id must be refused"),
+        (error) => error,
+      );
+    assert.ok(refused instanceof BadRequestError, String(refused));
+    assert.match(refused.message, /does not keep conversation state/);
+    assert.equal((await upstreamCalls("responses", text)).length, 0);
+  });
+
+  it("retries an SDK timeout into the same job", async () => {
+    const text = unique("A slow fox to answer.");
+    await addRule(text, { run_ms: 2500 });
+    const [sdk, sent] = counted({ timeout: 1000, maxRetries: 6 });
+    const { data, response } = await sdk.responses.create({ model: "respond", input: text }, key("responses-timeout")).withResponse();
+    assert.ok(data.output_text.includes(text));
+    assert.ok(sent.requests >= 2, `the SDK timed out and retried (${sent.requests} requests)`);
+    assert.equal(response.headers.get("idempotent-replayed"), "true");
+    assert.equal((await upstreamCalls("responses", text)).length, 1);
+  });
+});
+
+describe("image generation through the openai npm package", () => {
+  it("answers images.generate with the upstream's images, one upstream call per key", async () => {
+    const text = unique("A red fox in the snow.");
+    const sdk = client();
+    const body = { model: "draw", prompt: text };
+    const first = await sdk.images.generate(body, key("images-twice")).withResponse();
+    const second = await sdk.images.generate(body, key("images-twice")).withResponse();
+    assert.ok(first.data.data[0].url.startsWith("https://"), first.data.data[0].url);
+    assert.equal(second.response.headers.get("idempotent-replayed"), "true");
+    assert.deepEqual(first.data, second.data);
+    assert.equal((await upstreamCalls("images", text)).length, 1);
+  });
+
+  it("retries an SDK timeout into the same job", async () => {
+    const text = unique("A slow fox to draw.");
+    await addRule(text, { run_ms: 2500 });
+    const [sdk, sent] = counted({ timeout: 1000, maxRetries: 6 });
+    const { data, response } = await sdk.images.generate({ model: "draw", prompt: text }, key("images-timeout")).withResponse();
+    assert.ok(data.data[0].url.startsWith("https://"));
+    assert.ok(sent.requests >= 2, `the SDK timed out and retried (${sent.requests} requests)`);
+    assert.equal(response.headers.get("idempotent-replayed"), "true");
+    assert.equal((await upstreamCalls("images", text)).length, 1);
+  });
+
+  it("answers an async-task provider's image", async () => {
+    const text = unique("A red fox, polled.");
+    const images = await client().images.generate({ model: "draw-polled", prompt: text }, key("images-polled"));
+    assert.ok(images.data[0].url.startsWith("https://fake.invalid/images/task_"), images.data[0].url);
   });
 });

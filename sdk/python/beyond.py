@@ -14,4 +14,7 @@ def once(name):  # an Idempotency-Key naming the call, the same on every retry o
 vectors = openai.embeddings.create(model="embed", input="A red fox.", **once("fox:embed"))
 ask = [{"role": "user", "content": "A red fox?"}]
 message = claude.messages.create(model="converse", max_tokens=64, messages=ask, **once("fox:ask"))
-print(len(vectors.data[0].embedding), "floats;", message.content[0].text)
+response = openai.responses.create(model="respond", input="A red fox?", **once("fox:respond"))
+image = openai.images.generate(model="draw", prompt="A red fox.", **once("fox:draw"))
+print(len(vectors.data[0].embedding), message.content[0].text, response.output_text,
+      image.data[0].url, sep=" | ")

@@ -1,10 +1,13 @@
 """onejob's gateway beyond chat (DESIGN §9 "Beyond chat") driven by the real SDKs: the
-`openai` package's embeddings, and the `anthropic` package's Messages API (`messages.create`
-plain and streamed, `messages.stream`).
+`openai` package's embeddings, Responses API (`responses.create` plain and streamed) and
+image generation (`images.generate`, also from an async-task image provider), and
+the `anthropic` package's Messages API (`messages.create` plain and streamed,
+`messages.stream`).
 
 Run by `cargo test` (crates/onejob/tests/api/sdk.rs), which starts onejob serving the demo's
 models beyond chat on a fake provider (`embed` at /v1/embeddings, `converse` at
-/v1/messages, …), with
+/v1/messages, `respond` at /v1/responses, `draw` at /v1/images/generations, and
+`draw-polled` there from an async-task provider: the fake's task API), with
 `[gateway] wait = "2s"`, and passes:
 
   ONEJOB_URL       the server, http://127.0.0.1:PORT
@@ -15,6 +18,7 @@ models beyond chat on a fake provider (`embed` at /v1/embeddings, `converse` at
 Every case uses its own input and Idempotency-Key, so the cases do not see each other.
 """
 
+import base64
 import json
 import os
 import time
@@ -153,7 +157,9 @@ class Embeddings(unittest.TestCase):
 class Messages(unittest.TestCase):
     def test_messages_create_returns_the_upstreams_message(self):
         text = unique("Describe a red fox.")
-        message = anthropic_client().messages.create(**asked(text), extra_headers=key("messages-plain"))
+        message = anthropic_client().messages.create(
+            **asked(text), extra_headers=key("messages-plain")
+        )
         self.assertEqual((message.type, message.role), ("message", "assistant"))
         self.assertEqual(message.content[0].type, "text")
         self.assertIn(text, message.content[0].text)
@@ -178,7 +184,9 @@ class Messages(unittest.TestCase):
         sdk = anthropic_client()
         sdk.messages.create(**asked(text), extra_headers=key("messages-changed"))
         with self.assertRaises(anthropic.UnprocessableEntityError) as raised:
-            sdk.messages.create(**{**asked(text), "max_tokens": 128}, extra_headers=key("messages-changed"))
+            sdk.messages.create(
+                **{**asked(text), "max_tokens": 128}, extra_headers=key("messages-changed")
+            )
         body = raised.exception.body
         self.assertEqual(body["type"], "error")
         self.assertEqual(body["error"]["code"], "key-reused")
@@ -203,14 +211,17 @@ class Messages(unittest.TestCase):
     def test_messages_stream_gives_the_text_and_the_final_message(self):
         text = unique("Stream a fox with the helper.")
         add_rule(text, run_ms=300)
-        with anthropic_client().messages.stream(**asked(text), extra_headers=key("messages-helper")) as stream:
+        helper = anthropic_client().messages.stream
+        with helper(**asked(text), extra_headers=key("messages-helper")) as stream:
             streamed = "".join(stream.text_stream)
             final = stream.get_final_message()
         self.assertIn(text, streamed)
         self.assertEqual(final.content[0].text, streamed)
         self.assertEqual(final.stop_reason, "end_turn")
         # Asked again under the key after it finished: the stored message, not another call.
-        again = anthropic_client().messages.create(**asked(text), extra_headers=key("messages-helper"))
+        again = anthropic_client().messages.create(
+            **asked(text), extra_headers=key("messages-helper")
+        )
         self.assertEqual(again.content[0].text, streamed)
         self.assertEqual(len(upstream_calls("messages", text)), 1)
 
@@ -230,9 +241,29 @@ class Messages(unittest.TestCase):
             extra_headers=key("messages-tools"),
         )
         self.assertEqual(message.stop_reason, "tool_use")
-        self.assertEqual((message.content[0].type, message.content[0].name), ("tool_use", "weather"))
+        block = message.content[0]
+        self.assertEqual((block.type, block.name), ("tool_use", "weather"))
         [call] = upstream_calls("messages", text)
         self.assertEqual(call["request"]["tools"], tools)
+
+    def test_still_running_is_the_sdks_409_which_its_retries_attach_to(self):
+        # The server waits 2 s ([gateway] wait), the upstream takes 3 s: without retries the
+        # SDK raises the 409 (Retry-After: 1); with them it asks again and gets the answer.
+        text = unique("A fox that takes its time.")
+        add_rule(text, run_ms=3000)
+        with self.assertRaises(anthropic.ConflictError) as raised:
+            anthropic_client(max_retries=0).messages.create(
+                **asked(text), extra_headers=key("messages-running")
+            )
+        error = raised.exception
+        self.assertEqual(error.response.headers["retry-after"], "1")
+        self.assertEqual(error.body["error"]["state"], "running")
+        raw = anthropic_client().messages.with_raw_response.create(
+            **asked(text), extra_headers=key("messages-running")
+        )
+        self.assertEqual(raw.headers["onejob-job-id"], error.body["error"]["job_id"])
+        self.assertIn(text, raw.parse().content[0].text)
+        self.assertEqual(len(upstream_calls("messages", text)), 1)
 
     def test_an_sdk_timeout_retries_into_the_same_job(self):
         text = unique("A slow fox for Claude.")
@@ -246,6 +277,121 @@ class Messages(unittest.TestCase):
         self.assertGreaterEqual(time.monotonic() - started, 2.5)
         self.assertEqual(raw.headers["idempotent-replayed"], "true")
         self.assertEqual(len(upstream_calls("messages", text)), 1)
+
+
+class Responses(unittest.TestCase):
+    def test_responses_create_returns_the_upstreams_response(self):
+        text = unique("Describe a red fox.")
+        response = openai_client().responses.create(
+            model="respond", input=text, extra_headers=key("responses-plain")
+        )
+        self.assertEqual((response.object, response.status), ("response", "completed"))
+        self.assertIn(text, response.output_text)
+        self.assertGreater(response.usage.total_tokens, 0)
+        [call] = upstream_calls("responses", text)
+        self.assertEqual(call["request"]["input"], text)
+
+    def test_a_stream_reads_typed_events_to_response_completed(self):
+        text = unique("Stream a red fox.")
+        add_rule(text, run_ms=300)
+        stream = openai_client().responses.create(
+            model="respond", input=text, stream=True, extra_headers=key("responses-stream")
+        )
+        events = list(stream)
+        types = [event.type for event in events]
+        self.assertEqual((types[0], types[-1]), ("response.created", "response.completed"))
+        self.assertEqual([e.sequence_number for e in events], list(range(len(events))))
+        streamed = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+        self.assertIn(text, streamed)
+        self.assertEqual(events[-1].response.output_text, streamed)
+        self.assertEqual(len(upstream_calls("responses", text)), 1)
+
+    def test_the_same_call_twice_under_one_key_is_one_upstream_call(self):
+        text = unique("A fox, asked twice.")
+        create = openai_client().responses.with_raw_response.create
+        first = create(model="respond", input=text, extra_headers=key("responses-twice"))
+        second = create(model="respond", input=text, extra_headers=key("responses-twice"))
+        self.assertIsNone(first.headers.get("idempotent-replayed"))
+        self.assertEqual(second.headers["idempotent-replayed"], "true")
+        self.assertEqual(first.parse().model_dump(), second.parse().model_dump())
+        self.assertEqual(len(upstream_calls("responses", text)), 1)
+
+    def test_conversation_state_is_refused_with_a_clear_error(self):
+        text = unique("A fox to remember.")
+        with self.assertRaises(openai.BadRequestError) as raised:
+            openai_client().responses.create(
+                model="respond", input=text, store=True, extra_headers=key("responses-store")
+            )
+        self.assertIn("does not keep conversation state", raised.exception.message)
+        self.assertEqual(upstream_calls("responses", text), [])
+
+    def test_an_sdk_timeout_retries_into_the_same_job(self):
+        text = unique("A slow fox to answer.")
+        add_rule(text, run_ms=2500)
+        started = time.monotonic()
+        raw = openai_client(timeout=1.0, max_retries=6).responses.with_raw_response.create(
+            model="respond", input=text, extra_headers=key("responses-timeout")
+        )
+        self.assertIn(text, raw.parse().output_text)
+        self.assertGreaterEqual(raw.retries_taken, 1, "the SDK timed out and retried")
+        self.assertGreaterEqual(time.monotonic() - started, 2.5)
+        self.assertEqual(raw.headers["idempotent-replayed"], "true")
+        self.assertEqual(len(upstream_calls("responses", text)), 1)
+
+
+class Images(unittest.TestCase):
+    def test_images_generate_returns_the_upstreams_image_urls(self):
+        text = unique("A red fox in the snow.")
+        images = openai_client().images.generate(
+            model="draw", prompt=text, n=2, extra_headers=key("images-plain")
+        )
+        self.assertEqual(len(images.data), 2)
+        self.assertTrue(images.data[0].url.startswith("https://"), images.data[0].url)
+        self.assertGreater(images.created, 0)
+
+    def test_b64_json_asked_is_the_image_itself(self):
+        text = unique("A red fox, inline.")
+        images = openai_client().images.generate(
+            model="draw", prompt=text, response_format="b64_json", extra_headers=key("images-b64")
+        )
+        self.assertTrue(base64.b64decode(images.data[0].b64_json).startswith(b"\x89PNG"))
+        self.assertIsNone(images.data[0].url)
+
+    def test_an_async_task_provider_answers_its_tasks_image(self):
+        text = unique("A red fox, polled.")
+        images = openai_client().images.generate(
+            model="draw-polled", prompt=text, extra_headers=key("images-polled")
+        )
+        self.assertTrue(
+            images.data[0].url.startswith("https://fake.invalid/images/task_"), images.data[0].url
+        )
+        [task] = [
+            r for r in fake("/_fake/submissions")["requests"]
+            if r["endpoint"] == "tasks" and text in json.dumps(r["input"])
+        ]
+        self.assertEqual(task["request"]["prompt"], text, "the request went to the task API")
+
+    def test_the_same_call_twice_under_one_key_is_one_upstream_call(self):
+        text = unique("A fox drawn twice.")
+        generate = openai_client().images.with_raw_response.generate
+        first = generate(model="draw", prompt=text, extra_headers=key("images-twice"))
+        second = generate(model="draw", prompt=text, extra_headers=key("images-twice"))
+        self.assertEqual(second.headers["idempotent-replayed"], "true")
+        self.assertEqual(first.parse().model_dump(), second.parse().model_dump())
+        self.assertEqual(len(upstream_calls("images", text)), 1)
+
+    def test_an_sdk_timeout_retries_into_the_same_job(self):
+        text = unique("A slow fox to draw.")
+        add_rule(text, run_ms=2500)
+        started = time.monotonic()
+        raw = openai_client(timeout=1.0, max_retries=6).images.with_raw_response.generate(
+            model="draw", prompt=text, extra_headers=key("images-timeout")
+        )
+        self.assertTrue(raw.parse().data[0].url.startswith("https://"))
+        self.assertGreaterEqual(raw.retries_taken, 1, "the SDK timed out and retried")
+        self.assertGreaterEqual(time.monotonic() - started, 2.5)
+        self.assertEqual(raw.headers["idempotent-replayed"], "true")
+        self.assertEqual(len(upstream_calls("images", text)), 1)
 
 
 if __name__ == "__main__":

@@ -85,7 +85,7 @@ pub fn response_events(response: &Value) -> Vec<Value> {
     started["status"] = json!("in_progress");
     started["output"] = json!([]);
     if let Some(started) = started.as_object_mut() {
-        started.insert("usage".into(), Value::Null);
+        started.remove("usage");
         started.insert("completed_at".into(), Value::Null);
     }
     push(json!({"type": "response.created", "response": started}));

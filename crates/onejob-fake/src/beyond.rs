@@ -17,6 +17,10 @@
 //! tiny PNG in `b64_json`. `stream: true` (messages, responses) streams the answer's events
 //! (see `onejob_domain::wire`), each as `event: <type>` and `data: <json>`. Errors come in
 //! the endpoint's API's shape (Anthropic's for messages).
+//!
+//! A request whose `Idempotency-Key` was already seen at the same endpoint is not run again:
+//! it answers what the first one answered (waiting for it while it runs), in the form it
+//! asks for, with `Idempotent-Replayed: true`, and counts as an idempotent replay.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -35,8 +39,8 @@ use tokio::time::Instant;
 
 use crate::behaviour::{Behaviour, Outcome};
 use crate::error::{FakeError, parse_json};
-use crate::idempotency::idempotency_key;
-use crate::state::Shared;
+use crate::idempotency::{idempotency_key, mark_replayed};
+use crate::state::{OtherAdmission, OtherSlot, Shared, StoredReply};
 use crate::task::{ECHO_CHARS, truncate};
 
 /// One endpoint beyond chat.
@@ -69,7 +73,12 @@ impl Shape {
 
     /// An error answer in this API's shape.
     fn error(self, status: StatusCode, message: &str) -> Response {
-        let body = if self == Shape::Messages {
+        (status, Json(self.error_body(status, message))).into_response()
+    }
+
+    /// The body of an error answer in this API's shape.
+    fn error_body(self, status: StatusCode, message: &str) -> Value {
+        if self == Shape::Messages {
             let kind = match status.as_u16() {
                 400 => "invalid_request_error",
                 401 => "authentication_error",
@@ -87,8 +96,7 @@ impl Shape {
                 "server_error"
             };
             json!({"error": {"message": message, "type": kind, "param": null, "code": null}})
-        };
-        (status, Json(body)).into_response()
+        }
     }
 }
 
@@ -155,7 +163,7 @@ async fn answer(
             shape.input_member()
         )));
     };
-    let behaviour = shared.admit_other(
+    let admitted = shared.admit_other(
         shape.name(),
         input,
         &request,
@@ -163,6 +171,14 @@ async fn answer(
         key,
         request_id,
     );
+    let (behaviour, slot) = match admitted {
+        OtherAdmission::Replay(answer) => {
+            return replay(&shared, shape, &request, answer)
+                .await
+                .map(mark_replayed);
+        }
+        OtherAdmission::Run { behaviour, slot } => (behaviour, slot),
+    };
     if behaviour.hang_before_ack {
         shared.until_shutdown().await;
         return Err(FakeError::ShuttingDown);
@@ -187,6 +203,9 @@ async fn answer(
             acknowledged + Duration::from_millis(behaviour.run_ms),
         )
         .await;
+        let failure = FakeError::ScriptedFailure;
+        let body = shape.error_body(failure.status(), &failure.to_string());
+        publish(&slot, failure.status(), body);
         return Err(FakeError::ScriptedFailure);
     }
     let made = match shape {
@@ -210,10 +229,52 @@ async fn answer(
                 acknowledged + Duration::from_millis(behaviour.run_ms),
             )
             .await;
+            publish(&slot, StatusCode::OK, made.clone());
             return Ok(Json(made).into_response());
         }
     };
+    // A stream's answer is known once it starts: replays need not wait for its end.
+    publish(&slot, StatusCode::OK, made);
     Ok(stream_of(shared, events, acknowledged, behaviour))
+}
+
+/// Publishes a request's answer for the replays of its key.
+fn publish(slot: &OtherSlot, status: StatusCode, body: Value) {
+    slot.send_replace(Some(StoredReply { status, body }));
+}
+
+/// The first request's answer, once there, in the form this one asks for.
+async fn replay(
+    shared: &Arc<Shared>,
+    shape: Shape,
+    request: &Value,
+    mut answer: tokio::sync::watch::Receiver<Option<StoredReply>>,
+) -> Result<Response, FakeError> {
+    let reply = tokio::select! {
+        reply = answer.wait_for(Option::is_some) => {
+            reply.map_err(|_| FakeError::ShuttingDown)?.clone()
+        }
+        () = shared.until_shutdown() => return Err(FakeError::ShuttingDown),
+    };
+    let Some(StoredReply { status, body }) = reply else {
+        return Err(FakeError::ShuttingDown);
+    };
+    if status != StatusCode::OK {
+        return Ok((status, Json(body)).into_response());
+    }
+    let events = match shape {
+        Shape::Messages if request["stream"] == true => onejob_domain::wire::message_events(&body),
+        Shape::Responses if request["stream"] == true => {
+            onejob_domain::wire::response_events(&body)
+        }
+        _ => return Ok(Json(body).into_response()),
+    };
+    Ok(stream_of(
+        Arc::clone(shared),
+        events,
+        Instant::now(),
+        Behaviour::default(),
+    ))
 }
 
 /// `text/event-stream` of `events`, the first at once, the rest spread over `run_ms`.
@@ -403,6 +464,16 @@ fn response_of(request: &Value, behaviour: &Behaviour) -> Value {
             "annotations": [], "logprobs": []}]}),
     };
     let (input_tokens, output_tokens) = (tokens(&asked), tokens(&text));
+    // As OpenAI answers them: a function tool's `strict` is always there (default true).
+    let tools: Vec<Value> = tools
+        .into_iter()
+        .map(|mut tool| {
+            if tool["type"] == "function" && tool.get("strict").is_none() {
+                tool["strict"] = json!(true);
+            }
+            tool
+        })
+        .collect();
     let pass = |name: &str, default: Value| request.get(name).cloned().unwrap_or(default);
     json!({
         "id": id("resp"), "object": "response", "created_at": now(), "status": "completed",
@@ -417,7 +488,8 @@ fn response_of(request: &Value, behaviour: &Behaviour) -> Value {
         "tools": tools,
         "text": pass("text", json!({"format": {"type": "text"}})),
         "store": false,
-        "usage": {"input_tokens": input_tokens, "input_tokens_details": {"cached_tokens": 0},
+        "usage": {"input_tokens": input_tokens,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
             "output_tokens": output_tokens,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": input_tokens + output_tokens},
@@ -425,7 +497,7 @@ fn response_of(request: &Value, behaviour: &Behaviour) -> Value {
 }
 
 /// A 1×1 PNG, for `b64_json` answers.
-const PNG: &[u8] = &[
+pub(crate) const PNG: &[u8] = &[
     0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52,
     0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1f, 0x15, 0xc4,
     0x89, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0xf8, 0xcf, 0xc0, 0xf0,

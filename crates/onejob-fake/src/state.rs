@@ -72,6 +72,23 @@ pub(crate) struct SentChat {
     pub(crate) request_id: String,
 }
 
+/// Where the answer of a request beyond chat is published once it is made (`None` until
+/// then), for replays of its `Idempotency-Key` to answer the same.
+pub(crate) type OtherSlot = Arc<watch::Sender<Option<StoredReply>>>;
+
+/// What to do with a request beyond chat.
+pub(crate) enum OtherAdmission {
+    /// The key was seen at this endpoint: answer what the first request answers.
+    Replay(watch::Receiver<Option<StoredReply>>),
+    /// Counted; run with this behaviour and publish the answer in `slot`.
+    Run {
+        /// The behaviour picked by the rules.
+        behaviour: Behaviour,
+        /// Where the answer goes (and where replays wait for it).
+        slot: OtherSlot,
+    },
+}
+
 /// What to do with a task submit.
 pub(crate) enum TaskAdmission {
     /// The key was seen: answer this status document of the original task.
@@ -93,6 +110,7 @@ struct Inner {
     tasks: HashMap<String, Task>,
     task_keys: HashMap<String, String>,
     chat_keys: HashMap<String, ChatSlot>,
+    other_keys: HashMap<(String, String), OtherSlot>,
     log: Submissions,
 }
 
@@ -165,8 +183,10 @@ impl Shared {
         ChatAdmission::Run { behaviour, slot }
     }
 
-    /// Admits a request to an endpoint beyond chat (`embeddings`, `messages`, …): counts it
-    /// as a side effect with its input, whole body and text, and picks its behaviour.
+    /// Admits a request to an endpoint beyond chat (`embeddings`, `messages`, …): a replay
+    /// of an `Idempotency-Key` already seen at that endpoint follows the first request's
+    /// answer; anything else is counted as a side effect with its input, whole body and text,
+    /// and runs with the behaviour the rules pick.
     pub(crate) fn admit_other(
         &self,
         endpoint: &str,
@@ -175,14 +195,24 @@ impl Shared {
         body_text: String,
         key: Option<String>,
         request_id: &str,
-    ) -> Behaviour {
+    ) -> OtherAdmission {
         let mut inner = self.lock();
+        let slot_key = key.clone().map(|key| (endpoint.to_owned(), key));
+        if let Some(slot) = slot_key.as_ref().and_then(|k| inner.other_keys.get(k)) {
+            let answer = slot.subscribe();
+            inner.log.idempotent_replays += 1;
+            return OtherAdmission::Replay(answer);
+        }
         let behaviour = inner.rules.pick(&canonical_text(input));
         let mut side_effect = record(endpoint, input, request, key, None);
         side_effect.body_text = Some(body_text);
         side_effect.request_id = Some(request_id.to_owned());
         inner.log.record(side_effect);
-        behaviour
+        let slot: OtherSlot = Arc::new(watch::Sender::new(None));
+        if let Some(slot_key) = slot_key {
+            inner.other_keys.insert(slot_key, Arc::clone(&slot));
+        }
+        OtherAdmission::Run { behaviour, slot }
     }
 
     /// Admits a task submit with this body.

@@ -4,6 +4,10 @@
 //!
 //! The status is computed from the clock when asked, so a task keeps its schedule whether or
 //! not anyone is waiting on the submit that created it.
+//!
+//! A task's default result follows what it was asked: an image task (of an `image.*` kind, or
+//! an OpenAI image generation request as the body) finishes with `{"images": [{"url"}]}`
+//! (`{"b64_json"}` for `response_format: "b64_json"`), any other with `{"text"}`.
 
 use std::time::{Duration, Instant};
 
@@ -135,11 +139,21 @@ fn finish_of(task_id: &str, body: &Value, behaviour: &Behaviour) -> Finish {
     if let Some(output) = &behaviour.output {
         return Finish::Succeeded(output.clone());
     }
+    // An image task: of an `image.*` kind, or an OpenAI image generation request sent as the
+    // task's body (a `model` and a `prompt`, as onejob's gateway sends one to an async-task
+    // provider).
     let is_image = body
         .get("kind")
         .and_then(Value::as_str)
-        .is_some_and(|kind| kind.starts_with("image."));
+        .is_some_and(|kind| kind.starts_with("image."))
+        || (body.get("model").is_some_and(Value::is_string) && body.get("prompt").is_some());
     let url = format!("https://fake.invalid/images/{task_id}.png");
+    // `response_format: "b64_json"` answers the image itself, base64-encoded.
+    let image = if body["response_format"] == "b64_json" {
+        json!({"b64_json": crate::beyond::base64_encode(crate::beyond::PNG)})
+    } else {
+        json!({"url": url})
+    };
     let text = || {
         let echo = match body.pointer("/params/prompt") {
             Some(Value::String(prompt)) => prompt.clone(),
@@ -154,7 +168,7 @@ fn finish_of(task_id: &str, body: &Value, behaviour: &Behaviour) -> Finish {
         (Outcome::MissingArtifact, false) => json!({"text": ""}),
         (Outcome::DriftedKeys, true) => json!({"image_urls": [url]}),
         (Outcome::DriftedKeys, false) => json!({"answer": text()}),
-        (_, true) => json!({"images": [{"url": url}]}),
+        (_, true) => json!({"images": [image]}),
         (_, false) => json!({"text": text()}),
     })
 }

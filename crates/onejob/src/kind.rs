@@ -422,6 +422,14 @@ fn check_gateway_kind(
                 matches!(adapter, Some(Adapter::AnthropicMessages | Adapter::Fake)),
                 "anthropic-messages",
             ),
+            // The seed's own case: image APIs that answer a task id to poll.
+            crate::gateway::Endpoint::Images => (
+                matches!(
+                    adapter,
+                    Some(Adapter::OpenaiChat | Adapter::AsyncTask | Adapter::Fake)
+                ),
+                "openai-chat, async-task",
+            ),
             _ => (
                 matches!(adapter, Some(Adapter::OpenaiChat | Adapter::Fake)),
                 "openai-chat",

@@ -434,6 +434,11 @@ async fn round_trip(
         let status = tokio::time::timeout_at(deadline, provider.status(&task_id)).await;
         match status {
             Ok(Ok(TaskStatus::Succeeded(output))) => {
+                let output = if kind.is_gateway() {
+                    kind.endpoint.task_output(output, params)
+                } else {
+                    output
+                };
                 return Ok(Trip {
                     key: key.to_owned(),
                     task_id: Some(task_id),

@@ -34,11 +34,16 @@ fn the_demo_config_loads_and_compiles() {
             "chat.completion",
             "chat.fast",
             "embed.fast",
+            "image.draw",
             "image.generate",
-            "messages.fast"
+            "messages.fast",
+            "respond.fast"
         ]
     );
-    assert_eq!(kinds.models(), vec!["converse", "embed", "fast"]);
+    assert_eq!(
+        kinds.models(),
+        vec!["converse", "draw", "embed", "fast", "respond"]
+    );
     assert_eq!(
         kinds.by_model("embed").unwrap().endpoint,
         crate::gateway::Endpoint::Embeddings

@@ -246,6 +246,49 @@ impl Endpoint {
         }
     }
 
+    /// What an asynchronous task's result (an `async-task` provider's) is as this endpoint's
+    /// answer, for `request`. For images: an `ImagesResponse` whose `data` are the task's
+    /// images (its `data` or `images` array, or the result itself as an array or a string),
+    /// each a URL string or an object with `url`, `image_url` or `b64_json` (a `data:` URL
+    /// becomes `b64_json`), keeping only those in the form `response_format` asks for, so a
+    /// task without an image of that form answers no image (a failed attempt). Other
+    /// endpoints take the result as it is.
+    pub fn task_output(self, output: Value, request: &Value) -> Value {
+        if self != Endpoint::Images {
+            return output;
+        }
+        let items: Vec<Value> = match &output {
+            Value::Object(result) => ["data", "images"]
+                .iter()
+                .find_map(|field| result.get(*field).and_then(Value::as_array))
+                .cloned()
+                .unwrap_or_default(),
+            Value::Array(items) => items.clone(),
+            Value::String(_) => vec![output.clone()],
+            _ => Vec::new(),
+        };
+        let asked = request.get("response_format").and_then(Value::as_str);
+        let data: Vec<Value> = items
+            .iter()
+            .filter_map(image_of)
+            .filter(|image| match asked {
+                Some(form @ ("url" | "b64_json")) => image.get(form).is_some(),
+                _ => true,
+            })
+            .collect();
+        let created = output
+            .get("created")
+            .filter(|c| c.is_u64())
+            .cloned()
+            .unwrap_or_else(|| {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                Value::from(now)
+            });
+        serde_json::json!({ "created": created, "data": data })
+    }
+
     /// A stored answer as the events of a stream (for a chat completion, its chunks, the
     /// usage chunk where asked).
     pub fn events_of(self, answer: &Value, include_usage: bool) -> Vec<Value> {
@@ -255,6 +298,40 @@ impl Endpoint {
             _ => super::completion::chunks_of(answer, include_usage),
         }
     }
+}
+
+/// One image of a task's result as an `Image` (`url` or `b64_json`, and `revised_prompt`).
+fn image_of(item: &Value) -> Option<Value> {
+    let mut image = serde_json::Map::new();
+    let text = |value: Option<&Value>| {
+        value
+            .and_then(Value::as_str)
+            .filter(|s| !s.trim().is_empty())
+            .map(str::to_owned)
+    };
+    let url = match item {
+        Value::String(url) => Some(url.clone()),
+        _ => text(item.get("url")).or_else(|| text(item.get("image_url"))),
+    };
+    if let Some(url) = url {
+        match url
+            .strip_prefix("data:image/")
+            .and_then(|rest| rest.split_once(";base64,"))
+        {
+            Some((_, encoded)) => image.insert("b64_json".into(), Value::from(encoded)),
+            None => image.insert("url".into(), Value::from(url)),
+        };
+    }
+    if let Some(encoded) = text(item.get("b64_json")) {
+        image.insert("b64_json".into(), Value::from(encoded));
+    }
+    if image.is_empty() {
+        return None;
+    }
+    if let Some(revised) = text(item.get("revised_prompt")) {
+        image.insert("revised_prompt".into(), Value::from(revised));
+    }
+    Some(Value::Object(image))
 }
 
 fn refuse(path: &str, message: &str) -> Result<(), Vec<FieldError>> {
@@ -337,6 +414,40 @@ mod tests {
             Endpoint::Images
                 .check_request(&json!({"prompt": "a fox"}))
                 .is_ok()
+        );
+    }
+
+    #[test]
+    fn a_tasks_images_are_an_images_response_in_the_form_asked() {
+        let images = Endpoint::Images;
+        let task = json!({"images": [{"url": "https://x/a.png"}, "https://x/b.png",
+            {"image_url": "data:image/png;base64,iVBOR"}]});
+        let answer = images.task_output(task.clone(), &json!({"prompt": "a fox"}));
+        assert_eq!(
+            answer["data"],
+            json!([{"url": "https://x/a.png"}, {"url": "https://x/b.png"},
+                {"b64_json": "iVBOR"}])
+        );
+        assert!(answer["created"].is_u64());
+        assert!(images.check_answer(&answer).is_ok());
+        let b64 = images.task_output(task, &json!({"response_format": "b64_json"}));
+        assert_eq!(b64["data"], json!([{"b64_json": "iVBOR"}]));
+        let none = images.task_output(
+            json!({"images": [{"url": "https://x/a.png"}]}),
+            &json!({"response_format": "b64_json"}),
+        );
+        assert!(
+            images.check_answer(&none).is_err(),
+            "no image in the form asked: no answer"
+        );
+        assert!(
+            images
+                .check_answer(&images.task_output(json!({"images": []}), &json!({})))
+                .is_err()
+        );
+        assert_eq!(
+            Endpoint::Chat.task_output(json!({"a": 1}), &json!({})),
+            json!({"a": 1})
         );
     }
 

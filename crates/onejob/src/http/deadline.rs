@@ -21,7 +21,8 @@ use super::{
 
 /// Runs the rest of the stack under the request deadline.
 pub async fn limit(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
-    let gateway = super::gateway::owns(request.uri().path());
+    let path = request.uri().path().to_owned();
+    let gateway = super::gateway::owns(&path);
     match tokio::time::timeout(state.request_timeout, next.run(request)).await {
         Ok(response) => response,
         Err(_) => {
@@ -34,9 +35,9 @@ pub async fn limit(State(state): State<Arc<AppState>>, request: Request, next: N
                     state.request_timeout.as_secs_f64()
                 ),
             );
-            // On the gateway's paths, in OpenAI's error shape, as every answer there.
+            // On the gateway's paths, in its API's error shape, as every answer there.
             let mut response = if gateway {
-                super::gateway::openai_error(problem)
+                super::gateway::error_on(&path, problem)
             } else {
                 problem.into_response()
             };

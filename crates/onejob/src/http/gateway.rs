@@ -63,6 +63,17 @@ pub(crate) fn openai_error(problem: Problem) -> Response {
     error_at(Endpoint::Chat, problem)
 }
 
+/// An error answered on the gateway path `path`: in Anthropic's shape at its Messages API,
+/// in OpenAI's everywhere else.
+pub(crate) fn error_on(path: &str, problem: Problem) -> Response {
+    let endpoint = if path == Endpoint::Messages.path() {
+        Endpoint::Messages
+    } else {
+        Endpoint::Chat
+    };
+    error_at(endpoint, problem)
+}
+
 /// An error in the shape of `endpoint`'s API (Anthropic's for messages, else OpenAI's).
 fn error_at(endpoint: Endpoint, problem: Problem) -> Response {
     let status = problem.kind.status();
@@ -770,5 +781,5 @@ pub fn unserved(path: &str, method_not_allowed: bool) -> Response {
             ),
         )
     };
-    openai_error(problem)
+    error_on(path, problem)
 }

@@ -300,6 +300,11 @@ async fn run_attempt(
                 }
             }
             match follow(&*provider, &task_id, &stops).await {
+                // A gateway kind's task result, as its endpoint answers (images: an
+                // `ImagesResponse`).
+                Followed::Output(output) if kind.is_gateway() => {
+                    kind.endpoint.task_output(output, &job.params)
+                }
                 Followed::Output(output) => output,
                 Followed::Failed { public, internal } => {
                     let error =

@@ -293,6 +293,11 @@ async fn reconcile(
     };
     match proof {
         Proof::Status(TaskStatus::Succeeded(output)) => {
+            let output = if kind.is_gateway() {
+                kind.endpoint.task_output(output, params.0)
+            } else {
+                output
+            };
             let by = Resolution::of_unknown(RECONCILER, "provider status: succeeded");
             let offered = outcome::offer(&*ctx.store, kind, attempt, &output, &by).await?;
             tracing::info!(attempt = %attempt.id, ?offered, "unknown attempt reconciled: succeeded");

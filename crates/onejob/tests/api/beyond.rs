@@ -27,6 +27,15 @@ backend_tests!(
     messages_stream_live_and_replayed_as_anthropics_events,
     messages_take_x_api_key_and_answer_errors_in_anthropics_shape,
     an_anthropic_messages_provider_is_sent_anthropics_headers,
+    responses_keep_the_one_job_contract,
+    responses_stream_openais_typed_events_live_and_replayed,
+    responses_refuse_conversation_state_and_pass_text_format_and_tools,
+    a_stalled_responses_stream_ends_with_an_error_event_naming_the_job,
+    images_keep_the_one_job_contract,
+    images_come_as_urls_or_b64_json_as_asked,
+    an_async_task_image_provider_answers_images_as_one_job,
+    verify_certifies_providers_for_every_endpoint,
+    a_stalled_messages_stream_ends_with_anthropics_error_event_naming_the_job,
 );
 
 const WITHIN: Duration = Duration::from_secs(30);
@@ -77,6 +86,29 @@ const MESSAGES: Case = Case {
             "/max_tokens",
         )
     },
+};
+
+const RESPONSES: Case = Case {
+    path: "/v1/responses",
+    kind: "respond.fast",
+    upstream: "responses",
+    schema: Some("Response"),
+    request: |text| json!({"model": "respond", "input": text}),
+    changed: |text| {
+        (
+            json!({"model": "respond", "input": text, "instructions": "Be brief."}),
+            "/instructions",
+        )
+    },
+};
+
+const IMAGES: Case = Case {
+    path: "/v1/images/generations",
+    kind: "image.draw",
+    upstream: "images",
+    schema: Some("ImagesResponse"),
+    request: |text| json!({"model": "draw", "prompt": text}),
+    changed: |text| (json!({"model": "draw", "prompt": text, "n": 2}), "/n"),
 };
 
 /// The kind `name` served by the primary fake only, with one attempt; its attempts time out
@@ -458,6 +490,10 @@ async fn messages_take_x_api_key_and_answer_errors_in_anthropics_shape(backend: 
     assert_eq!(status, 400, "{refused}");
     assert_eq!(refused["error"]["type"], "invalid_request_error");
     assert!(refused.to_string().contains("max_tokens"), "{refused}");
+    // A method the path does not take: still Anthropic's shape.
+    let (status, _, refused) =
+        answered(&MESSAGES, app.get("/v1/messages").send().await.unwrap()).await;
+    assert_eq!(status, 405, "{refused}");
 }
 
 async fn an_anthropic_messages_provider_is_sent_anthropics_headers(backend: Backend) {
@@ -528,4 +564,335 @@ fn the_gateway_pages_configs_beyond_chat_compile() {
         .unwrap_or_else(|e| panic!("{e}:\n{config}"));
         onejob::kind::Kinds::compile(&parsed).unwrap_or_else(|e| panic!("{e}:\n{config}"));
     }
+}
+
+async fn responses_keep_the_one_job_contract(backend: Backend) {
+    keeps_the_one_job_contract(backend, RESPONSES).await;
+}
+
+async fn responses_stream_openais_typed_events_live_and_replayed(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(rule(
+        "fox",
+        Behaviour {
+            run_ms: 600,
+            ..Default::default()
+        },
+    ));
+    let app = TestApp::running(&db, &fakes, |config| quick(config, "respond.fast")).await;
+    let mut body = json!({"model": "respond", "input": [{"role": "user",
+        "content": [{"type": "input_text", "text": "Stream a red fox."}]}], "stream": true});
+    let (first, second) = tokio::join!(app.call("/v1/responses", "stream", &body), async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        app.call("/v1/responses", "stream", &body).await
+    });
+    let job_id = first.headers()["onejob-job-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let (first, second) = (events(first).await, events(second).await);
+    assert_eq!(
+        first, second,
+        "two readers of one key read the same live events"
+    );
+    for (name, event) in &first {
+        conforms("ResponseStreamEvent", event);
+        assert_eq!(
+            event["type"],
+            name.as_str(),
+            "each event is named by its type"
+        );
+    }
+    let names: Vec<&str> = first.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names.first(), Some(&"response.created"));
+    assert_eq!(names.last(), Some(&"response.completed"));
+    assert!(names.contains(&"response.output_text.delta"), "{names:?}");
+    assert_eq!(upstream_calls(&RESPONSES, &fakes, "Stream a red fox."), 1);
+    // The job's result is the completed response, which a JSON replay answers.
+    let completed = &first.last().unwrap().1["response"];
+    let job = app.job(&job_id).await;
+    assert_eq!(&job["result"], completed, "{job}");
+    body.as_object_mut().unwrap().remove("stream");
+    let (status, headers, answer) =
+        answered(&RESPONSES, app.call("/v1/responses", "stream", &body).await).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(headers["idempotent-replayed"], "true");
+    assert_eq!(&answer, completed);
+    // A stream asked after completion: the stored response as the same typed events.
+    body["stream"] = json!(true);
+    let replayed = events(app.call("/v1/responses", "stream", &body).await).await;
+    for (_, event) in &replayed {
+        conforms("ResponseStreamEvent", event);
+    }
+    let replayed_names: Vec<&str> = replayed.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(replayed_names, names);
+    assert_eq!(&replayed.last().unwrap().1["response"], completed);
+    assert_eq!(upstream_calls(&RESPONSES, &fakes, "Stream a red fox."), 1);
+}
+
+async fn responses_refuse_conversation_state_and_pass_text_format_and_tools(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, |config| quick(config, "respond.fast")).await;
+    for (field, value) in [
+        ("store", json!(true)),
+        ("previous_response_id", json!("resp_123")),
+    ] {
+        let mut body = (RESPONSES.request)("A stateful fox.");
+        body[field] = value;
+        let (status, _, refused) =
+            answered(&RESPONSES, app.call("/v1/responses", field, &body).await).await;
+        assert_eq!(status, 400, "{refused}");
+        let message = refused["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(field) && message.contains("does not keep conversation state"),
+            "{message}"
+        );
+    }
+    assert_eq!(fakes.primary.submissions().total, 0, "nothing was sent");
+    // `store: false` is what onejob does anyway: served.
+    let mut body = (RESPONSES.request)("A stateless fox.");
+    body["store"] = json!(false);
+    body["text"] = json!({"format": {"type": "json_schema", "name": "fox", "strict": true,
+        "schema": {"type": "object", "properties": {"text": {"type": "string"}},
+        "required": ["text"], "additionalProperties": false}}});
+    let (status, _, answer) =
+        answered(&RESPONSES, app.call("/v1/responses", "schema", &body).await).await;
+    assert_eq!(status, 200, "{answer}");
+    let text = answer["output"][0]["content"][0]["text"].as_str().unwrap();
+    let parsed: Value = serde_json::from_str(text).expect("JSON, as text.format asked");
+    assert!(
+        parsed["text"]
+            .as_str()
+            .unwrap()
+            .contains("A stateless fox.")
+    );
+    let sent = &fakes.primary.submissions().requests[0].request;
+    assert_eq!(
+        sent["text"], body["text"],
+        "text.format reached the upstream"
+    );
+    // Tools: the upstream's function call is a real answer.
+    let tools = json!([{"type": "function", "name": "weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]);
+    let body = json!({"model": "respond", "input": "Weather in Oslo?", "tools": tools,
+        "tool_choice": "required"});
+    let (status, _, answer) =
+        answered(&RESPONSES, app.call("/v1/responses", "tools", &body).await).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["output"][0]["type"], "function_call");
+    assert_eq!(answer["output"][0]["name"], "weather");
+}
+
+async fn a_stalled_responses_stream_ends_with_an_error_event_naming_the_job(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(rule(
+        "stalls",
+        Behaviour {
+            hang_after_ack: true,
+            ..Default::default()
+        },
+    ));
+    let app = TestApp::running(&db, &fakes, |config| {
+        quick(config, "respond.fast");
+        kind(config, "respond.fast").stream_idle_timeout = Duration::from_millis(500);
+    })
+    .await;
+    let body = json!({"model": "respond", "input": "A fox that stalls.", "stream": true});
+    let response = app.call("/v1/responses", "stalls", &body).await;
+    let job_id = response.headers()["onejob-job-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let events = events(response).await;
+    let (name, last) = events.last().unwrap();
+    assert_eq!(
+        events[0].0, "response.created",
+        "the first event came through"
+    );
+    assert_eq!(name, "error");
+    conforms("ResponseStreamEvent", last);
+    assert_eq!(last["code"], "attempt_failed");
+    assert!(
+        last["message"].as_str().unwrap().contains(&job_id),
+        "{last}"
+    );
+    assert_eq!(last["sequence_number"], events.len() - 1);
+}
+
+async fn images_keep_the_one_job_contract(backend: Backend) {
+    keeps_the_one_job_contract(backend, IMAGES).await;
+}
+
+async fn images_come_as_urls_or_b64_json_as_asked(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, |config| quick(config, "image.draw")).await;
+    let path = "/v1/images/generations";
+    let body = json!({"model": "draw", "prompt": "Two red foxes.", "n": 2});
+    let (status, _, urls) = answered(&IMAGES, app.call(path, "urls", &body).await).await;
+    assert_eq!(status, 200, "{urls}");
+    assert_eq!(urls["data"].as_array().unwrap().len(), 2);
+    assert!(
+        urls["data"][0]["url"]
+            .as_str()
+            .unwrap()
+            .starts_with("https://")
+    );
+    let body = json!({"model": "draw", "prompt": "A red fox, inline.",
+        "response_format": "b64_json"});
+    let (status, _, inline) = answered(&IMAGES, app.call(path, "b64", &body).await).await;
+    assert_eq!(status, 200, "{inline}");
+    let png = decode_base64(inline["data"][0]["b64_json"].as_str().unwrap());
+    assert_eq!(&png[1..4], b"PNG", "the image itself");
+    let sent = fakes.primary.submissions();
+    assert_eq!(sent.requests[1].request["response_format"], "b64_json");
+}
+
+async fn an_async_task_image_provider_answers_images_as_one_job(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(rule(
+        "blank",
+        Behaviour {
+            outcome: Outcome::MissingArtifact,
+            ..Default::default()
+        },
+    ));
+    fakes.primary.add_rule(rule(
+        "",
+        Behaviour {
+            run_ms: 300,
+            ..Default::default()
+        },
+    ));
+    let base = fakes.primary.base_url();
+    let app = TestApp::running(&db, &fakes, |config| {
+        quick(config, "image.draw");
+        // The seed's own case: an image API that answers a task id and a status to poll.
+        let mut tasks =
+            onejob::config::ProviderConfig::new("tasks", onejob::config::Adapter::AsyncTask);
+        tasks.submit_url = Some(format!("{base}/v1/tasks"));
+        tasks.status_url = Some(format!("{base}/v1/tasks/{{task_id}}"));
+        tasks.task_id_pointer = Some("/task_id".into());
+        tasks.status_pointer = Some("/status".into());
+        tasks.result_pointer = Some("/result".into());
+        tasks.succeeded = vec!["succeeded".into()];
+        tasks.failed = vec!["failed".into(), "cancelled".into()];
+        config.providers.push(tasks);
+        kind(config, "image.draw").providers = vec!["tasks".into()];
+        // Long enough for the task's status to be polled to its end within one call.
+        config.gateway.wait = Duration::from_secs(10);
+    })
+    .await;
+    let path = "/v1/images/generations";
+    let tasks = |fakes: &Fakes| {
+        fakes
+            .primary
+            .submissions()
+            .requests
+            .iter()
+            .filter(|r| r.endpoint == "tasks")
+            .count()
+    };
+    // The task's images are the answer: an ImagesResponse, replayed under the key.
+    let body = json!({"model": "draw", "prompt": "A red fox, polled."});
+    let (status, headers, first) = answered(&IMAGES, app.call(path, "task", &body).await).await;
+    assert_eq!(status, 200, "{first}");
+    let url = first["data"][0]["url"].as_str().unwrap();
+    assert!(
+        url.starts_with("https://fake.invalid/images/task_"),
+        "{first}"
+    );
+    let job_id = headers["onejob-job-id"].to_str().unwrap().to_owned();
+    let attempts = app.attempts(&job_id).await;
+    assert!(
+        attempts[0]["task_id"]
+            .as_str()
+            .unwrap()
+            .starts_with("task_"),
+        "the task id was kept: {attempts:?}"
+    );
+    let (status, headers, again) = answered(&IMAGES, app.call(path, "task", &body).await).await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["idempotent-replayed"], "true");
+    assert_eq!(again, first);
+    assert_eq!(tasks(&fakes), 1, "one task for the key");
+    // b64_json asked: the task's image itself.
+    let inline = json!({"model": "draw", "prompt": "A red fox, polled inline.",
+        "response_format": "b64_json"});
+    let (status, _, answer) = answered(&IMAGES, app.call(path, "task-b64", &inline).await).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer["data"][0]["b64_json"].is_string(), "{answer}");
+    assert!(answer["data"][0].get("url").is_none(), "{answer}");
+    // A task that succeeds without an image: a failure, never a success.
+    let blank = json!({"model": "draw", "prompt": "A blank fox."});
+    let (status, headers, failed) = answered(&IMAGES, app.call(path, "blank", &blank).await).await;
+    assert_eq!(status, 502, "{failed}");
+    let job_id = headers["onejob-job-id"].to_str().unwrap();
+    assert_eq!(app.job(job_id).await["state"], "failed");
+}
+
+async fn verify_certifies_providers_for_every_endpoint(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, |_| {}).await;
+    for kind in ["embed.fast", "messages.fast", "respond.fast", "image.draw"] {
+        let report = app.verify("fake-backup", kind).await;
+        assert!(report.passed, "{kind}: {report:?}");
+        // Messages and responses carry an id, so a second send under the key answering the
+        // same id proves the fake deduplicates; embeddings and images carry none to compare.
+        let proven = matches!(kind, "messages.fast" | "respond.fast");
+        assert_eq!(
+            report.idempotency.as_ref().unwrap().deduplicated,
+            proven,
+            "{kind}: {report:?}"
+        );
+    }
+    let backup = fakes.backup.submissions();
+    for endpoint in ["embeddings", "messages", "responses", "images"] {
+        assert!(
+            backup.requests.iter().any(|r| r.endpoint == endpoint),
+            "verify sent its contract cases to /v1/{endpoint}"
+        );
+    }
+}
+
+async fn a_stalled_messages_stream_ends_with_anthropics_error_event_naming_the_job(
+    backend: Backend,
+) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(rule(
+        "stalls",
+        Behaviour {
+            hang_after_ack: true,
+            ..Default::default()
+        },
+    ));
+    let app = TestApp::running(&db, &fakes, |config| {
+        quick(config, "messages.fast");
+        kind(config, "messages.fast").stream_idle_timeout = Duration::from_millis(500);
+    })
+    .await;
+    let mut body = (MESSAGES.request)("A fox that stalls.");
+    body["stream"] = json!(true);
+    let response = app.call("/v1/messages", "stalls", &body).await;
+    let job_id = response.headers()["onejob-job-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let events = events(response).await;
+    assert_eq!(events[0].0, "message_start", "the first event came through");
+    let (name, last) = events.last().unwrap();
+    assert_eq!(name, "error");
+    assert_eq!(last["type"], "error");
+    assert_eq!(last["error"]["type"], "api_error");
+    assert_eq!(last["error"]["code"], "attempt_failed");
+    assert!(
+        last["error"]["message"].as_str().unwrap().contains(&job_id),
+        "{last}"
+    );
 }

@@ -25,10 +25,12 @@
 //! `sdk/js/quickstart.mjs`, included verbatim (checked here) and run here against onejob.
 //!
 //! Beyond chat, `sdk/python/test_beyond.py` drives the endpoints with OpenAI's `openai`
-//! package (embeddings) and Anthropic's `anthropic` package (messages: `messages.create`
-//! plain and streamed, `messages.stream`, tools), and `sdk/js/beyond.test.mjs` with its npm package, each case a call,
-//! a replay counted as one upstream call at the fake, a changed body as the SDK's 422, or an
-//! SDK timeout whose retries re-attach to the one job.
+//! package (`embeddings.create`, `responses.create` plain and streamed, `images.generate`,
+//! from an async-task image provider too) and Anthropic's
+//! `anthropic` package (`messages.create` plain and streamed, `messages.stream`, tools), and
+//! `sdk/js/beyond.test.mjs` with OpenAI's npm package: calls, streams, a replay counted as
+//! one upstream call at the fake, a changed body as the SDK's 422, refused conversation
+//! state, and an SDK timeout whose retries re-attach to the one job.
 //!
 //! The tools are installed by `.ci/run`: a Python venv (`ONEJOB_SDK_VENV`, default
 //! `/var/cache/onejob/venv-sdk`) with `sdk/python/requirements.txt`, and `npm ci --prefix
@@ -40,7 +42,10 @@ use std::{
     time::Duration,
 };
 
-use onejob::gateway::Endpoint;
+use onejob::{
+    config::{Adapter, ProviderConfig},
+    gateway::Endpoint,
+};
 use serde_json::Value;
 
 use crate::{
@@ -66,10 +71,10 @@ const PYTHON_CASES: u32 = 22;
 const FRAMEWORK_CASES: u32 = 8;
 
 /// The cases of `sdk/python/test_beyond.py` (the endpoints beyond chat).
-const PYTHON_BEYOND_CASES: u32 = 12;
+const PYTHON_BEYOND_CASES: u32 = 23;
 
 /// The cases of `sdk/js/beyond.test.mjs`.
-const JS_BEYOND_CASES: u32 = 4;
+const JS_BEYOND_CASES: u32 = 12;
 
 /// The cases of `sdk/js/gateway.test.mjs`.
 const JS_CASES: u32 = 21;
@@ -180,8 +185,10 @@ async fn serving(db: &TestDatabase, fakes: &Fakes) -> TestApp {
     .await
 }
 
-/// onejob serving the demo's kinds beyond chat (`embed`, …) on the primary fake only.
+/// onejob serving the demo's kinds beyond chat (`embed`, …) on the primary fake only, and
+/// model `draw-polled`: images from an `async-task` provider, the primary fake's task API.
 async fn serving_beyond(db: &TestDatabase, fakes: &Fakes) -> TestApp {
+    let base = fakes.primary.base_url();
     TestApp::running(db, fakes, |config| {
         config.gateway.wait = WAIT;
         for kind in &mut config.kinds {
@@ -193,6 +200,26 @@ async fn serving_beyond(db: &TestDatabase, fakes: &Fakes) -> TestApp {
                 kind.providers = vec!["fake".into()];
             }
         }
+        let mut tasks = ProviderConfig::new("tasks", Adapter::AsyncTask);
+        tasks.submit_url = Some(format!("{base}/v1/tasks"));
+        tasks.status_url = Some(format!("{base}/v1/tasks/{{task_id}}"));
+        tasks.task_id_pointer = Some("/task_id".into());
+        tasks.status_pointer = Some("/status".into());
+        tasks.result_pointer = Some("/result".into());
+        tasks.succeeded = vec!["succeeded".into()];
+        tasks.failed = vec!["failed".into()];
+        config.providers.push(tasks);
+        let mut polled = config
+            .kinds
+            .iter()
+            .find(|k| k.name == "image.draw")
+            .expect("the demo serves model draw")
+            .clone();
+        polled.name = "image.polled".into();
+        polled.image_models = vec!["draw-polled".into()];
+        polled.providers = vec!["tasks".into()];
+        polled.contract.clear();
+        config.kinds.push(polled);
     })
     .await
 }
