@@ -30,7 +30,7 @@ echo "== build (onejob, the suite, the checker)"
 cargo build --locked -p onejob --bins
 cargo build --locked -p onejob-chaos --bins --tests
 
-echo "== fault scenarios ($scale): storm, crash, restart, killstorm, prune, fairness, failover, wedged"
+echo "== fault scenarios ($scale): storm, crash, restart, killstorm, prune, fairness, failover, wedged, citus"
 cargo test --locked -p onejob-chaos --test chaos -- --ignored --test-threads=1 --nocapture "$@"
 
 echo "== offline history checker over the recorded histories"

@@ -5,8 +5,8 @@
 //! * **answers** — no 5xx but `503`, and every `503` is an `application/problem+json`
 //!   `unavailable` problem with `Retry-After` (never a 500 or a stack trace);
 //! * **one job per key** (§2.1) — every `200`/`201` for a key names the same job, at most one
-//!   `201` per key, the final read-back by key finds that job, the listing holds exactly the
-//!   read-back jobs (none without a key, none twice), and no client acknowledged a job that
+//!   `201` per key, the final read-back by key finds that job, the listings (one per owner)
+//!   hold exactly the read-back jobs (none without a key, none twice), and no client acknowledged a job that
 //!   is gone;
 //! * **keys bound to intent** (§2.2) — a submission whose body equals (RFC 8785) one that was
 //!   accepted under the same key is never refused as a conflict;
@@ -133,7 +133,9 @@ pub fn check(records: &[Record]) -> Report {
     let mut responses: Vec<Response<'_>> = Vec::new();
     let mut side_effects: Vec<SideEffect<'_>> = Vec::new();
     let mut dumps: Vec<Dump<'_>> = Vec::new();
-    let mut listing: Option<&[String]> = None;
+    // Each owner's listing (a run with several tenants reads each one's own): together
+    // they must hold exactly the read-back jobs.
+    let mut listing: Option<Vec<String>> = None;
     for record in records {
         match record {
             Record::Request {
@@ -181,7 +183,9 @@ pub fn check(records: &[Record]) -> Report {
                 task: task.as_ref(),
             }),
             Record::Fault { .. } => report.stats.faults += 1,
-            Record::Listing { job_ids } => listing = Some(job_ids),
+            Record::Listing { job_ids } => listing
+                .get_or_insert_default()
+                .extend(job_ids.iter().cloned()),
             Record::Job {
                 key,
                 job,
@@ -200,7 +204,13 @@ pub fn check(records: &[Record]) -> Report {
     report.stats.jobs = dumps.len() as u64;
 
     check_answers(&mut report, &responses);
-    let final_by_id = check_one_job_per_key(&mut report, &requests, &responses, &dumps, listing);
+    let final_by_id = check_one_job_per_key(
+        &mut report,
+        &requests,
+        &responses,
+        &dumps,
+        listing.as_deref(),
+    );
     check_observations(&mut report, &requests, &responses, &final_by_id);
     for dump in &dumps {
         check_job(&mut report, dump, &side_effects);

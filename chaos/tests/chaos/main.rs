@@ -5,6 +5,7 @@
 //! and kill processes); `chaos/run.sh [--quick|--full]` runs them, one at a time. Histories
 //! and reports go to `$ONEJOB_CHAOS_OUT` (default `chaos/out/`).
 
+mod citus;
 mod crash;
 mod failover;
 mod fairness;

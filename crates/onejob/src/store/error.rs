@@ -186,11 +186,29 @@ fn is_unavailable(error: &sqlx::Error) -> bool {
                     || code == "5"
                     || code == "6"
                     || code.parse::<i32>().is_ok_and(|c| c & 0xff == 5 || c & 0xff == 6)
+                    || (code == "XX000" && citus_node_lost(db.message()))
             }
             None => false,
         },
         _ => false,
     }
+}
+
+/// Whether a Citus coordinator's internal error (`XX000`, which Citus raises without a more
+/// precise code) says that a worker node holding the statement's shard could not be reached
+/// or failed while committing: the tenants on that node are unavailable until it is back,
+/// and a commit's outcome there is unknown (it is not acknowledged; the client's retry with
+/// the same key finds the job if it landed).
+fn citus_node_lost(message: &str) -> bool {
+    [
+        "could not commit transaction for shard",
+        "connection to the remote node",
+        "could not establish any connections to the node",
+        "failure on connection marked as essential",
+        "could not connect to any active placements",
+    ]
+    .iter()
+    .any(|lost| message.contains(lost))
 }
 
 /// Displays an error with its causes, `outer: inner: innermost`, skipping a cause whose text

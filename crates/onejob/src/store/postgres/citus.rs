@@ -81,14 +81,12 @@ async fn distribute_locked(connection: &mut PgConnection) -> Result<(), StoreErr
     // onejob's triggers look only at their own row (and the retention guard at a reference
     // table): safe on shards, which Citus asks to be said explicitly. Kept for the
     // database, so that later migrations may replace a trigger of a distributed table.
-    let database: String = sqlx::query_scalar("SELECT current_database()")
-        .fetch_one(&mut *connection)
-        .await?;
+    // (The database's name is quoted by PostgreSQL's `format('%I')`, not spliced here.)
     connection
-        .execute(sqlx::AssertSqlSafe(format!(
-            "ALTER DATABASE \"{}\" SET citus.enable_unsafe_triggers = on",
-            database.replace('"', "\"\"")
-        )))
+        .execute(
+            "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET citus.enable_unsafe_triggers = on', \
+             current_database()); END $$",
+        )
         .await?;
     connection
         .execute("SET citus.enable_unsafe_triggers = on")
