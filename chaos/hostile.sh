@@ -56,7 +56,7 @@ for n in 1 2 3; do
 done
 # The dashboard (/ui) is HTML for browsers and not in the API document; the browser test
 # (e2e/) covers it.
-# `positive_data_acceptance` is off for POST /v1/jobs and POST /v1/chat/completions only:
+# `positive_data_acceptance` is off for POST /v1/jobs and the gateway's POSTs only:
 # which kinds (and models) exist and what their params must look like is configuration that
 # the static document cannot state (RELIABILITY.md). Every other check runs on every
 # operation.
@@ -84,6 +84,22 @@ checks.positive_data_acceptance.enabled = false
 
 [[operations]]
 include-operation-id = "createChatCompletion"
+checks.positive_data_acceptance.enabled = false
+
+[[operations]]
+include-operation-id = "createEmbedding"
+checks.positive_data_acceptance.enabled = false
+
+[[operations]]
+include-operation-id = "createResponse"
+checks.positive_data_acceptance.enabled = false
+
+[[operations]]
+include-operation-id = "createImage"
+checks.positive_data_acceptance.enabled = false
+
+[[operations]]
+include-operation-id = "createMessage"
 checks.positive_data_acceptance.enabled = false
 TOML
 "$venv/bin/schemathesis" --config-file "$work/schemathesis.toml" run \
