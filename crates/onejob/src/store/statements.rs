@@ -11,7 +11,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::{
-    AttemptRecord, AttemptStart, JobRecord, NewEvent, StoreError,
+    AttemptRecord, AttemptStart, Intake, JobRecord, NewEvent, NewJob, StoreError,
     backend::{Backend, Row, Tx},
     records::{storable, storable_text},
     rows,
@@ -424,6 +424,45 @@ impl<B: Backend> Tx<B> {
         self.execute(B::SQL.recover_job, args![job_id, &tenant])
             .await?;
         Ok(())
+    }
+    /// One submission written one by one: the job inserted by `insert_job` (the backend's
+    /// `INSERT … ON CONFLICT DO NOTHING RETURNING` of `?1`–`?8`/`$1`–`$8`: id, tenant, user,
+    /// key hash, kind, fingerprint, params, request body) unless its key is taken, else the
+    /// job under the key read back and compared; its `created` or `replayed` event written
+    /// (a conflict writes nothing).
+    pub(crate) async fn submit_one(
+        &mut self,
+        insert_job: &'static str,
+        job: &NewJob,
+    ) -> Result<Intake, StoreError> {
+        let values = args![
+            job.id,
+            &job.owner.tenant,
+            &job.owner.user,
+            &job.key_hash.0[..],
+            &job.kind,
+            &job.fingerprint.0[..],
+            &job.params,
+            job.request_body.as_deref(),
+        ];
+        if let Some(row) = self.optional(insert_job, values).await? {
+            let record = rows::job::<B>(&row)?;
+            self.insert_event(&job.created_event()).await?;
+            return Ok(Intake::Created(record));
+        }
+        let key = args![&job.owner.tenant, &job.owner.user, &job.key_hash.0[..]];
+        let Some(row) = self.optional(B::SQL.job_by_key, key).await? else {
+            return Err(StoreError::Vanished(
+                "the job under the key was deleted before it could be read back".into(),
+            ));
+        };
+        let existing = rows::job::<B>(&row)?;
+        if job.matches(&existing) {
+            self.insert_event(&job.replayed_event(&existing)).await?;
+            Ok(Intake::Replayed(existing))
+        } else {
+            Ok(Intake::Conflict(existing))
+        }
     }
 
     /// Appends an event to the job's log.

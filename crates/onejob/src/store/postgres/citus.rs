@@ -290,39 +290,11 @@ async fn write_batch(
     results.into_iter().flatten().collect()
 }
 
-/// One submission in `tx`: the job inserted unless its key is taken, else the one under the
-/// key read back and compared, its `created` or `replayed` event written (a conflict writes
-/// nothing). Every statement names the tenant.
+/// One submission in `tx` ([`Tx::submit_one`]), its tenant remembered so that every
+/// statement names it.
 async fn write_one(tx: &mut Tx<PgStore>, job: &NewJob) -> Result<Intake, StoreError> {
     tx.remember(job.id, Some(job.owner.tenant.clone()));
-    let values = args![
-        job.id,
-        &job.owner.tenant,
-        &job.owner.user,
-        &job.key_hash.0[..],
-        &job.kind,
-        &job.fingerprint.0[..],
-        &job.params,
-        job.request_body.as_deref(),
-    ];
-    if let Some(row) = tx.optional(INSERT_JOB, values).await? {
-        let record = rows::job::<PgStore>(&row)?;
-        tx.insert_event(&job.created_event()).await?;
-        return Ok(Intake::Created(record));
-    }
-    let key = args![&job.owner.tenant, &job.owner.user, &job.key_hash.0[..]];
-    let Some(row) = tx.optional(PgStore::SQL.job_by_key, key).await? else {
-        return Err(StoreError::Vanished(
-            "the job under the key was deleted before it could be read back".into(),
-        ));
-    };
-    let existing = rows::job::<PgStore>(&row)?;
-    if job.matches(&existing) {
-        tx.insert_event(&job.replayed_event(&existing)).await?;
-        Ok(Intake::Replayed(existing))
-    } else {
-        Ok(Intake::Conflict(existing))
-    }
+    tx.submit_one(INSERT_JOB, job).await
 }
 
 /// One event: `$1` job id, `$2` attempt id or NULL, `$3` kind, `$4` actor or NULL, `$5`

@@ -12,10 +12,9 @@ use sqlx::SqlitePool;
 use super::SqliteStore;
 use crate::store::{
     Intake, NewEvent, NewJob, StoreError, WorkSignal,
-    backend::{Backend, Tx},
+    backend::Tx,
     batch::{Batcher, EVENT_QUEUE, WriteBatch},
     bound::Bound,
-    rows,
 };
 
 /// Most submissions one intake transaction carries.
@@ -83,7 +82,7 @@ async fn write_batch(writer: &SqlitePool, jobs: Vec<NewJob>) -> Vec<Result<Intak
     };
     let mut results = Vec::with_capacity(jobs.len());
     for job in &jobs {
-        match write_one(&mut tx, job).await {
+        match tx.submit_one(INSERT_JOB, job).await {
             Ok(written) => results.push(Ok(written)),
             // Its statements may have failed halfway (its job inserted, its `created` event
             // not): drop the whole transaction rather than commit that, and write each
@@ -107,7 +106,7 @@ async fn write_each_alone(writer: &SqlitePool, jobs: &[NewJob]) -> Vec<Result<In
     for job in jobs {
         let written = async {
             let mut tx = begin(writer).await?;
-            match write_one(&mut tx, job).await {
+            match tx.submit_one(INSERT_JOB, job).await {
                 Ok(written) => tx.commit().await.map(|()| written),
                 Err(error) => {
                     let _ = tx.rollback().await;
@@ -119,37 +118,6 @@ async fn write_each_alone(writer: &SqlitePool, jobs: &[NewJob]) -> Vec<Result<In
         results.push(written);
     }
     results
-}
-
-async fn write_one(tx: &mut Tx<SqliteStore>, job: &NewJob) -> Result<Intake, StoreError> {
-    let values = args![
-        job.id,
-        &job.owner.tenant,
-        &job.owner.user,
-        &job.key_hash.0[..],
-        &job.kind,
-        &job.fingerprint.0[..],
-        &job.params,
-        job.request_body.as_deref(),
-    ];
-    if let Some(row) = tx.optional(INSERT_JOB, values).await? {
-        let record = rows::job::<SqliteStore>(&row)?;
-        tx.insert_event(&job.created_event()).await?;
-        return Ok(Intake::Created(record));
-    }
-    let key = args![&job.owner.tenant, &job.owner.user, &job.key_hash.0[..]];
-    let Some(row) = tx.optional(SqliteStore::SQL.job_by_key, key).await? else {
-        return Err(StoreError::Vanished(
-            "the job under the key was deleted before it could be read back".into(),
-        ));
-    };
-    let existing = rows::job::<SqliteStore>(&row)?;
-    if job.matches(&existing) {
-        tx.insert_event(&job.replayed_event(&existing)).await?;
-        Ok(Intake::Replayed(existing))
-    } else {
-        Ok(Intake::Conflict(existing))
-    }
 }
 
 #[cfg(test)]
