@@ -269,7 +269,7 @@ async fn run_attempt(
             // dropped. An asynchronous submit is waited for instead: its acknowledgement
             // sees the cancellation and the task it created is cancelled upstream.
             () = stops.cancelled.cancelled(), if acknowledged => {
-                return cancelled(&ctx, &kind, &attempt, None).await;
+                return cancelled(&ctx, &kind, &attempt, None, AskUpstream::Ask).await;
             }
         }
     };
@@ -282,8 +282,11 @@ async fn run_attempt(
             output
         }
         Ok(Submitted::Accepted { task_id }) => {
+            // Whether the task id is in the attempt's row: a node that cancels the job later
+            // reads it there and asks the provider to cancel the task itself.
+            let mut task_recorded = false;
             match acknowledge(&ctx, &attempt, Some(&task_id), hedge_after, deadline).await {
-                Ok(Acknowledged::Running) => {}
+                Ok(Acknowledged::Running) => task_recorded = true,
                 Ok(Acknowledged::JobCancelled) => {
                     cancel_upstream(&*provider, &task_id).await;
                     return Ending::Cancelled;
@@ -312,7 +315,12 @@ async fn run_attempt(
                     return fail(&ctx, &kind, &attempt, Unsuccessful::Failed, error).await;
                 }
                 Followed::Cancelled => {
-                    return cancelled(&ctx, &kind, &attempt, Some(&task_id)).await;
+                    let ask = if task_recorded {
+                        AskUpstream::Asked
+                    } else {
+                        AskUpstream::Ask
+                    };
+                    return cancelled(&ctx, &kind, &attempt, Some(&task_id), ask).await;
                 }
                 Followed::Unknown(reason) => {
                     return unknown(
@@ -519,15 +527,29 @@ async fn not_sent(
     end_with(ctx, kind, attempt, Unsuccessful::FailedKeyKept, error, &by).await
 }
 
+/// Who asks the provider to cancel the task of an attempt whose job was cancelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AskUpstream {
+    /// The worker: the task id was not in the attempt's row when the job was cancelled.
+    Ask,
+    /// Already asked: the node that cancelled the job read the task id from the attempt's
+    /// row (it was recorded before the cancel committed) and asked the provider itself.
+    Asked,
+}
+
 /// Ends an attempt of a job cancelled while it ran: the provider is asked to cancel the task
-/// (where there is one), and the attempt ends `cancelled`.
+/// (where there is one and the cancelling node could not have asked), and the attempt ends
+/// `cancelled`.
 async fn cancelled(
     ctx: &WorkerContext,
     kind: &Kind,
     attempt: &AttemptRecord,
     task_id: Option<&str>,
+    ask: AskUpstream,
 ) -> Ending {
-    if let (Some(task_id), Some(provider)) = (task_id, ctx.providers.get(&attempt.provider)) {
+    if let (Some(task_id), Some(provider), AskUpstream::Ask) =
+        (task_id, ctx.providers.get(&attempt.provider), ask)
+    {
         cancel_upstream(&**provider, task_id).await;
     }
     let error =

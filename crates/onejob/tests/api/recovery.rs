@@ -381,6 +381,11 @@ async fn cancel_asks_the_provider_to_cancel_the_running_task(backend: Backend) {
     assert_eq!(attempts.len(), 1);
     // The upstream cancel is sent beside the answer, so it may land a little after it.
     Fakes::wait_submissions(&fakes.primary, WITHIN, |seen| seen.cancels > 0).await;
+    // The worker following the task learns of the cancel at its next lease heartbeat (a
+    // third of the test's 2 s lease) and stops; it must not ask a second time, since the
+    // cancelling node read the task id from the attempt and asked already. One lease gives
+    // the heartbeat time to run.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
         fakes.primary.submissions().cancels,
         1,
