@@ -17,7 +17,7 @@
 //!   never handed out again (sqlx's pool would check it on release by waiting for that
 //!   reply, holding a pool slot for as long as the commit hangs);
 //! * is noted in the store's [`Stalls`]: `/readyz` answers `503` while this node cannot
-//!   commit, and the host follower (`postgres/hosts.rs`) checks its host at once.
+//!   commit, and the host follower (`postgres/connections/hosts.rs`) checks its host at once.
 //!
 //! A call in flight when the host follower moves the store to another host (a failover) is
 //! given up at once, the same way ([`StoreError::Moved`], its connection discarded): it
@@ -75,7 +75,7 @@ impl Stalls {
 pub(crate) struct Bound {
     within: Option<Duration>,
     stalls: Arc<Stalls>,
-    /// Told when the store moves to another host (`postgres/hosts.rs`), if it follows hosts.
+    /// Told when the store moves to another host (`postgres/connections/hosts.rs`), if it follows hosts.
     moved: Option<watch::Receiver<usize>>,
 }
 

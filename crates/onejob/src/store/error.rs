@@ -134,7 +134,7 @@ impl From<sqlx::Error> for StoreError {
         if let sqlx::Error::Database(db) = &error
             && db.code().as_deref() == Some("25006")
         {
-            super::postgres::hosts::saw_read_only();
+            super::postgres::saw_read_only();
         }
         if let sqlx::Error::Database(db) = &error
             && db.code().as_deref() == Some("3D000")
@@ -175,7 +175,7 @@ fn is_unavailable(error: &sqlx::Error) -> bool {
             // PostgreSQL: connection exceptions (08…), operator intervention (57P0x: shutdown,
             // crash, cannot connect now), serialization failure and deadlock (40001, 40P01),
             // and a write on a read-only server (25006 read_only_sql_transaction: a standby,
-            // or the old primary back as one after a failover; see `postgres::hosts`).
+            // or the old primary back as one after a failover; see `postgres/connections/hosts.rs`).
             Some(code) => {
                 code.starts_with("08")
                     || code == "25006"

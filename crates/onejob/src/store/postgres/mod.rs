@@ -9,8 +9,8 @@ use std::{sync::Arc, time::Duration};
 
 use serde_json::Value;
 use sqlx::{
-    Arguments, Connection, Decode, PgConnection, PgPool, Postgres, Row as _, Type,
-    postgres::{PgArguments, PgPoolOptions, PgRow},
+    Arguments, Decode, PgConnection, PgPool, Postgres, Row as _, Type,
+    postgres::{PgArguments, PgRow},
     types::Json,
 };
 use time::OffsetDateTime;
@@ -28,20 +28,18 @@ use super::{
     tenants::Tenants,
     transitions::{Ack, Offer},
 };
+use connections::Hosts;
+pub(super) use connections::saw_read_only;
 
 pub mod citus;
+mod connections;
 mod first;
-mod held;
-pub mod hosts;
 mod intake;
 pub mod online;
 mod relaxed;
 mod retention;
 mod sql;
 mod statistics;
-mod tcp;
-mod tls;
-mod tunnel;
 mod wake;
 
 /// The channel workers LISTEN on: intake notifies it after each batch that created jobs (the
@@ -80,10 +78,10 @@ pub struct PgStore {
     /// The hosts of a URL naming several (or asking for a writable session), which keep
     /// every pool of this store on the host that accepts writes; `None` for a plain URL.
     /// Held, not read: their watcher runs as long as the store.
-    _hosts: Option<Arc<hosts::Hosts>>,
+    _hosts: Option<Arc<Hosts>>,
     /// The TLS tunnel to a single host whose certificate rustls cannot read, if it needs
-    /// one ([`tunnel`]; with several hosts, [`hosts::Hosts`] keeps theirs). Held, not read.
-    _tunnel: Option<Arc<tunnel::Tunnel>>,
+    /// one ([`connections`]; with several hosts, [`Hosts`] keeps theirs). Held, not read.
+    _tunnel: Option<Arc<connections::Tunnel>>,
     /// The database has the `citus` extension: work spanning tenants runs tenant by tenant
     /// ([`citus`]).
     citus: bool,
@@ -97,46 +95,22 @@ impl PgStore {
     ///
     /// `url` may list several hosts, `postgres://u@h1:5432,h2:5432/db`, with libpq's
     /// `target_session_attrs` (`any`, `read-write`, `primary`): the store then uses the
-    /// first host whose session matches and follows a failover ([`hosts`]).
+    /// first host whose session matches and follows a failover ([`connections`]).
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self, StoreError> {
-        let list = hosts::HostList::parse(url)?;
-        let followed =
-            (!list.is_plain()).then(|| hosts::Hosts::new(list.clone(), options.acquire_timeout));
-        let first = &list.targets[0];
-        let tls = tls::TlsSettings::of(&first.url, &first.options);
-        tls.check_root_cert()?;
-        // One direct connection first: a pool would retry until its timeout and then report
-        // only that it timed out, hiding why (refused, unknown host, bad password, a
-        // certificate not trusted…).
-        let (mut probe, tunnel) = match &followed {
-            Some(hosts) => (hosts.choose().await?, None),
-            None => tunnel::connect(&first.options, &tls, options.acquire_timeout).await?,
-        };
-        warn_without_autovacuum(&mut probe).await;
-        let citus = citus::installed(&mut probe).await?;
-        probe.close().await?;
-        let connect = match (&followed, &tunnel) {
-            (Some(hosts), _) => hosts.options(&[]),
-            (None, Some(tunnel)) => tunnel.options(&first.options),
-            (None, None) => first.options.clone(),
-        };
-        let pool = held::checked_after_idle(
-            tcp::pool_options(),
-            followed.as_ref().map(|hosts| hosts.switches()),
-        )
-        .max_connections(options.max_connections)
-        .acquire_timeout(options.acquire_timeout)
-        .connect_with(connect)
+        let (connected, citus) = connections::connect(url, options, async |probe| {
+            warn_without_autovacuum(probe).await;
+            citus::installed(probe).await
+        })
         .await?;
-        let mut bound = Bound::within(options.write_timeout);
-        if let Some(hosts) = &followed {
-            bound = bound.following(hosts.moved());
-            hosts.follow(&pool, &[]);
-            hosts::Hosts::watch(hosts, bound.stalls().clone());
-        }
+        let connections::Connected {
+            pool,
+            bound,
+            hosts,
+            tunnel,
+        } = connected;
         Ok(Self {
             _tunnel: tunnel,
-            ..Self::following(pool, followed, options, bound, citus)
+            ..Self::following(pool, hosts, options, bound, citus)
         })
     }
 
@@ -158,7 +132,7 @@ impl PgStore {
     /// bounded by `bound`; `citus` when the database has the extension.
     fn following(
         pool: PgPool,
-        hosts: Option<Arc<hosts::Hosts>>,
+        hosts: Option<Arc<Hosts>>,
         options: &StoreOptions,
         bound: Bound,
         citus: bool,
@@ -212,46 +186,6 @@ impl PgStore {
     pub fn is_citus(&self) -> bool {
         self.citus
     }
-}
-
-/// A small pool of its own for one hot path, with `pool`'s connection settings plus the
-/// session `settings`, built from `base` (e.g. with an `after_connect` hook); its connections
-/// open on first use. With `hosts`, it follows them as `pool` does (its `before_acquire` is
-/// then the one that drops connections opened before a failover).
-fn side_pool(
-    base: PgPoolOptions,
-    pool: &PgPool,
-    hosts: Option<&Arc<hosts::Hosts>>,
-    connections: u32,
-    settings: &[(&str, &str)],
-) -> PgPool {
-    let options = (*pool.connect_options())
-        .clone()
-        .options(settings.iter().copied());
-    let base = match hosts {
-        Some(hosts) => {
-            let switches = hosts.switches();
-            base.before_acquire(move |_, meta| {
-                let current = !switches.outdated(meta.age);
-                Box::pin(async move { Ok(current) })
-            })
-        }
-        None => base,
-    };
-    let side = base
-        .max_connections(connections)
-        .acquire_timeout(pool.options().get_acquire_timeout())
-        .connect_lazy_with(options);
-    if let Some(hosts) = hosts {
-        hosts.follow(&side, settings);
-    }
-    side
-}
-
-/// `host:port` of the server `pool` connects to now, for messages.
-fn connection_label(pool: &PgPool) -> String {
-    let options = pool.connect_options();
-    format!("{}:{}", options.get_host(), options.get_port())
 }
 
 /// Warns when autovacuum is off: without the statistics it gathers, the planner guesses (it
@@ -321,10 +255,10 @@ impl Backend for PgStore {
                 if read_only {
                     return Err(StoreError::NotWritable(format!(
                         "{}: the session is read-only",
-                        connection_label(&self.pool)
+                        connections::label(&self.pool)
                     )));
                 }
-                hosts::probe_write(connection).await
+                connections::probe_write(connection).await
             })
             .await
     }

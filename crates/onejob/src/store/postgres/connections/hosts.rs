@@ -123,7 +123,7 @@ impl HostList {
     /// `target_session_attrs` parameter; the other parameters are sqlx's.
     pub fn parse(url: &str) -> Result<Self, StoreError> {
         let invalid = |reason: String| StoreError::InvalidUrl {
-            url: super::super::redact(url),
+            url: crate::store::redact(url),
             reason,
         };
         let (scheme, rest) = url
@@ -340,11 +340,6 @@ impl Hosts {
         pools.push((pool.clone(), settings));
     }
 
-    /// The first host's single-host URL and options (for TLS checks and messages).
-    pub fn first(&self) -> &Target {
-        &self.list.targets[0]
-    }
-
     /// A receiver told each time the pools moved to another host.
     pub fn moved(&self) -> tokio::sync::watch::Receiver<usize> {
         self.moved.subscribe()
@@ -520,7 +515,9 @@ impl Hosts {
 /// would not wait); any role may emit one by default. Where the function is missing or not
 /// granted (SQLSTATE 42883, 42501), the check is skipped rather than the host refused; any
 /// other refusal (a read-only server's 25006) is the answer.
-pub(super) async fn probe_write(connection: &mut PgConnection) -> Result<(), StoreError> {
+pub(in crate::store::postgres) async fn probe_write(
+    connection: &mut PgConnection,
+) -> Result<(), StoreError> {
     let mut transaction = connection.begin().await?;
     let message = sqlx::query("SELECT pg_logical_emit_message(true, 'onejob.host-check', '')")
         .execute(&mut *transaction)
