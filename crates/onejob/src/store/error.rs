@@ -123,6 +123,17 @@ impl StoreError {
         )
     }
 
+    /// True when the statement met a read-only server (PostgreSQL's SQLSTATE 25006: a
+    /// standby, or the old primary back as one after a failover). The store whose call it
+    /// was notes it (`bound.rs`): the error itself is no one's.
+    pub(crate) fn met_read_only(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Unavailable(error)
+                if matches!(&**error, sqlx::Error::Database(db) if db.code().as_deref() == Some("25006"))
+        )
+    }
+
     /// The database cannot be reached: `error` says how.
     pub fn unavailable(error: sqlx::Error) -> Self {
         StoreError::Unavailable(Arc::new(error))
@@ -131,11 +142,6 @@ impl StoreError {
 
 impl From<sqlx::Error> for StoreError {
     fn from(error: sqlx::Error) -> Self {
-        if let sqlx::Error::Database(db) = &error
-            && db.code().as_deref() == Some("25006")
-        {
-            super::postgres::saw_read_only();
-        }
         if let sqlx::Error::Database(db) = &error
             && db.code().as_deref() == Some("3D000")
         {

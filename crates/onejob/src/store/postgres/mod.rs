@@ -29,7 +29,6 @@ use super::{
     transitions::{Ack, Offer},
 };
 use connections::Hosts;
-pub(super) use connections::saw_read_only;
 
 pub mod citus;
 mod connections;

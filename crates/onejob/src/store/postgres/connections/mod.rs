@@ -27,7 +27,6 @@ pub(super) mod tcp;
 mod tls;
 mod tunnel;
 
-pub(crate) use hosts::saw_read_only;
 pub(super) use hosts::{Hosts, probe_write};
 pub(super) use tunnel::Tunnel;
 
@@ -60,7 +59,14 @@ pub(super) async fn connect<T>(
     inspect: impl AsyncFnOnce(&mut PgConnection) -> Result<T, StoreError>,
 ) -> Result<(Connected, T), StoreError> {
     let list = hosts::HostList::parse(url)?;
-    let followed = (!list.is_plain()).then(|| Hosts::new(list.clone(), options.acquire_timeout));
+    let bound = Bound::within(options.write_timeout);
+    let followed = (!list.is_plain()).then(|| {
+        Hosts::new(
+            list.clone(),
+            options.acquire_timeout,
+            bound.stalls().clone(),
+        )
+    });
     let first = &list.targets[0];
     let tls = tls::TlsSettings::of(&first.url, &first.options);
     tls.check_root_cert()?;
@@ -86,12 +92,14 @@ pub(super) async fn connect<T>(
     .acquire_timeout(options.acquire_timeout)
     .connect_with(connect)
     .await?;
-    let mut bound = Bound::within(options.write_timeout);
-    if let Some(hosts) = &followed {
-        bound = bound.following(hosts.moved());
-        hosts.follow(&pool, &[]);
-        Hosts::watch(hosts, bound.stalls().clone());
-    }
+    let bound = match &followed {
+        Some(hosts) => {
+            hosts.follow(&pool, &[]);
+            Hosts::watch(hosts);
+            bound.following(hosts.moved())
+        }
+        None => bound,
+    };
     let connected = Connected {
         pool,
         bound,
