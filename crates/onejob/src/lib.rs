@@ -10,9 +10,12 @@
 //!   states, event kinds; no I/O.
 //! * [`store`]: one `Store` trait (jobs and their intake) over supertraits by noun
 //!   (transitions, dispatch, keys, listings, certificates, retention), their rules written
-//!   once over a narrow per-database interface (`store/backend.rs`, `statements.rs`,
-//!   `transitions.rs`; group commit in `grouped.rs` and `batch.rs`), with `store/postgres/`
-//!   and `store/sqlite/` beside each other.
+//!   once over a narrow per-database interface: a SQL dialect (`store/dialect.rs`) and a
+//!   backend that runs it (`store/backend.rs`), with the runtime services every store holds
+//!   made once (`store/engine.rs`; group commit in `grouped.rs` and `batch.rs`), the
+//!   statements and state changes written once (`statements.rs`, `transitions.rs`), and
+//!   `store/postgres/` (Citus a variant of it; its connections in
+//!   `store/postgres/connections/`) and `store/sqlite/` beside each other.
 //! * [`jobs`]: the use cases over a store (submit, read, cancel, retry, resolve, listings,
 //!   certificates, health), answering typed domain errors; [`outcome`]: recording how an
 //!   attempt ended, for the worker, the reconciler and operators alike.

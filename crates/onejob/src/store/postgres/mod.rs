@@ -7,31 +7,23 @@
 
 use std::{sync::Arc, time::Duration};
 
-use serde_json::Value;
-use sqlx::{
-    Arguments, Decode, PgConnection, PgPool, Postgres, Row as _, Type,
-    postgres::{PgArguments, PgRow},
-    types::Json,
-};
-use time::OffsetDateTime;
-use uuid::Uuid;
+use sqlx::{PgConnection, PgPool};
 
 use super::{
-    Acknowledged, AttemptRecord, Completion, FirstAttempts, Intake, JobRecord, NewEvent, NewJob,
-    StoreError, StoreOptions, Woken,
-    backend::{Arg, Backend},
+    AttemptRecord, FirstAttempts, Intake, JobRecord, NewEvent, NewJob, StoreError, StoreOptions,
+    Woken,
+    backend::Backend,
     batch::Batcher,
     bound::{Bound, Bounded, WRITE_TIMEOUT},
-    grouped::{Fence, Writer, fences},
-    settled::Settled,
-    sql::Sql,
+    engine::Services,
+    grouped::Writer,
     tenants::Tenants,
-    transitions::{Ack, Offer},
 };
 use connections::Hosts;
 
 pub mod citus;
 mod connections;
+mod dialect;
 mod first;
 mod intake;
 pub mod online;
@@ -60,18 +52,12 @@ pub struct PgStore {
     pool: PgPool,
     wake: wake::Wake,
     intake: Arc<Batcher<NewJob, Intake>>,
-    /// Settled jobs kept for replays.
-    settled: Arc<Settled>,
+    /// The replay cache, fences and group commits, as every store has them.
+    services: Arc<Services>,
     /// Writes nobody waits for (`replayed` events, wake-ups).
     relaxed: relaxed::Relaxed,
-    /// Send fences, checked many at once.
-    fences: Arc<Batcher<Fence, bool>>,
     /// How long each statement and commit may take, and those that did not finish in time.
     bound: Bound,
-    /// Group commit of acknowledgements.
-    acks: Arc<Batcher<Ack, Acknowledged>>,
-    /// Group commit of completions.
-    offers: Arc<Batcher<Offer, Completion>>,
     /// The watch over the hot tables' statistics, poked by intake and the worker.
     statistics: statistics::Watch,
     /// The hosts of a URL naming several (or asking for a writable session), which keep
@@ -149,10 +135,12 @@ impl PgStore {
         );
         let statistics = statistics::Watch::new(pool.clone(), bound.clone());
         Self {
-            fences: Arc::new(fences::<Self>(pool.clone(), bound.clone())),
-            acks: Arc::new(writer.batcher()),
-            offers: Arc::new(writer.batcher()),
-            settled: Arc::new(Settled::new(options.finished_after)),
+            services: Arc::new(Services::start(
+                pool.clone(),
+                bound.clone(),
+                &writer,
+                options.finished_after,
+            )),
             wake,
             intake: Arc::new(if citus {
                 citus::intake_batcher(&pool, &bound, relaxed.clone(), tenants.clone())
@@ -203,12 +191,6 @@ async fn warn_without_autovacuum(connection: &mut PgConnection) {
 }
 
 impl Backend for PgStore {
-    type Db = Postgres;
-
-    const NAME: &'static str = "postgres";
-
-    const SQL: Sql = sql::SQL;
-
     fn distributed(&self) -> bool {
         self.citus
     }
@@ -224,8 +206,6 @@ impl Backend for PgStore {
     fn writers(&self) -> &PgPool {
         &self.pool
     }
-
-    const BEGIN: Option<&'static str> = None;
 
     fn bound(&self) -> &Bound {
         &self.bound
@@ -262,24 +242,12 @@ impl Backend for PgStore {
             .await
     }
 
-    fn settled(&self) -> &Settled {
-        &self.settled
+    fn services(&self) -> &Services {
+        &self.services
     }
 
     fn log_replayed(&self, event: NewEvent) -> bool {
         self.relaxed.log(vec![event]).is_empty()
-    }
-
-    fn fences(&self) -> &Batcher<Fence, bool> {
-        &self.fences
-    }
-
-    fn acks(&self) -> &Batcher<Ack, Acknowledged> {
-        &self.acks
-    }
-
-    fn offers(&self) -> &Batcher<Offer, Completion> {
-        &self.offers
     }
 
     fn dispatch_changed(&self) {
@@ -309,10 +277,6 @@ impl Backend for PgStore {
         self.intake.submit(job).await
     }
 
-    type Args = PgArguments;
-
-    type Exec<'c> = &'c mut PgConnection;
-
     async fn start_first(
         &self,
         batch: &FirstAttempts,
@@ -328,104 +292,6 @@ impl Backend for PgStore {
             })
             .await
     }
-
-    fn exec(conn: &mut PgConnection) -> &mut PgConnection {
-        conn
-    }
-
-    fn arguments(args: &[Arg<'_>]) -> Result<PgArguments, StoreError> {
-        arguments(args)
-    }
-
-    fn rows_affected(done: &sqlx::postgres::PgQueryResult) -> u64 {
-        done.rows_affected()
-    }
-
-    fn uuid(row: &PgRow, column: &str) -> Result<Uuid, StoreError> {
-        get(row, column)
-    }
-
-    fn opt_uuid(row: &PgRow, column: &str) -> Result<Option<Uuid>, StoreError> {
-        get(row, column)
-    }
-
-    fn text(row: &PgRow, column: &str) -> Result<String, StoreError> {
-        get(row, column)
-    }
-
-    fn opt_text(row: &PgRow, column: &str) -> Result<Option<String>, StoreError> {
-        get(row, column)
-    }
-
-    fn int(row: &PgRow, column: &str) -> Result<i64, StoreError> {
-        get(row, column)
-    }
-
-    fn int32(row: &PgRow, column: &str) -> Result<i32, StoreError> {
-        get(row, column)
-    }
-
-    fn opt_float(row: &PgRow, column: &str) -> Result<Option<f64>, StoreError> {
-        get(row, column)
-    }
-
-    fn flag(row: &PgRow, column: &str) -> Result<bool, StoreError> {
-        get(row, column)
-    }
-
-    fn bytes(row: &PgRow, column: &str) -> Result<Vec<u8>, StoreError> {
-        get(row, column)
-    }
-
-    fn json(row: &PgRow, column: &str) -> Result<Value, StoreError> {
-        get::<Json<Value>>(row, column).map(|json| json.0)
-    }
-
-    fn opt_json(row: &PgRow, column: &str) -> Result<Option<Value>, StoreError> {
-        get::<Option<Json<Value>>>(row, column).map(|json| json.map(|j| j.0))
-    }
-
-    fn time(row: &PgRow, column: &str) -> Result<OffsetDateTime, StoreError> {
-        get(row, column)
-    }
-
-    fn opt_time(row: &PgRow, column: &str) -> Result<Option<OffsetDateTime>, StoreError> {
-        get(row, column)
-    }
-}
-
-/// A column decoded as PostgreSQL's own type for `T`.
-fn get<'r, T>(row: &'r PgRow, column: &str) -> Result<T, StoreError>
-where
-    T: Decode<'r, Postgres> + Type<Postgres>,
-{
-    Ok(row.try_get(column)?)
-}
-
-/// The values bound as PostgreSQL's types: `uuid`, `text`, `int8`/`int4`, `float8`,
-/// `bytea`, `jsonb`, `timestamptz`; a NULL keeps its kind's type.
-fn arguments(args: &[Arg<'_>]) -> Result<PgArguments, StoreError> {
-    let mut arguments = PgArguments::default();
-    for arg in args {
-        match *arg {
-            Arg::Id(id) => arguments.add(id),
-            Arg::Ids(ids) => arguments.add(ids),
-            Arg::OptIds(ids) => arguments.add(ids),
-            Arg::Texts(texts) => arguments.add(texts),
-            Arg::Ints(values) => arguments.add(values),
-            Arg::Jsons(values) => arguments.add(values.iter().map(Json).collect::<Vec<_>>()),
-            Arg::Text(text) => arguments.add(text),
-            Arg::Int(value) => arguments.add(value),
-            Arg::Int32(value) => arguments.add(value),
-            Arg::Float(value) => arguments.add(value),
-            Arg::Bool(value) => arguments.add(value),
-            Arg::Bytes(bytes) => arguments.add(bytes),
-            Arg::Json(value) => arguments.add(value.map(Json)),
-            Arg::Time(at) => arguments.add(at),
-        }
-        .map_err(|e| StoreError::from(sqlx::Error::Encode(e)))?;
-    }
-    Ok(arguments)
 }
 
 #[cfg(test)]
