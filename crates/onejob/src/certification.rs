@@ -12,6 +12,9 @@
 //! back, under the header recorded in its report): the reconciler then may re-send an
 //! unknown attempt under its same key, as long as the provider still forwards keys in that
 //! header.
+//!
+//! Only the rules are here, over the runs given ([`Certified::from_records`]); reading the
+//! stored runs is a use case (`jobs/certificates.rs`: [`Certified::load`]).
 
 use std::collections::{HashMap, HashSet};
 
@@ -19,7 +22,7 @@ use uuid::Uuid;
 
 use crate::{
     kind::{Kind, Kinds},
-    store::{CertificateRecord, Store, StoreError},
+    store::CertificateRecord,
 };
 
 /// Each provider's current settings hash, by name (see
@@ -107,19 +110,6 @@ impl Certified {
     /// Whether this run is the one certifying its provider for its kind now.
     pub fn is_valid(&self, record: &CertificateRecord) -> bool {
         self.valid.contains(&record.id)
-    }
-
-    /// Loads the stored runs and computes validity.
-    pub async fn load(
-        store: &dyn Store,
-        kinds: &Kinds,
-        providers: &ProviderHashes,
-    ) -> Result<Self, StoreError> {
-        Ok(Self::from_records(
-            &store.certificates().await?,
-            kinds,
-            providers,
-        ))
     }
 
     /// Whether `provider` holds a valid certificate for `kind`.

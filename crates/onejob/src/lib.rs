@@ -10,17 +10,29 @@
 //!   states, event kinds; no I/O.
 //! * [`store`]: one `Store` trait (jobs and their intake) over supertraits by noun
 //!   (transitions, dispatch, keys, listings, certificates, retention), their rules written
-//!   once over a narrow per-database interface (`store/backend.rs`, `statements.rs`,
-//!   `transitions.rs`; group commit in `grouped.rs` and `batch.rs`), with `store/postgres/`
-//!   and `store/sqlite/` beside each other.
+//!   once over a narrow per-database interface: a SQL dialect (`store/dialect.rs`) and a
+//!   backend that runs it (`store/backend.rs`), with the runtime services every store holds
+//!   made once (`store/engine.rs`; group commit in `grouped.rs` and `batch.rs`), the
+//!   statements and state changes written once (`statements.rs`, `transitions.rs`), and
+//!   `store/postgres/` (Citus a variant of it; its connections in
+//!   `store/postgres/connections/`) and `store/sqlite/` beside each other.
 //! * [`jobs`]: the use cases over a store (submit, read, cancel, retry, resolve, listings,
-//!   certificates, health), answering typed domain errors; [`outcome`]: recording how an
+//!   certificates recorded and read, API keys, health), answering typed domain errors; every
+//!   adapter (HTTP, gateway, CLI) stands on it and never on the store, except start-up
+//!   ([`app`]: opening, migrating and checking a database). [`outcome`]: recording how an
 //!   attempt ended, for the worker, the reconciler and operators alike.
 //! * [`worker`]: the worker loop, the next attempt's plan, leases, the reconciler, held
-//!   answers and retention's pruning pass.
+//!   answers and retention's pruning pass. It is the one caller that talks to the store
+//!   directly ([`store::Transitions`], [`store::Dispatch`]), not through [`jobs`], on
+//!   purpose: its calls are not requests to validate and refuse with a typed error but the
+//!   engine's own moves on attempts it holds under lease (claim due work, start, extend,
+//!   acknowledge, complete, fail, mark unknown, wait for work), batched and ordered by the
+//!   loop for throughput. What it shares with the use cases it reaches through the same
+//!   code: [`outcome`] for how an attempt ended, and `Certified::load`
+//!   (`jobs/certificates.rs`) for which providers are certified.
 //! * [`provider`]: the provider trait and the `openai-chat`, `async-task` and `fake`
-//!   adapters; [`verify`] and [`certification`]: contract runs and the certificates that
-//!   gate failover.
+//!   adapters; [`verify`] and [`certification`]: contract runs and the rules of the
+//!   certificates that gate failover (pure: recording and loading them is in [`jobs`]).
 //! * [`gateway`]: the OpenAI-compatible gateway's domain (chat requests as jobs, stored
 //!   completions, live streams).
 //! * [`http`]: the HTTP API, the gateway's routes and the dashboard (`http/ui/`), a thin

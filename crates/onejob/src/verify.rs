@@ -1,5 +1,6 @@
-//! `onejob verify`: run a kind's contract cases against one provider and record the result
-//! as a certificate (docs/design.md §6).
+//! `onejob verify`: run a kind's contract cases against one provider, and the certificate
+//! that records the result (docs/design.md §6). Storing it is a use case
+//! ([`crate::jobs::Jobs::verify`]): this module never sees the store.
 //!
 //! Each case renders the kind's prompt template over its params, counts the prompt with the
 //! provider's own tokenizer against the model's context limit, sends the full round trip at
@@ -20,7 +21,7 @@ use crate::{
     config::ContractCase,
     kind::Kind,
     provider::{AttemptRequest, Provider, Submitted, TaskStatus, openai_chat::render_prompt},
-    store::{CertificateRecord, Store, StoreError},
+    store::CertificateRecord,
 };
 
 /// How one contract case went.
@@ -264,22 +265,19 @@ async fn check_lookup(kind: &Kind, provider: &dyn Provider, trip: &Trip) -> Opti
     })
 }
 
-/// Runs the contract and records the run (with the provider's current `settings_hash`);
-/// returns the report and the stored record.
-pub async fn run_and_record(
-    store: &dyn Store,
+/// The certificate that records `report`, a run of `kind`'s contract against
+/// `provider_name` made with the provider's current `settings_hash`.
+pub fn certificate(
     kind: &Kind,
     provider_name: &str,
-    provider: &dyn Provider,
-    limits: Limits,
+    report: &VerifyReport,
     settings_hash: &str,
-) -> Result<(VerifyReport, CertificateRecord), StoreError> {
-    let report = run(kind, provider_name, provider, limits).await;
-    let mut report_json = serde_json::to_value(&report).unwrap_or(Value::Null);
+) -> CertificateRecord {
+    let mut report_json = serde_json::to_value(report).unwrap_or(Value::Null);
     if kind.contract.is_empty() {
         report_json["note"] = json!("the kind has no [[kind.contract]] cases: nothing to certify");
     }
-    let record = CertificateRecord {
+    CertificateRecord {
         id: Uuid::now_v7(),
         provider: provider_name.to_owned(),
         kind: kind.name.clone(),
@@ -289,9 +287,7 @@ pub async fn run_and_record(
         passed: report.passed,
         report: report_json,
         created_at: OffsetDateTime::now_utc(),
-    };
-    store.insert_certificate(&record).await?;
-    Ok((report, record))
+    }
 }
 
 async fn run_case(

@@ -1,7 +1,8 @@
-//! The HTTP adapter (the API, the gateway's endpoints and the dashboard) reaches the store
-//! only through the use cases in `src/jobs/`: no `store()` accessor, no `Store` trait, no
-//! `dyn Store` anywhere under `src/http/`. A handler that needs something new asks for a use
-//! case, which answers a domain error the handler maps to a problem.
+//! The HTTP adapter (the API, the gateway's endpoints and the dashboard) and the CLI reach
+//! the store only through the use cases in `src/jobs/`: no `store()` accessor, no `Store`
+//! trait, no `dyn Store` anywhere under `src/http/` or `src/cli/`. A handler that needs
+//! something new asks for a use case, which answers a domain error the handler maps to a
+//! problem.
 
 mod sources;
 
@@ -36,6 +37,24 @@ fn no_handler_reaches_past_the_use_cases_to_the_store() {
     assert!(
         offending.is_empty(),
         "src/http/ reaches the store directly; add a use case in src/jobs/ instead:\n{}",
+        offending.join("\n")
+    );
+}
+
+/// The CLI's commands, `onejob verify`'s runs and the certificates' rules stand on the use
+/// cases too; only start-up (`src/app.rs`) opens and migrates a database, and the worker's
+/// loop talks to the store's transitions on purpose (the crate's layout, `src/lib.rs`).
+#[test]
+fn the_cli_verify_and_certification_stand_on_the_use_cases() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = sources::rust_files(&src.join("cli"));
+    assert!(files.len() > 10, "found the CLI's sources: {}", files.len());
+    files.push(src.join("verify.rs"));
+    files.push(src.join("certification.rs"));
+    let offending = sources::offending(files, offences);
+    assert!(
+        offending.is_empty(),
+        "reaches the store directly; add a use case in src/jobs/ instead:\n{}",
         offending.join("\n")
     );
 }

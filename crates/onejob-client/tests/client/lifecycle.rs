@@ -189,21 +189,12 @@ async fn certificates_list_verification_runs_with_their_validity() {
         .unwrap()
         .clone();
     let provider = server.app.providers.get("fake-backup").unwrap().clone();
-    let (report, _) = onejob::verify::run_and_record(
-        &*server.app.store,
-        &kind,
-        "fake-backup",
-        &*provider,
-        Default::default(),
-        server
-            .app
-            .providers
-            .hashes()
-            .get("fake-backup")
-            .unwrap_or_default(),
-    )
-    .await
-    .unwrap();
+    let (report, _) = server
+        .app
+        .jobs
+        .verify(&kind, "fake-backup", &*provider, Default::default())
+        .await
+        .unwrap();
     assert!(report.passed);
     let certificates = client.certificates().await.unwrap();
     assert_eq!(certificates.len(), 1, "{certificates:?}");

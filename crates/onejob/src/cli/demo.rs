@@ -29,10 +29,9 @@ use serde_json::{Value, json};
 use super::serve::{certify_bundled_fakes, shutdown_signal};
 #[cfg(feature = "fake")]
 use crate::{
-    api_key,
     app::App,
     config::{Config, DEMO_CONFIG},
-    store::Store,
+    jobs::keys::ApiKeys,
 };
 
 /// Arguments of `onejob demo`.
@@ -99,7 +98,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let listener = app.bind().await?;
     let addr = listener.local_addr()?;
     certify_bundled_fakes(&app).await?;
-    let (token, kept) = operator_key(&*app.store, &dir).await?;
+    let (token, kept) = operator_key(&app.jobs.api_keys(), &dir).await?;
     // The database outlives a run: each run's idempotency keys are its own.
     let run = uuid::Uuid::now_v7().simple().to_string();
     let key = |name: &str| format!("demo:{run}:{name}");
@@ -301,20 +300,20 @@ fn demo_dir(given: Option<PathBuf>) -> anyhow::Result<PathBuf> {
 
 #[cfg(feature = "fake")]
 /// The demo's operator key: the one kept in `dir` if it still authenticates an operator in
-/// `store`, else a new one, written there (readable by the owner only). `true` when kept.
-async fn operator_key(store: &dyn Store, dir: &std::path::Path) -> anyhow::Result<(String, bool)> {
+/// `keys`, else a new one, written there (readable by the owner only). `true` when kept.
+async fn operator_key(keys: &ApiKeys, dir: &std::path::Path) -> anyhow::Result<(String, bool)> {
     let path = dir.join(KEY_FILE);
     if let Ok(text) = std::fs::read_to_string(&path) {
         let token = text.trim();
-        if let Some((id, secret)) = api_key::parse(token)
-            && let Some(record) = store.api_key(id).await?
-            && record.operator
-            && api_key::verify(&record, secret)
+        if keys
+            .authenticated(token)
+            .await?
+            .is_some_and(|record| record.operator)
         {
             return Ok((token.to_owned(), true));
         }
     }
-    let token = super::keys::create(store, Principal::new("demo", "demo"), true).await?;
+    let token = keys.issue(Principal::new("demo", "demo"), true).await?;
     write_private(&path, &format!("{token}\n"))
         .with_context(|| format!("keeping the demo's key in {}", path.display()))?;
     Ok((token, false))

@@ -17,7 +17,8 @@ use super::{
 use crate::{
     api_key,
     app::open_existing_store,
-    store::{ApiKeySummary, Revocation, Store, StoreError},
+    jobs::keys::ApiKeys,
+    store::{ApiKeySummary, Revocation},
 };
 
 /// `onejob keys …`
@@ -83,25 +84,22 @@ pub async fn run(command: KeysCommand, target: Target) -> anyhow::Result<()> {
                 !args.tenant.is_empty() && !args.user.is_empty(),
                 "--tenant and --user must not be empty"
             );
-            let store = open_existing_store(&target.database).await?;
-            let token = create(
-                &*store,
-                Principal::new(args.tenant, args.user),
-                args.operator,
-            )
-            .await?;
+            let keys = ApiKeys::new(open_existing_store(&target.database).await?);
+            let token = keys
+                .issue(Principal::new(args.tenant, args.user), args.operator)
+                .await?;
             println!("{token}");
             Ok(())
         }
         KeysCommand::List(_) => {
-            let store = open_existing_store(&target.database).await?;
-            print!("{}", table(&store.api_keys().await?));
+            let keys = ApiKeys::new(open_existing_store(&target.database).await?);
+            print!("{}", table(&keys.list().await?));
             Ok(())
         }
         KeysCommand::Revoke(args) => {
             let id = api_key::parse(&args.key_id).map_or(args.key_id.as_str(), |(id, _)| id);
-            let store = open_existing_store(&target.database).await?;
-            match store.revoke_api_key(id).await? {
+            let keys = ApiKeys::new(open_existing_store(&target.database).await?);
+            match keys.revoke(id).await? {
                 Revocation::Revoked(key) => {
                     println!(
                         "revoked key {} (tenant {}, user {}); API nodes refuse it once their \
@@ -124,17 +122,6 @@ pub async fn run(command: KeysCommand, target: Target) -> anyhow::Result<()> {
             }
         }
     }
-}
-
-/// Issues and stores a key; returns the token.
-pub async fn create(
-    store: &dyn Store,
-    principal: Principal,
-    operator: bool,
-) -> Result<String, StoreError> {
-    let issued = api_key::issue(principal, operator);
-    store.insert_api_key(issued.record).await?;
-    Ok(issued.token)
 }
 
 /// A timestamp to the second (the table's columns keep one width).

@@ -47,9 +47,19 @@ pub async fn run(args: ServeArgs, chosen: Chosen) -> anyhow::Result<()> {
     tracing::info!(%addr, database = app.store.backend(), "onejob serving");
     if demo {
         certify_bundled_fakes(&app).await?;
-        let token = super::keys::create(&*app.store, Principal::new("demo", "demo"), true).await?;
+        let token = app
+            .jobs
+            .api_keys()
+            .issue(Principal::new("demo", "demo"), true)
+            .await?;
         print_welcome(addr, &store::redact(&app.config.database), &token);
-    } else if !has_usable_key(&*app.store).await? {
+    } else if !app
+        .jobs
+        .api_keys()
+        .any_usable()
+        .await
+        .context("listing the API keys")?
+    {
         tracing::warn!(
             "{}",
             no_key_hint(
@@ -65,12 +75,6 @@ pub async fn run(args: ServeArgs, chosen: Chosen) -> anyhow::Result<()> {
         worker.shutdown().await;
     }
     Ok(())
-}
-
-/// Whether the database holds an API key that is not revoked.
-async fn has_usable_key(store: &dyn store::Store) -> anyhow::Result<bool> {
-    let keys = store.api_keys().await.context("listing the API keys")?;
-    Ok(keys.iter().any(|key| key.revoked_at.is_none()))
 }
 
 /// What `serve` says on a database without a usable API key: the `keys create` line that
@@ -110,18 +114,11 @@ pub(super) async fn certify_bundled_fakes(app: &App) -> anyhow::Result<()> {
             let Some(provider) = app.providers.get(provider_name) else {
                 continue;
             };
-            let (report, _) = verify::run_and_record(
-                &*app.store,
-                &kind,
-                provider_name,
-                &**provider,
-                verify::Limits::of(&app.config, provider_name),
-                app.providers
-                    .hashes()
-                    .get(provider_name)
-                    .unwrap_or_default(),
-            )
-            .await?;
+            let limits = verify::Limits::of(&app.config, provider_name);
+            let (report, _) = app
+                .jobs
+                .verify(&kind, provider_name, &**provider, limits)
+                .await?;
             tracing::info!(
                 provider = %provider_name,
                 kind = %kind.name,

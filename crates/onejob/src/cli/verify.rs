@@ -43,20 +43,10 @@ pub async fn run(args: VerifyArgs, chosen: Chosen) -> anyhow::Result<ExitCode> {
         .get(&args.provider)
         .cloned()
         .with_context(|| format!("no provider {:?} in the configuration", args.provider))?;
-    let settings = app
-        .providers
-        .hashes()
-        .get(&args.provider)
-        .unwrap_or_default();
-    let (report, record) = verify::run_and_record(
-        &*app.store,
-        &kind,
-        &args.provider,
-        &*provider,
-        limits,
-        settings,
-    )
-    .await?;
+    let (report, record) = app
+        .jobs
+        .verify(&kind, &args.provider, &*provider, limits)
+        .await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

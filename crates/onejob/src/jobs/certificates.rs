@@ -1,5 +1,6 @@
-//! The `onejob verify` runs as operators read them: newest first and paged, each with
-//! whether it certifies its provider now.
+//! The `onejob verify` runs: recorded as certificates ([`Jobs::verify`]), read by operators
+//! newest first and paged, each with whether it certifies its provider now, and read whole
+//! by failover and the reconciler ([`Certified::load`]).
 //!
 //! Validity is decided over every stored run ([`Certified::load`], as failover does), never
 //! over the page alone, so a run's validity does not depend on which page shows it.
@@ -10,8 +11,11 @@ use uuid::Uuid;
 
 use super::Jobs;
 use crate::{
-    certification::Certified,
-    store::{CertificateRecord, StoreError},
+    certification::{Certified, ProviderHashes},
+    kind::{Kind, Kinds},
+    provider::Provider,
+    store::{CertificateRecord, Store, StoreError},
+    verify::{self, Limits, VerifyReport},
 };
 
 /// One verification run and whether it certifies its provider now.
@@ -33,7 +37,43 @@ pub struct CertificatesPage {
     pub next_before: Option<Uuid>,
 }
 
+impl Certified {
+    /// Loads the stored runs and computes validity (the rules: `certification.rs`).
+    pub async fn load(
+        store: &dyn Store,
+        kinds: &Kinds,
+        providers: &ProviderHashes,
+    ) -> Result<Self, StoreError> {
+        Ok(Self::from_records(
+            &store.certificates().await?,
+            kinds,
+            providers,
+        ))
+    }
+}
+
 impl Jobs {
+    /// Runs `kind`'s contract against `provider` (named `provider_name`, whose current
+    /// settings hash the certificate is made against) within `limits`, and records the run
+    /// as a certificate (`onejob verify`); returns the report and the stored record.
+    pub async fn verify(
+        &self,
+        kind: &Kind,
+        provider_name: &str,
+        provider: &dyn Provider,
+        limits: Limits,
+    ) -> Result<(VerifyReport, CertificateRecord), StoreError> {
+        let report = verify::run(kind, provider_name, provider, limits).await;
+        let settings = self
+            .providers
+            .hashes()
+            .get(provider_name)
+            .unwrap_or_default();
+        let record = verify::certificate(kind, provider_name, &report, settings);
+        self.store.insert_certificate(&record).await?;
+        Ok((report, record))
+    }
+
     /// Up to `limit` runs older than `before` (from the newest when `None`), newest first.
     pub async fn certificates_page(
         &self,

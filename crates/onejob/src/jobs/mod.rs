@@ -2,7 +2,11 @@
 //! answering a typed error that says what went wrong (never an HTTP problem).
 //!
 //! This is the layer every adapter stands on: the HTTP API and the dashboard (`crate::http`),
-//! the gateway and the CLI reach the store only through [`Jobs`]. This module owns intake and
+//! the gateway and the CLI reach the store only through [`Jobs`] (and [`keys::ApiKeys`],
+//! which `onejob keys` binds to a database it opens without the rest of the
+//! configuration). Opening, migrating and checking the database itself is start-up's
+//! (`crate::app`). The worker's loop is the one exception, on purpose (see the crate's
+//! layout). This module owns intake and
 //! reading one job: submit (create or replay), read, look up by key. It validates before it
 //! writes, so a refused request never burns its key: unknown kind, params past the limits and
 //! schema violations are all rejected before the store is touched. The rest is one concept
@@ -11,13 +15,16 @@
 //!   upstream) or retries a failed one;
 //! * [`resolution`]: an operator resolves an `unknown` attempt out of band;
 //! * [`listing`]: jobs, attempts and event logs, paged, for the API and the dashboard;
-//! * [`certificates`]: the `onejob verify` runs, paged, with whether each certifies now;
+//! * [`certificates`]: the `onejob verify` runs recorded, and read (paged, with whether
+//!   each certifies now; whole, for failover);
+//! * [`keys`]: API keys issued, listed and revoked by operators;
 //! * [`gateway`]: an OpenAI chat call as one job, waited for, streamed or answered;
 //! * [`health`]: what the probes and metrics read (the database answers, unknown attempts).
 
 pub mod certificates;
 pub mod gateway;
 pub mod health;
+pub mod keys;
 pub mod lifecycle;
 pub mod listing;
 pub mod resolution;

@@ -1,142 +1,44 @@
-//! The narrow interface each database implements, and nothing more: the text of its
-//! statements ([`Sql`]), how a write transaction begins, how a value is bound and a column
-//! read, and the few operations whose shape really differs (intake's group commit, waiting
-//! for work, the schema's migrations).
+//! The narrow interface each database implements, and nothing more: a [`Dialect`] (its
+//! statements, bindings and decodings, `dialect.rs`), the pools and bound its statements run
+//! on, and the few operations whose shape really differs (intake's group commit, the first
+//! attempts' batch, waiting for work, the schema's migrations).
 //!
 //! Everything above it is written once, generic over [`Backend`]: each statement's Rust
 //! (`statements.rs`, `rows.rs`), the state changes (`transitions.rs`), dispatch, listings,
-//! keys and certificates. A backend cannot drift from the other in what a statement binds,
-//! returns or means, only in how its SQL is spelled, and the two spellings sit side by side
-//! in `postgres/sql.rs` and `sqlite/sql.rs`. This is the shape of river's `riverdriver`:
-//! one interface, a module per database, one conformance suite (`tests/store/`).
+//! keys and certificates; and the runtime services every store holds once, whatever its
+//! database (the replay cache and the group-committed fences, acknowledgements and
+//! completions: [`super::engine::Services`]). A backend cannot drift from the other in what
+//! a statement binds, returns or means, only in how its SQL is spelled, and the two
+//! spellings sit side by side in `postgres/sql.rs` and `sqlite/sql.rs`. This is the shape of
+//! river's `riverdriver`: one interface, a module per database, one conformance suite
+//! (`tests/store/`).
 
 use std::{collections::HashMap, future::Future, time::Duration};
 
-use serde_json::Value;
 use sqlx::{Database, Pool, SqlSafeStr};
 use sqlx_core::transaction::TransactionManager;
-use time::OffsetDateTime;
 use uuid::Uuid;
 
+pub(crate) use super::dialect::{Arg, Conn, Dialect, Row};
 use super::{
     Acknowledged, AttemptRecord, Completion, FirstAttempts, Intake, JobRecord, NewEvent, NewJob,
     StoreError, Woken,
     batch::Batcher,
     bound::{Bound, Bounded},
+    engine::Services,
     grouped::Fence,
     settled::Settled,
-    sql::Sql,
     tenants::Tenants,
     transitions::{Ack, Offer},
 };
 
-/// A row of backend `B`.
-pub(crate) type Row<B> = <<B as Backend>::Db as Database>::Row;
-
-/// A connection of backend `B`.
-pub(crate) type Conn<B> = <<B as Backend>::Db as Database>::Connection;
-
-/// A value bound to a statement, in the kinds onejob's SQL uses. Each backend decides how a
-/// kind is stored (PostgreSQL: `uuid`, `jsonb`, `timestamptz`; SQLite: TEXT), so the code
-/// that binds never spells a database type.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Arg<'a> {
-    /// An id.
-    Id(Option<Uuid>),
-    /// A list of ids. Lists bind as arrays on PostgreSQL (`uuid[]`, `text[]`, …) and as a
-    /// JSON array on SQLite, read with `json_each` and joined on the index (`key`) with the
-    /// other lists of the statement.
-    Ids(&'a [Uuid]),
-    /// A list of ids, some missing.
-    OptIds(&'a [Option<Uuid>]),
-    /// A list of texts, some missing.
-    Texts(&'a [Option<&'a str>]),
-    /// A list of 64-bit integers.
-    Ints(&'a [i64]),
-    /// A list of JSON documents (on SQLite each element is the document's JSON text).
-    Jsons(&'a [&'a Value]),
-    /// Text.
-    Text(Option<&'a str>),
-    /// A 64-bit integer (versions, limits, counts).
-    Int(Option<i64>),
-    /// A 32-bit integer (attempt numbers and counts).
-    Int32(i32),
-    /// A float; a duration binds as its seconds.
-    Float(Option<f64>),
-    /// A boolean.
-    Bool(bool),
-    /// Bytes (hashes, salts).
-    Bytes(&'a [u8]),
-    /// A JSON document.
-    Json(Option<&'a Value>),
-    /// A point in time.
-    Time(OffsetDateTime),
-}
-
-/// `From` for [`Arg`]: each Rust type onejob binds, and the kind it binds as.
-macro_rules! arg_from {
-    ($($ty:ty => |$value:ident| $arg:expr;)*) => {
-        $(impl<'a> From<$ty> for Arg<'a> {
-            fn from($value: $ty) -> Self {
-                $arg
-            }
-        })*
-    };
-}
-
-arg_from! {
-    Uuid => |id| Arg::Id(Some(id));
-    Option<Uuid> => |id| Arg::Id(id);
-    &'a str => |text| Arg::Text(Some(text));
-    &'a String => |text| Arg::Text(Some(text));
-    Option<&'a str> => |text| Arg::Text(text);
-    i64 => |value| Arg::Int(Some(value));
-    Option<i64> => |value| Arg::Int(value);
-    u32 => |value| Arg::Int(Some(i64::from(value)));
-    i32 => |value| Arg::Int32(value);
-    bool => |value| Arg::Bool(value);
-    &'a [u8] => |bytes| Arg::Bytes(bytes);
-    &'a [Uuid] => |ids| Arg::Ids(ids);
-    &'a [Option<Uuid>] => |ids| Arg::OptIds(ids);
-    &'a [Option<&'a str>] => |texts| Arg::Texts(texts);
-    &'a [i64] => |values| Arg::Ints(values);
-    &'a [&'a Value] => |values| Arg::Jsons(values);
-    &'a Value => |value| Arg::Json(Some(value));
-    Option<&'a Value> => |value| Arg::Json(value);
-    Duration => |duration| Arg::Float(Some(duration.as_secs_f64()));
-    Option<Duration> => |duration| Arg::Float(duration.map(|d| d.as_secs_f64()));
-    OffsetDateTime => |at| Arg::Time(at);
-}
-
-/// The values of a statement's `$1, $2, …`, in order: `args![job_id, version, output]`.
-macro_rules! args {
-    ($($value:expr),* $(,)?) => {
-        &[$($crate::store::backend::Arg::from($value)),*]
-    };
-}
-
 /// A database onejob runs on (see the module doc).
-pub(crate) trait Backend: Send + Sync + Sized + 'static {
-    /// The sqlx database it speaks.
-    type Db: Database;
-
-    /// Its name, for logs and `/readyz` (`"postgres"`, `"sqlite"`).
-    const NAME: &'static str;
-
-    /// Its statements.
-    const SQL: Sql;
-
+pub(crate) trait Backend: Dialect {
     /// The pool reads run on.
     fn readers(&self) -> &Pool<Self::Db>;
 
     /// The pool single-statement writes run on (SQLite: this process's one writer).
     fn writers(&self) -> &Pool<Self::Db>;
-
-    /// The statement that begins a write transaction ([`Tx::begin`]), one that excludes
-    /// other writers of the rows it locks: `None` for the database's plain `BEGIN`
-    /// (PostgreSQL: row locks taken by the statements); SQLite's `BEGIN IMMEDIATE` takes the
-    /// database's write lock from the first statement.
-    const BEGIN: Option<&'static str>;
 
     /// How long each statement and commit may take (`bound.rs`).
     fn bound(&self) -> &Bound;
@@ -177,8 +79,14 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
         }
     }
 
+    /// The runtime services this store holds, made once for every database
+    /// ([`Services`]).
+    fn services(&self) -> &Services;
+
     /// The settled jobs this process keeps for replays (`settled.rs`).
-    fn settled(&self) -> &Settled;
+    fn settled(&self) -> &Settled {
+        &self.services().settled
+    }
 
     /// Queues a replay's `replayed` event to be written without waiting for it, as intake
     /// writes those of the replays it reads; `false` if the queue is full (the database is
@@ -186,13 +94,19 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
     fn log_replayed(&self, event: NewEvent) -> bool;
 
     /// The queue of send fences, checked many at once (`grouped.rs`).
-    fn fences(&self) -> &Batcher<Fence, bool>;
+    fn fences(&self) -> &Batcher<Fence, bool> {
+        &self.services().fences
+    }
 
     /// The queue of acknowledgements, group-committed (`grouped.rs`).
-    fn acks(&self) -> &Batcher<Ack, Acknowledged>;
+    fn acks(&self) -> &Batcher<Ack, Acknowledged> {
+        &self.services().acks
+    }
 
     /// The queue of completions, group-committed (`grouped.rs`).
-    fn offers(&self) -> &Batcher<Offer, Completion>;
+    fn offers(&self) -> &Batcher<Offer, Completion> {
+        &self.services().offers
+    }
 
     /// Tells this process's workers that a job may have become due. PostgreSQL's trigger
     /// notifies every node on its own; SQLite has only this.
@@ -216,48 +130,6 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
         &self,
         batch: &FirstAttempts,
     ) -> impl Future<Output = Result<Vec<(JobRecord, AttemptRecord)>, StoreError>> + Send;
-
-    /// The arguments of a statement, as this database binds them.
-    type Args: sqlx::IntoArguments<Self::Db> + Send + 'static;
-
-    /// What runs a statement on one of its connections.
-    type Exec<'c>: sqlx::Executor<'c, Database = Self::Db>;
-
-    /// A connection as what runs a statement on it.
-    fn exec(conn: &mut Conn<Self>) -> Self::Exec<'_>;
-
-    /// Binds `args` as this database stores each kind of value.
-    fn arguments(args: &[Arg<'_>]) -> Result<Self::Args, StoreError>;
-
-    /// How many rows a statement changed.
-    fn rows_affected(done: &<Self::Db as Database>::QueryResult) -> u64;
-
-    /// An id column.
-    fn uuid(row: &Row<Self>, column: &str) -> Result<Uuid, StoreError>;
-    /// An id column that may be NULL.
-    fn opt_uuid(row: &Row<Self>, column: &str) -> Result<Option<Uuid>, StoreError>;
-    /// A text column.
-    fn text(row: &Row<Self>, column: &str) -> Result<String, StoreError>;
-    /// A text column that may be NULL.
-    fn opt_text(row: &Row<Self>, column: &str) -> Result<Option<String>, StoreError>;
-    /// A 64-bit integer column.
-    fn int(row: &Row<Self>, column: &str) -> Result<i64, StoreError>;
-    /// A 32-bit integer column.
-    fn int32(row: &Row<Self>, column: &str) -> Result<i32, StoreError>;
-    /// A float column that may be NULL.
-    fn opt_float(row: &Row<Self>, column: &str) -> Result<Option<f64>, StoreError>;
-    /// A boolean column.
-    fn flag(row: &Row<Self>, column: &str) -> Result<bool, StoreError>;
-    /// A bytes column.
-    fn bytes(row: &Row<Self>, column: &str) -> Result<Vec<u8>, StoreError>;
-    /// A JSON column.
-    fn json(row: &Row<Self>, column: &str) -> Result<Value, StoreError>;
-    /// A JSON column that may be NULL.
-    fn opt_json(row: &Row<Self>, column: &str) -> Result<Option<Value>, StoreError>;
-    /// A timestamp column.
-    fn time(row: &Row<Self>, column: &str) -> Result<OffsetDateTime, StoreError>;
-    /// A timestamp column that may be NULL.
-    fn opt_time(row: &Row<Self>, column: &str) -> Result<Option<OffsetDateTime>, StoreError>;
 }
 
 /// A write transaction of backend `B` ([`Tx::begin`]); dropped without a commit, it rolls
@@ -277,10 +149,10 @@ pub(crate) struct Tx<B: Backend> {
 }
 
 /// The database's transaction manager, as sqlx's `Transaction` drives it.
-type Manager<B> = <<B as Backend>::Db as Database>::TransactionManager;
+type Manager<B> = <<B as Dialect>::Db as Database>::TransactionManager;
 
 impl<B: Backend> Tx<B> {
-    /// Begins a write transaction ([`Backend::BEGIN`]) on a connection from `pool`, its
+    /// Begins a write transaction ([`Dialect::BEGIN`]) on a connection from `pool`, its
     /// statements and commit bounded by `bound`.
     pub(crate) async fn begin(pool: &Pool<B::Db>, bound: &Bound) -> Result<Self, StoreError> {
         let mut tx = Self {
@@ -324,7 +196,7 @@ impl<B: Backend> Tx<B> {
     }
 
     /// Runs `work` on the transaction's connection within the bound (for statements not in
-    /// the backend's [`Sql`]).
+    /// the dialect's [`super::sql::Sql`]).
     pub(crate) async fn run<T>(
         &mut self,
         work: impl AsyncFnOnce(&mut Conn<B>) -> Result<T, StoreError>,

@@ -17,7 +17,14 @@
 //!   never handed out again (sqlx's pool would check it on release by waiting for that
 //!   reply, holding a pool slot for as long as the commit hangs);
 //! * is noted in the store's [`Stalls`]: `/readyz` answers `503` while this node cannot
-//!   commit, and the host follower (`postgres/hosts.rs`) checks its host at once.
+//!   commit, and the host follower (`postgres/connections/hosts.rs`) checks its host at once.
+//!
+//! A call that meets a read-only server (SQLSTATE 25006: a standby, or the old primary back
+//! as one after a failover) is noted in the same [`Stalls`], those of the store whose call
+//! it was and no other: that store's pools then close the connections opened before it
+//! instead of handing them out again, and its host follower checks its host at once. Two
+//! stores in one process (a primary's and a standby's, or two tests') never see each
+//! other's notes.
 //!
 //! A call in flight when the host follower moves the store to another host (a failover) is
 //! given up at once, the same way ([`StoreError::Moved`], its connection discarded): it
@@ -40,10 +47,12 @@ use super::StoreError;
 /// How long a statement or a commit may take on PostgreSQL by default.
 pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// When a bounded call of one store last ran out of time, and who waits to hear of it.
+/// When a bounded call of one store last ran out of time, when one last met a read-only
+/// server, and who waits to hear of either.
 #[derive(Debug, Default)]
 pub(crate) struct Stalls {
     last: Mutex<Option<Instant>>,
+    read_only: Mutex<Option<Instant>>,
     notice: Notify,
 }
 
@@ -63,7 +72,22 @@ impl Stalls {
             .filter(|ago| *ago < recent)
     }
 
-    /// Returns at the next [`Stalls::note`].
+    /// Notes a call that met a read-only server now, and wakes [`Stalls::noticed`].
+    pub(crate) fn note_read_only(&self) {
+        *self.read_only.lock().expect("never poisoned") = Some(Instant::now());
+        self.notice.notify_waiters();
+    }
+
+    /// True when a call met a read-only server less than `age` ago (so a connection `age`
+    /// old was opened before it).
+    pub(crate) fn read_only_within(&self, age: Duration) -> bool {
+        self.read_only
+            .lock()
+            .expect("never poisoned")
+            .is_some_and(|at| at.elapsed() < age)
+    }
+
+    /// Returns at the next [`Stalls::note`] or [`Stalls::note_read_only`].
     pub(crate) async fn noticed(&self) {
         self.notice.notified().await;
     }
@@ -75,7 +99,7 @@ impl Stalls {
 pub(crate) struct Bound {
     within: Option<Duration>,
     stalls: Arc<Stalls>,
-    /// Told when the store moves to another host (`postgres/hosts.rs`), if it follows hosts.
+    /// Told when the store moves to another host (`postgres/connections/hosts.rs`), if it follows hosts.
     moved: Option<watch::Receiver<usize>>,
 }
 
@@ -129,8 +153,24 @@ impl Bound {
     /// Runs `work` (`what`: "a statement", "a commit"…) within the bound. When it runs out,
     /// the stall is noted and the answer is [`StoreError::TimedOut`]; when the store moves to
     /// another host meanwhile, [`StoreError::Moved`]. Either way the caller must discard the
-    /// connection `work` ran on ([`Bounded`] does).
+    /// connection `work` ran on ([`Bounded`] does). When `work` met a read-only server, that
+    /// is noted ([`Stalls::note_read_only`]).
     pub(crate) async fn run<T>(
+        &self,
+        what: &'static str,
+        work: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let result = self.run_within(what, work).await;
+        if let Err(error) = &result
+            && error.met_read_only()
+        {
+            self.stalls.note_read_only();
+        }
+        result
+    }
+
+    /// [`Bound::run`], without noting a read-only server.
+    async fn run_within<T>(
         &self,
         what: &'static str,
         work: impl Future<Output = Result<T, StoreError>>,

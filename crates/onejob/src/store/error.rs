@@ -123,6 +123,17 @@ impl StoreError {
         )
     }
 
+    /// True when the statement met a read-only server (PostgreSQL's SQLSTATE 25006: a
+    /// standby, or the old primary back as one after a failover). The store whose call it
+    /// was notes it (`bound.rs`): the error itself is no one's.
+    pub(crate) fn met_read_only(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Unavailable(error)
+                if matches!(&**error, sqlx::Error::Database(db) if db.code().as_deref() == Some("25006"))
+        )
+    }
+
     /// The database cannot be reached: `error` says how.
     pub fn unavailable(error: sqlx::Error) -> Self {
         StoreError::Unavailable(Arc::new(error))
@@ -131,11 +142,6 @@ impl StoreError {
 
 impl From<sqlx::Error> for StoreError {
     fn from(error: sqlx::Error) -> Self {
-        if let sqlx::Error::Database(db) = &error
-            && db.code().as_deref() == Some("25006")
-        {
-            super::postgres::hosts::saw_read_only();
-        }
         if let sqlx::Error::Database(db) = &error
             && db.code().as_deref() == Some("3D000")
         {
@@ -175,7 +181,7 @@ fn is_unavailable(error: &sqlx::Error) -> bool {
             // PostgreSQL: connection exceptions (08…), operator intervention (57P0x: shutdown,
             // crash, cannot connect now), serialization failure and deadlock (40001, 40P01),
             // and a write on a read-only server (25006 read_only_sql_transaction: a standby,
-            // or the old primary back as one after a failover; see `postgres::hosts`).
+            // or the old primary back as one after a failover; see `postgres/connections/hosts.rs`).
             Some(code) => {
                 code.starts_with("08")
                     || code == "25006"

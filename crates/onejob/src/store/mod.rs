@@ -4,23 +4,31 @@
 //! `(tenant, user_id, key_hash)` decides which of two racing submissions creates the job,
 //! check constraints and triggers keep a job's intent immutable and its result written once.
 //!
-//! The rules are written once and the SQL twice. A backend implements only the narrow
-//! interface in `backend.rs`: its statements' text (`sql.rs`, filled by `postgres/sql.rs`
-//! and `sqlite/sql.rs`), how it begins a write transaction, binds a value and reads a
-//! column, and the operations whose shape differs (intake's group commit, retention's
-//! pass, waiting for work). Everything else is written once over that interface and
-//! implemented for every backend: the state changes ([`Transitions`], over the statements
-//! in `statements.rs`), [`Dispatch`], [`Listings`], [`Keys`], [`Certificates`] and the
-//! reads of [`Store`]. Both backends pass the same conformance suite (`tests/store/`).
+//! The rules are written once and the SQL twice. A database brings two things. Its dialect
+//! (`dialect.rs`): its statements' text (`sql.rs`, filled by `postgres/sql.rs` and
+//! `sqlite/sql.rs`), how it begins a write transaction, binds a value and reads a column
+//! (`postgres/dialect.rs`, `sqlite/dialect.rs`); nothing in it runs. And its backend
+//! (`backend.rs`): the pools and time bound its statements run on, and the operations whose
+//! shape differs (intake's group commit, the first attempts' batch, retention's pass,
+//! waiting for work, migrations). The runtime services that do not differ (the replay cache,
+//! the fences and the group commits of acknowledgements and completions) are made in one
+//! place (`engine.rs`) and held once per store. Everything else is written once over that
+//! interface and implemented for every backend: the state changes ([`Transitions`], over
+//! the statements in `statements.rs`), [`Dispatch`], [`Listings`], [`Keys`],
+//! [`Certificates`] and the reads of [`Store`]. Citus is PostgreSQL's dialect unchanged,
+//! with work across tenants spread shard by shard (`postgres/citus.rs`), not a third store.
+//! Both backends pass the same conformance suite (`tests/store/`).
 
 #[macro_use]
 mod sql;
 #[macro_use]
+mod dialect;
 mod backend;
 mod batch;
 mod bound;
 mod certificates;
 mod dispatch;
+mod engine;
 mod error;
 mod grouped;
 mod keys;

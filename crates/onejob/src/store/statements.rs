@@ -1,5 +1,5 @@
 //! The statements the state changes run, written once: each binds its values and reads its
-//! rows the same way on every backend, in the SQL the backend spells ([`Backend::SQL`]).
+//! rows the same way on every backend, in the SQL the backend spells ([`super::dialect::Dialect::SQL`]).
 //!
 //! They are methods of a write transaction ([`Tx`]), so the rules in `transitions.rs` decide
 //! what is atomic and these only what is said. None of them decides anything.

@@ -202,20 +202,12 @@ impl TestApp {
     pub async fn verify(&self, provider: &str, kind: &str) -> onejob::verify::VerifyReport {
         let kind = self.app.jobs.kinds().get(kind).unwrap().clone();
         let adapter = self.app.providers.get(provider).unwrap().clone();
-        let (report, _) = onejob::verify::run_and_record(
-            &*self.store,
-            &kind,
-            provider,
-            &*adapter,
-            Default::default(),
-            self.app
-                .providers
-                .hashes()
-                .get(provider)
-                .unwrap_or_default(),
-        )
-        .await
-        .unwrap();
+        let (report, _) = self
+            .app
+            .jobs
+            .verify(&kind, provider, &*adapter, Default::default())
+            .await
+            .unwrap();
         report
     }
 

@@ -240,17 +240,12 @@ async fn verify_counts_prompt_tokens_with_tiktoken_or_a_local_tokenizer_json(bac
                 context_limit: Some(context_limit),
                 max_tokens: None,
             };
-            let hash = app.app.providers.hashes().get(provider).unwrap_or_default();
-            let (report, _): (VerifyReport, _) = onejob::verify::run_and_record(
-                &*app.store,
-                &kind,
-                provider,
-                &*adapter,
-                limits,
-                hash,
-            )
-            .await
-            .unwrap();
+            let (report, _): (VerifyReport, _) = app
+                .app
+                .jobs
+                .verify(&kind, provider, &*adapter, limits)
+                .await
+                .unwrap();
             report
         }
     };

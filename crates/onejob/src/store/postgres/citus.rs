@@ -31,7 +31,7 @@ use super::{PgStore, relaxed::Relaxed};
 use crate::store::{
     AttemptRecord, AttemptStart, FirstAttempts, Intake, JobRecord, NewEvent, NewJob, Pruned,
     StartOutcome, StoreError, Transitions,
-    backend::{Backend, Tx, read_all, read_optional},
+    backend::{Dialect, Tx, read_all, read_optional},
     batch::{Batcher, WriteBatch},
     bound::Bound,
     rows,

@@ -48,10 +48,13 @@ use uuid::Uuid;
 
 use super::{
     PgStore,
-    held::{HeldConnection, Spare},
-    hosts::Hosts,
+    connections::{
+        Hosts,
+        held::{HeldConnection, Spare},
+        side_pool, tcp,
+    },
     relaxed::Relaxed,
-    side_pool, statistics, tcp,
+    statistics,
 };
 use crate::store::{
     Intake, JobRecord, NewEvent, NewJob, StoreError,
@@ -489,7 +492,7 @@ mod tests {
     use crate::store::{
         Intake, NewJob, Store,
         bound::{Bound, WRITE_TIMEOUT},
-        postgres::{PgStore, fresh, held::IDLE_CHECK},
+        postgres::{PgStore, connections::held::IDLE_CHECK, fresh},
     };
 
     /// Adds 20,000 jobs of one owner, and analyzes.

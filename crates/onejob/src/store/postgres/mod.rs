@@ -7,41 +7,30 @@
 
 use std::{sync::Arc, time::Duration};
 
-use serde_json::Value;
-use sqlx::{
-    Arguments, Connection, Decode, PgConnection, PgPool, Postgres, Row as _, Type,
-    postgres::{PgArguments, PgPoolOptions, PgRow},
-    types::Json,
-};
-use time::OffsetDateTime;
-use uuid::Uuid;
+use sqlx::{PgConnection, PgPool};
 
 use super::{
-    Acknowledged, AttemptRecord, Completion, FirstAttempts, Intake, JobRecord, NewEvent, NewJob,
-    StoreError, StoreOptions, Woken,
-    backend::{Arg, Backend},
+    AttemptRecord, FirstAttempts, Intake, JobRecord, NewEvent, NewJob, StoreError, StoreOptions,
+    Woken,
+    backend::Backend,
     batch::Batcher,
     bound::{Bound, Bounded, WRITE_TIMEOUT},
-    grouped::{Fence, Writer, fences},
-    settled::Settled,
-    sql::Sql,
+    engine::Services,
+    grouped::Writer,
     tenants::Tenants,
-    transitions::{Ack, Offer},
 };
+use connections::Hosts;
 
 pub mod citus;
+mod connections;
+mod dialect;
 mod first;
-mod held;
-pub mod hosts;
 mod intake;
 pub mod online;
 mod relaxed;
 mod retention;
 mod sql;
 mod statistics;
-mod tcp;
-mod tls;
-mod tunnel;
 mod wake;
 
 /// The channel workers LISTEN on: intake notifies it after each batch that created jobs (the
@@ -63,27 +52,21 @@ pub struct PgStore {
     pool: PgPool,
     wake: wake::Wake,
     intake: Arc<Batcher<NewJob, Intake>>,
-    /// Settled jobs kept for replays.
-    settled: Arc<Settled>,
+    /// The replay cache, fences and group commits, as every store has them.
+    services: Arc<Services>,
     /// Writes nobody waits for (`replayed` events, wake-ups).
     relaxed: relaxed::Relaxed,
-    /// Send fences, checked many at once.
-    fences: Arc<Batcher<Fence, bool>>,
     /// How long each statement and commit may take, and those that did not finish in time.
     bound: Bound,
-    /// Group commit of acknowledgements.
-    acks: Arc<Batcher<Ack, Acknowledged>>,
-    /// Group commit of completions.
-    offers: Arc<Batcher<Offer, Completion>>,
     /// The watch over the hot tables' statistics, poked by intake and the worker.
     statistics: statistics::Watch,
     /// The hosts of a URL naming several (or asking for a writable session), which keep
     /// every pool of this store on the host that accepts writes; `None` for a plain URL.
     /// Held, not read: their watcher runs as long as the store.
-    _hosts: Option<Arc<hosts::Hosts>>,
+    _hosts: Option<Arc<Hosts>>,
     /// The TLS tunnel to a single host whose certificate rustls cannot read, if it needs
-    /// one ([`tunnel`]; with several hosts, [`hosts::Hosts`] keeps theirs). Held, not read.
-    _tunnel: Option<Arc<tunnel::Tunnel>>,
+    /// one ([`connections`]; with several hosts, [`Hosts`] keeps theirs). Held, not read.
+    _tunnel: Option<Arc<connections::Tunnel>>,
     /// The database has the `citus` extension: work spanning tenants runs tenant by tenant
     /// ([`citus`]).
     citus: bool,
@@ -97,46 +80,22 @@ impl PgStore {
     ///
     /// `url` may list several hosts, `postgres://u@h1:5432,h2:5432/db`, with libpq's
     /// `target_session_attrs` (`any`, `read-write`, `primary`): the store then uses the
-    /// first host whose session matches and follows a failover ([`hosts`]).
+    /// first host whose session matches and follows a failover ([`connections`]).
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self, StoreError> {
-        let list = hosts::HostList::parse(url)?;
-        let followed =
-            (!list.is_plain()).then(|| hosts::Hosts::new(list.clone(), options.acquire_timeout));
-        let first = &list.targets[0];
-        let tls = tls::TlsSettings::of(&first.url, &first.options);
-        tls.check_root_cert()?;
-        // One direct connection first: a pool would retry until its timeout and then report
-        // only that it timed out, hiding why (refused, unknown host, bad password, a
-        // certificate not trusted…).
-        let (mut probe, tunnel) = match &followed {
-            Some(hosts) => (hosts.choose().await?, None),
-            None => tunnel::connect(&first.options, &tls, options.acquire_timeout).await?,
-        };
-        warn_without_autovacuum(&mut probe).await;
-        let citus = citus::installed(&mut probe).await?;
-        probe.close().await?;
-        let connect = match (&followed, &tunnel) {
-            (Some(hosts), _) => hosts.options(&[]),
-            (None, Some(tunnel)) => tunnel.options(&first.options),
-            (None, None) => first.options.clone(),
-        };
-        let pool = held::checked_after_idle(
-            tcp::pool_options(),
-            followed.as_ref().map(|hosts| hosts.switches()),
-        )
-        .max_connections(options.max_connections)
-        .acquire_timeout(options.acquire_timeout)
-        .connect_with(connect)
+        let (connected, citus) = connections::connect(url, options, async |probe| {
+            warn_without_autovacuum(probe).await;
+            citus::installed(probe).await
+        })
         .await?;
-        let mut bound = Bound::within(options.write_timeout);
-        if let Some(hosts) = &followed {
-            bound = bound.following(hosts.moved());
-            hosts.follow(&pool, &[]);
-            hosts::Hosts::watch(hosts, bound.stalls().clone());
-        }
+        let connections::Connected {
+            pool,
+            bound,
+            hosts,
+            tunnel,
+        } = connected;
         Ok(Self {
             _tunnel: tunnel,
-            ..Self::following(pool, followed, options, bound, citus)
+            ..Self::following(pool, hosts, options, bound, citus)
         })
     }
 
@@ -158,7 +117,7 @@ impl PgStore {
     /// bounded by `bound`; `citus` when the database has the extension.
     fn following(
         pool: PgPool,
-        hosts: Option<Arc<hosts::Hosts>>,
+        hosts: Option<Arc<Hosts>>,
         options: &StoreOptions,
         bound: Bound,
         citus: bool,
@@ -176,10 +135,12 @@ impl PgStore {
         );
         let statistics = statistics::Watch::new(pool.clone(), bound.clone());
         Self {
-            fences: Arc::new(fences::<Self>(pool.clone(), bound.clone())),
-            acks: Arc::new(writer.batcher()),
-            offers: Arc::new(writer.batcher()),
-            settled: Arc::new(Settled::new(options.finished_after)),
+            services: Arc::new(Services::start(
+                pool.clone(),
+                bound.clone(),
+                &writer,
+                options.finished_after,
+            )),
             wake,
             intake: Arc::new(if citus {
                 citus::intake_batcher(&pool, &bound, relaxed.clone(), tenants.clone())
@@ -214,46 +175,6 @@ impl PgStore {
     }
 }
 
-/// A small pool of its own for one hot path, with `pool`'s connection settings plus the
-/// session `settings`, built from `base` (e.g. with an `after_connect` hook); its connections
-/// open on first use. With `hosts`, it follows them as `pool` does (its `before_acquire` is
-/// then the one that drops connections opened before a failover).
-fn side_pool(
-    base: PgPoolOptions,
-    pool: &PgPool,
-    hosts: Option<&Arc<hosts::Hosts>>,
-    connections: u32,
-    settings: &[(&str, &str)],
-) -> PgPool {
-    let options = (*pool.connect_options())
-        .clone()
-        .options(settings.iter().copied());
-    let base = match hosts {
-        Some(hosts) => {
-            let switches = hosts.switches();
-            base.before_acquire(move |_, meta| {
-                let current = !switches.outdated(meta.age);
-                Box::pin(async move { Ok(current) })
-            })
-        }
-        None => base,
-    };
-    let side = base
-        .max_connections(connections)
-        .acquire_timeout(pool.options().get_acquire_timeout())
-        .connect_lazy_with(options);
-    if let Some(hosts) = hosts {
-        hosts.follow(&side, settings);
-    }
-    side
-}
-
-/// `host:port` of the server `pool` connects to now, for messages.
-fn connection_label(pool: &PgPool) -> String {
-    let options = pool.connect_options();
-    format!("{}:{}", options.get_host(), options.get_port())
-}
-
 /// Warns when autovacuum is off: without the statistics it gathers, the planner guesses (it
 /// can look keys up through the owner's index and read all of that owner's jobs; see
 /// [`statistics`]).
@@ -270,12 +191,6 @@ async fn warn_without_autovacuum(connection: &mut PgConnection) {
 }
 
 impl Backend for PgStore {
-    type Db = Postgres;
-
-    const NAME: &'static str = "postgres";
-
-    const SQL: Sql = sql::SQL;
-
     fn distributed(&self) -> bool {
         self.citus
     }
@@ -291,8 +206,6 @@ impl Backend for PgStore {
     fn writers(&self) -> &PgPool {
         &self.pool
     }
-
-    const BEGIN: Option<&'static str> = None;
 
     fn bound(&self) -> &Bound {
         &self.bound
@@ -321,32 +234,20 @@ impl Backend for PgStore {
                 if read_only {
                     return Err(StoreError::NotWritable(format!(
                         "{}: the session is read-only",
-                        connection_label(&self.pool)
+                        connections::label(&self.pool)
                     )));
                 }
-                hosts::probe_write(connection).await
+                connections::probe_write(connection).await
             })
             .await
     }
 
-    fn settled(&self) -> &Settled {
-        &self.settled
+    fn services(&self) -> &Services {
+        &self.services
     }
 
     fn log_replayed(&self, event: NewEvent) -> bool {
         self.relaxed.log(vec![event]).is_empty()
-    }
-
-    fn fences(&self) -> &Batcher<Fence, bool> {
-        &self.fences
-    }
-
-    fn acks(&self) -> &Batcher<Ack, Acknowledged> {
-        &self.acks
-    }
-
-    fn offers(&self) -> &Batcher<Offer, Completion> {
-        &self.offers
     }
 
     fn dispatch_changed(&self) {
@@ -376,10 +277,6 @@ impl Backend for PgStore {
         self.intake.submit(job).await
     }
 
-    type Args = PgArguments;
-
-    type Exec<'c> = &'c mut PgConnection;
-
     async fn start_first(
         &self,
         batch: &FirstAttempts,
@@ -395,104 +292,6 @@ impl Backend for PgStore {
             })
             .await
     }
-
-    fn exec(conn: &mut PgConnection) -> &mut PgConnection {
-        conn
-    }
-
-    fn arguments(args: &[Arg<'_>]) -> Result<PgArguments, StoreError> {
-        arguments(args)
-    }
-
-    fn rows_affected(done: &sqlx::postgres::PgQueryResult) -> u64 {
-        done.rows_affected()
-    }
-
-    fn uuid(row: &PgRow, column: &str) -> Result<Uuid, StoreError> {
-        get(row, column)
-    }
-
-    fn opt_uuid(row: &PgRow, column: &str) -> Result<Option<Uuid>, StoreError> {
-        get(row, column)
-    }
-
-    fn text(row: &PgRow, column: &str) -> Result<String, StoreError> {
-        get(row, column)
-    }
-
-    fn opt_text(row: &PgRow, column: &str) -> Result<Option<String>, StoreError> {
-        get(row, column)
-    }
-
-    fn int(row: &PgRow, column: &str) -> Result<i64, StoreError> {
-        get(row, column)
-    }
-
-    fn int32(row: &PgRow, column: &str) -> Result<i32, StoreError> {
-        get(row, column)
-    }
-
-    fn opt_float(row: &PgRow, column: &str) -> Result<Option<f64>, StoreError> {
-        get(row, column)
-    }
-
-    fn flag(row: &PgRow, column: &str) -> Result<bool, StoreError> {
-        get(row, column)
-    }
-
-    fn bytes(row: &PgRow, column: &str) -> Result<Vec<u8>, StoreError> {
-        get(row, column)
-    }
-
-    fn json(row: &PgRow, column: &str) -> Result<Value, StoreError> {
-        get::<Json<Value>>(row, column).map(|json| json.0)
-    }
-
-    fn opt_json(row: &PgRow, column: &str) -> Result<Option<Value>, StoreError> {
-        get::<Option<Json<Value>>>(row, column).map(|json| json.map(|j| j.0))
-    }
-
-    fn time(row: &PgRow, column: &str) -> Result<OffsetDateTime, StoreError> {
-        get(row, column)
-    }
-
-    fn opt_time(row: &PgRow, column: &str) -> Result<Option<OffsetDateTime>, StoreError> {
-        get(row, column)
-    }
-}
-
-/// A column decoded as PostgreSQL's own type for `T`.
-fn get<'r, T>(row: &'r PgRow, column: &str) -> Result<T, StoreError>
-where
-    T: Decode<'r, Postgres> + Type<Postgres>,
-{
-    Ok(row.try_get(column)?)
-}
-
-/// The values bound as PostgreSQL's types: `uuid`, `text`, `int8`/`int4`, `float8`,
-/// `bytea`, `jsonb`, `timestamptz`; a NULL keeps its kind's type.
-fn arguments(args: &[Arg<'_>]) -> Result<PgArguments, StoreError> {
-    let mut arguments = PgArguments::default();
-    for arg in args {
-        match *arg {
-            Arg::Id(id) => arguments.add(id),
-            Arg::Ids(ids) => arguments.add(ids),
-            Arg::OptIds(ids) => arguments.add(ids),
-            Arg::Texts(texts) => arguments.add(texts),
-            Arg::Ints(values) => arguments.add(values),
-            Arg::Jsons(values) => arguments.add(values.iter().map(Json).collect::<Vec<_>>()),
-            Arg::Text(text) => arguments.add(text),
-            Arg::Int(value) => arguments.add(value),
-            Arg::Int32(value) => arguments.add(value),
-            Arg::Float(value) => arguments.add(value),
-            Arg::Bool(value) => arguments.add(value),
-            Arg::Bytes(bytes) => arguments.add(bytes),
-            Arg::Json(value) => arguments.add(value.map(Json)),
-            Arg::Time(at) => arguments.add(at),
-        }
-        .map_err(|e| StoreError::from(sqlx::Error::Encode(e)))?;
-    }
-    Ok(arguments)
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Worker wake-ups on PostgreSQL: one `LISTEN onejob_dispatch` connection per store, started
 //! on first use, forwarding notifications to the local waiters. If the listening connection
 //! drops, sqlx reconnects it; waiters fall back to their poll interval meanwhile. When the
-//! store's pools move to another host (a failover, [`super::hosts`]), the listener
+//! store's pools move to another host (a failover, [`super::connections::hosts`]), the listener
 //! reconnects through the pool, so it listens where intake now notifies.
 //!
 //! A notification's payload says what it is for: intake's, sent after a batch created jobs,

@@ -12,32 +12,26 @@
 
 use std::{str::FromStr, sync::Arc, time::Duration};
 
-use serde_json::Value;
 use sqlx::{
-    Arguments, Decode, Row as _, Sqlite, SqliteConnection, SqlitePool, Type,
-    sqlite::{
-        SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow,
-        SqliteSynchronous,
-    },
+    SqlitePool,
+    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
 };
-use time::{OffsetDateTime, UtcOffset, format_description::well_known::Rfc3339};
-use uuid::Uuid;
 
 use super::{
-    Acknowledged, AttemptRecord, Completion, FirstAttempts, Intake, JobRecord, NewEvent, NewJob,
-    Store, StoreError, StoreOptions, Woken, WorkSignal,
+    AttemptRecord, FirstAttempts, Intake, JobRecord, NewEvent, NewJob, Store, StoreError,
+    StoreOptions, Woken, WorkSignal,
     backend::{Arg, Backend},
     batch::Batcher,
     bound::Bound,
-    grouped::{Fence, Writer, fences},
-    settled::Settled,
-    sql::Sql,
+    engine::Services,
+    grouped::Writer,
     transitions::start_first_in_one_transaction,
-    transitions::{Ack, Offer},
 };
+use dialect::corrupt;
 
 #[macro_use]
 mod sql;
+mod dialect;
 mod intake;
 mod retention;
 
@@ -61,14 +55,9 @@ pub struct SqliteStore {
     intake: Arc<Batcher<NewJob, Intake>>,
     /// Group commit of `replayed` events, on the writer.
     replays: Arc<Batcher<NewEvent, ()>>,
-    /// Settled jobs kept for replays.
-    settled: Arc<Settled>,
-    /// Send fences, checked many at once.
-    fences: Arc<Batcher<Fence, bool>>,
-    /// Group commit of acknowledgements, on the writer.
-    acks: Arc<Batcher<Ack, Acknowledged>>,
-    /// Group commit of completions, on the writer.
-    offers: Arc<Batcher<Offer, Completion>>,
+    /// The replay cache, fences and group commits (acknowledgements and completions, on
+    /// the writer), as every store has them.
+    services: Arc<Services>,
     /// Unbounded: SQLite's waits are bounded by `busy_timeout`.
     bound: Bound,
 }
@@ -97,10 +86,12 @@ impl SqliteStore {
         let bound = Bound::unbounded();
         let grouped = Writer::<Self>::new(writer.clone(), bound.clone(), Some(wake.clone()));
         Ok(Self {
-            fences: Arc::new(fences::<Self>(pool.clone(), bound.clone())),
-            acks: Arc::new(grouped.batcher()),
-            offers: Arc::new(grouped.batcher()),
-            settled: Arc::new(Settled::new(options.finished_after)),
+            services: Arc::new(Services::start(
+                pool.clone(),
+                bound.clone(),
+                &grouped,
+                options.finished_after,
+            )),
             intake: Arc::new(intake::intake_batcher(writer.clone(), wake.clone())),
             replays: Arc::new(intake::replay_batcher(writer.clone())),
             pool,
@@ -117,12 +108,6 @@ impl SqliteStore {
 }
 
 impl Backend for SqliteStore {
-    type Db = Sqlite;
-
-    const NAME: &'static str = "sqlite";
-
-    const SQL: Sql = sql::SQL;
-
     fn readers(&self) -> &SqlitePool {
         &self.pool
     }
@@ -131,30 +116,16 @@ impl Backend for SqliteStore {
         &self.writer
     }
 
-    const BEGIN: Option<&'static str> = Some("BEGIN IMMEDIATE");
-
     fn bound(&self) -> &Bound {
         &self.bound
     }
 
-    fn settled(&self) -> &Settled {
-        &self.settled
+    fn services(&self) -> &Services {
+        &self.services
     }
 
     fn log_replayed(&self, event: NewEvent) -> bool {
         self.replays.enqueue(event).is_ok()
-    }
-
-    fn fences(&self) -> &Batcher<Fence, bool> {
-        &self.fences
-    }
-
-    fn acks(&self) -> &Batcher<Ack, Acknowledged> {
-        &self.acks
-    }
-
-    fn offers(&self) -> &Batcher<Offer, Completion> {
-        &self.offers
     }
 
     fn dispatch_changed(&self) {
@@ -185,10 +156,6 @@ impl Backend for SqliteStore {
         self.intake.submit(job).await
     }
 
-    type Args = SqliteArguments;
-
-    type Exec<'c> = &'c mut SqliteConnection;
-
     async fn start_first(
         &self,
         batch: &FirstAttempts,
@@ -198,141 +165,6 @@ impl Backend for SqliteStore {
         let kinds = Arg::Text(Some(&kinds));
         start_first_in_one_transaction(self, batch, sql::DUE_FIRST, kinds).await
     }
-
-    fn exec(conn: &mut SqliteConnection) -> &mut SqliteConnection {
-        conn
-    }
-
-    fn arguments(args: &[Arg<'_>]) -> Result<SqliteArguments, StoreError> {
-        arguments(args)
-    }
-
-    fn rows_affected(done: &sqlx::sqlite::SqliteQueryResult) -> u64 {
-        done.rows_affected()
-    }
-
-    fn uuid(row: &SqliteRow, column: &str) -> Result<Uuid, StoreError> {
-        parse_uuid(get(row, column)?)
-    }
-
-    fn opt_uuid(row: &SqliteRow, column: &str) -> Result<Option<Uuid>, StoreError> {
-        get::<Option<&str>>(row, column)?
-            .map(parse_uuid)
-            .transpose()
-    }
-
-    fn text(row: &SqliteRow, column: &str) -> Result<String, StoreError> {
-        get(row, column)
-    }
-
-    fn opt_text(row: &SqliteRow, column: &str) -> Result<Option<String>, StoreError> {
-        get(row, column)
-    }
-
-    fn int(row: &SqliteRow, column: &str) -> Result<i64, StoreError> {
-        get(row, column)
-    }
-
-    fn int32(row: &SqliteRow, column: &str) -> Result<i32, StoreError> {
-        get(row, column)
-    }
-
-    fn opt_float(row: &SqliteRow, column: &str) -> Result<Option<f64>, StoreError> {
-        get(row, column)
-    }
-
-    fn flag(row: &SqliteRow, column: &str) -> Result<bool, StoreError> {
-        get(row, column)
-    }
-
-    fn bytes(row: &SqliteRow, column: &str) -> Result<Vec<u8>, StoreError> {
-        get(row, column)
-    }
-
-    fn json(row: &SqliteRow, column: &str) -> Result<Value, StoreError> {
-        parse_json(get(row, column)?)
-    }
-
-    fn opt_json(row: &SqliteRow, column: &str) -> Result<Option<Value>, StoreError> {
-        get::<Option<&str>>(row, column)?
-            .map(parse_json)
-            .transpose()
-    }
-
-    fn time(row: &SqliteRow, column: &str) -> Result<OffsetDateTime, StoreError> {
-        parse_time(get(row, column)?)
-    }
-
-    fn opt_time(row: &SqliteRow, column: &str) -> Result<Option<OffsetDateTime>, StoreError> {
-        get::<Option<&str>>(row, column)?
-            .map(parse_time)
-            .transpose()
-    }
-}
-
-/// A column decoded as SQLite's storage class for `T`.
-fn get<'r, T>(row: &'r SqliteRow, column: &str) -> Result<T, StoreError>
-where
-    T: Decode<'r, Sqlite> + Type<Sqlite>,
-{
-    Ok(row.try_get(column)?)
-}
-
-fn corrupt(what: &str, detail: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt(format!("{what}: {detail}"))
-}
-
-fn parse_uuid(text: &str) -> Result<Uuid, StoreError> {
-    Uuid::parse_str(text).map_err(|e| corrupt("uuid", e))
-}
-
-fn parse_json(text: &str) -> Result<Value, StoreError> {
-    serde_json::from_str(text).map_err(|e| corrupt("json", e))
-}
-
-fn parse_time(text: &str) -> Result<OffsetDateTime, StoreError> {
-    OffsetDateTime::parse(text, &Rfc3339).map_err(|e| corrupt("timestamp", e))
-}
-
-/// A list bound as the JSON array `json_each` reads.
-fn list(values: impl Iterator<Item = Value>) -> String {
-    Value::Array(values.collect()).to_string()
-}
-
-/// The values bound as SQLite stores them: ids, JSON and times as TEXT (times RFC 3339 in
-/// UTC), the rest as themselves.
-fn arguments(args: &[Arg<'_>]) -> Result<SqliteArguments, StoreError> {
-    let mut arguments = SqliteArguments::default();
-    for arg in args {
-        match *arg {
-            Arg::Id(id) => arguments.add(id.map(|id| id.to_string())),
-            Arg::Ids(ids) => arguments.add(list(ids.iter().map(|id| Value::from(id.to_string())))),
-            Arg::OptIds(ids) => arguments.add(list(
-                ids.iter().map(|id| id.map(|id| id.to_string()).into()),
-            )),
-            Arg::Texts(texts) => arguments.add(list(texts.iter().map(|&text| text.into()))),
-            Arg::Ints(values) => arguments.add(list(values.iter().map(|&value| value.into()))),
-            Arg::Jsons(values) => {
-                arguments.add(list(values.iter().map(|value| value.to_string().into())))
-            }
-            Arg::Text(text) => arguments.add(text),
-            Arg::Int(value) => arguments.add(value),
-            Arg::Int32(value) => arguments.add(value),
-            Arg::Float(value) => arguments.add(value),
-            Arg::Bool(value) => arguments.add(value),
-            Arg::Bytes(bytes) => arguments.add(bytes),
-            Arg::Json(value) => arguments.add(value.map(Value::to_string)),
-            Arg::Time(at) => {
-                let text = at
-                    .to_offset(UtcOffset::UTC)
-                    .format(&Rfc3339)
-                    .map_err(|e| corrupt("timestamp", e))?;
-                arguments.add(text)
-            }
-        }
-        .map_err(|e| StoreError::from(sqlx::Error::Encode(e)))?;
-    }
-    Ok(arguments)
 }
 
 /// A migrated store on a new file in a temporary directory, for unit tests (the directory

@@ -16,7 +16,7 @@ use time::{OffsetDateTime, macros::format_description};
 use super::SqliteStore;
 use crate::store::{
     Pruned, Retention, StoreError,
-    backend::{Backend, Tx},
+    backend::{Backend, Dialect, Tx},
     rows,
 };
 

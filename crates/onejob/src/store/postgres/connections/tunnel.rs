@@ -88,7 +88,7 @@ pub(super) async fn connect(
 /// A Unix socket carrying plain-text PostgreSQL connections to one server over TLS (see the
 /// module doc); closed, with its directory, when dropped.
 #[derive(Debug)]
-pub(super) struct Tunnel {
+pub(in crate::store::postgres) struct Tunnel {
     dir: PathBuf,
     accept: JoinHandle<()>,
 }

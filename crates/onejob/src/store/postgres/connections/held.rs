@@ -33,13 +33,13 @@ use crate::store::{
 };
 
 /// How long a held connection may sit unused before its next use checks it first.
-pub(super) const IDLE_CHECK: Duration = Duration::from_secs(1);
+pub(in crate::store::postgres) const IDLE_CHECK: Duration = Duration::from_secs(1);
 
 /// `options` with the acquire check of [`IDLE_CHECK`]: a connection idle in the pool for
 /// less is handed out unchecked, one idle for longer is pinged first and, if that fails,
 /// closed for another. With `switches`, a connection opened before the pool last moved to
 /// another host (a failover, [`super::hosts`]) is closed unchecked.
-pub(super) fn checked_after_idle(
+pub(in crate::store::postgres) fn checked_after_idle(
     options: PgPoolOptions,
     switches: Option<Arc<Switches>>,
 ) -> PgPoolOptions {
@@ -63,7 +63,7 @@ pub(super) fn checked_after_idle(
 
 /// One writer's connection, held between its uses, each bounded ([`Bound`]).
 #[derive(Debug)]
-pub(super) struct HeldConnection {
+pub(in crate::store::postgres) struct HeldConnection {
     pool: PgPool,
     bound: Bound,
     /// When the pools last moved to another host (a failover), if they follow hosts.
@@ -83,7 +83,11 @@ struct Held {
 impl HeldConnection {
     /// Nothing held yet: the first use acquires from `pool`; each use is bounded by `bound`,
     /// and a connection taken before the pools last moved (`switches`) is not used again.
-    pub(super) fn new(pool: PgPool, bound: Bound, switches: Option<Arc<Switches>>) -> Self {
+    pub(in crate::store::postgres) fn new(
+        pool: PgPool,
+        bound: Bound,
+        switches: Option<Arc<Switches>>,
+    ) -> Self {
         Self {
             pool,
             bound,
@@ -132,7 +136,7 @@ impl HeldConnection {
     /// Runs `work` (one statement, or several that must share the connection) on the held
     /// connection within the bound, and discards the connection if that failed in a way that
     /// may have broken it.
-    pub(super) async fn run<T>(
+    pub(in crate::store::postgres) async fn run<T>(
         &mut self,
         work: impl AsyncFnOnce(&mut PgConnection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
@@ -149,7 +153,7 @@ impl HeldConnection {
     /// Discards the connection if `error` may have broken it (a retryable error: the
     /// database unavailable, the connection lost, the server read-only after a failover, a
     /// call that ran out of time), so the next use gets a fresh one.
-    pub(super) fn discard_if_broken(&mut self, error: &StoreError) {
+    pub(in crate::store::postgres) fn discard_if_broken(&mut self, error: &StoreError) {
         if error.is_retryable() {
             self.discard();
         }
@@ -169,7 +173,7 @@ impl HeldConnection {
 /// The held connections of a batcher's writers: a writer takes one for a batch and puts it
 /// back after, so each of several writers works on a connection of its own.
 #[derive(Debug, Clone)]
-pub(super) struct Spare {
+pub(in crate::store::postgres) struct Spare {
     pool: PgPool,
     bound: Bound,
     switches: Option<Arc<Switches>>,
@@ -179,7 +183,11 @@ pub(super) struct Spare {
 impl Spare {
     /// None yet: connections come from `pool` as writers first need them (see
     /// [`HeldConnection::new`] for `bound` and `switches`).
-    pub(super) fn new(pool: PgPool, bound: Bound, switches: Option<Arc<Switches>>) -> Self {
+    pub(in crate::store::postgres) fn new(
+        pool: PgPool,
+        bound: Bound,
+        switches: Option<Arc<Switches>>,
+    ) -> Self {
         Self {
             pool,
             bound,
@@ -189,7 +197,7 @@ impl Spare {
     }
 
     /// A spare held connection, or a new one (which acquires on first use).
-    pub(super) fn take(&self) -> HeldConnection {
+    pub(in crate::store::postgres) fn take(&self) -> HeldConnection {
         self.spare
             .lock()
             .expect("the spare connections are never poisoned")
@@ -200,7 +208,7 @@ impl Spare {
     }
 
     /// Keeps `held` for the next batch.
-    pub(super) fn put(&self, held: HeldConnection) {
+    pub(in crate::store::postgres) fn put(&self, held: HeldConnection) {
         self.spare
             .lock()
             .expect("the spare connections are never poisoned")

@@ -37,13 +37,15 @@ const KEEPALIVE_PROBES: u32 = 3;
 const USER_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Pool options whose every new connection gets the settings ([`set`]).
-pub(super) fn pool_options() -> PgPoolOptions {
+pub(in crate::store::postgres) fn pool_options() -> PgPoolOptions {
     PgPoolOptions::new().after_connect(|connection, _| Box::pin(set(connection)))
 }
 
 /// Sets `TCP_NODELAY`, keepalives and the user timeout on `connection`'s socket, if this
 /// process finds it.
-pub(super) async fn set(connection: &mut PgConnection) -> Result<(), sqlx::Error> {
+pub(in crate::store::postgres) async fn set(
+    connection: &mut PgConnection,
+) -> Result<(), sqlx::Error> {
     let ports: (Option<i32>, Option<i32>) =
         sqlx::query_as("SELECT inet_client_port(), inet_server_port()")
             .fetch_one(connection)

@@ -29,10 +29,13 @@
 //! it was found so (each try of it costs [`COMMIT_WITHIN`]), so that a standby promoted
 //! meanwhile is found within about [`RETRY_EVERY`]. The store's statements notice a wedged
 //! host before the watcher's next check does: each of them is bounded (`store/bound.rs`),
-//! and one that runs out wakes the watcher at once, as a read-only refusal does. One that meets a read-only server before the watcher sees it
-//! gets SQLSTATE 25006, which the store answers as unavailable (HTTP 503 with `Retry-After`);
-//! that error is noted ([`saw_read_only`]), so it and every connection opened before it are
-//! closed instead of handed out again, and the watcher checks its host at once.
+//! and one that runs out wakes the watcher at once, as a read-only refusal does. One that
+//! meets a read-only server before the watcher sees it gets SQLSTATE 25006, which the store
+//! answers as unavailable (HTTP 503 with `Retry-After`); the store whose call it was notes
+//! it in its own stalls (`store/bound.rs`; never in anything of the process's, so another
+//! store in the same process is not touched), so its connection and every one of that
+//! store's connections opened before it are closed instead of handed out again, and its
+//! watcher checks its host at once.
 //!
 //! A URL with one host and `target_session_attrs=any` (the default) gets none of this: the
 //! pool connects as before.
@@ -123,7 +126,7 @@ impl HostList {
     /// `target_session_attrs` parameter; the other parameters are sqlx's.
     pub fn parse(url: &str) -> Result<Self, StoreError> {
         let invalid = |reason: String| StoreError::InvalidUrl {
-            url: super::super::redact(url),
+            url: crate::store::redact(url),
             reason,
         };
         let (scheme, rest) = url
@@ -217,27 +220,14 @@ fn split_port(host: &str) -> Result<(&str, Option<u16>), String> {
     Ok((name, port))
 }
 
-/// When a statement last met a read-only server (SQLSTATE 25006), in this process.
-///
-/// The error is turned into a [`StoreError`] far from any pool, so it is noted here, once
-/// per process: every following pool then closes the connections opened before it instead
-/// of handing them out again, and the watcher checks its host at once.
-static READ_ONLY_SEEN: Mutex<Option<Instant>> = Mutex::new(None);
-
-/// Wakes the watchers when [`READ_ONLY_SEEN`] moves.
-static READ_ONLY_NOTICE: tokio::sync::Notify = tokio::sync::Notify::const_new();
-
-/// Notes that a statement met a read-only server: connections opened before now are not
-/// reused by pools that follow their hosts, and their watchers check their hosts at once.
-pub(crate) fn saw_read_only() {
-    *READ_ONLY_SEEN.lock().expect("never poisoned") = Some(Instant::now());
-    READ_ONLY_NOTICE.notify_waiters();
-}
-
-/// When the pools last moved to another host: connections opened before are not reused.
-#[derive(Debug, Default)]
+/// When the pools of one store last moved to another host, or one of its calls last met a
+/// read-only server: connections opened before are not reused.
+#[derive(Debug)]
 pub struct Switches {
     last: Mutex<Option<Instant>>,
+    /// The store's stalls, where its calls that met a read-only server are noted
+    /// (`store/bound.rs`).
+    stalls: Arc<Stalls>,
 }
 
 impl Switches {
@@ -249,7 +239,7 @@ impl Switches {
                 .expect("never poisoned")
                 .is_some_and(|at| at.elapsed() < age)
         };
-        before(&self.last) || before(&READ_ONLY_SEEN)
+        before(&self.last) || self.stalls.read_only_within(age)
     }
 
     fn record(&self) {
@@ -291,15 +281,20 @@ struct Refused {
 }
 
 impl Hosts {
-    /// The hosts of `list`, none chosen yet (the first until [`Hosts::choose`]).
-    pub fn new(list: HostList, connect_timeout: Duration) -> Arc<Self> {
+    /// The hosts of `list`, none chosen yet (the first until [`Hosts::choose`]), for the
+    /// store whose calls are noted in `stalls` (`store/bound.rs`: calls that ran out of time
+    /// or met a read-only server).
+    pub fn new(list: HostList, connect_timeout: Duration, stalls: Arc<Stalls>) -> Arc<Self> {
         Arc::new(Self {
             wedged: Mutex::new(vec![None; list.targets.len()]),
             noted: Mutex::new(vec![None; list.targets.len()]),
             tunnels: Mutex::new(vec![None; list.targets.len()]),
             list,
             current: AtomicUsize::new(0),
-            switches: Arc::default(),
+            switches: Arc::new(Switches {
+                last: Mutex::default(),
+                stalls,
+            }),
             pools: Mutex::default(),
             connect_timeout,
             moved: tokio::sync::watch::channel(0).0,
@@ -338,11 +333,6 @@ impl Hosts {
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
         pools.push((pool.clone(), settings));
-    }
-
-    /// The first host's single-host URL and options (for TLS checks and messages).
-    pub fn first(&self) -> &Target {
-        &self.list.targets[0]
     }
 
     /// A receiver told each time the pools moved to another host.
@@ -504,8 +494,10 @@ impl Hosts {
     }
 
     /// Starts the watcher (ends when the store's last handle on `hosts` is dropped); a call
-    /// of the store that runs out of time (`stalls`) has it check its host at once.
-    pub(crate) fn watch(hosts: &Arc<Self>, stalls: Arc<Stalls>) {
+    /// of the store that runs out of time or meets a read-only server (its stalls, given to
+    /// [`Hosts::new`]) has it check its host at once.
+    pub(crate) fn watch(hosts: &Arc<Self>) {
+        let stalls = hosts.switches.stalls.clone();
         tokio::spawn(watch(Arc::downgrade(hosts), stalls));
     }
 }
@@ -520,7 +512,9 @@ impl Hosts {
 /// would not wait); any role may emit one by default. Where the function is missing or not
 /// granted (SQLSTATE 42883, 42501), the check is skipped rather than the host refused; any
 /// other refusal (a read-only server's 25006) is the answer.
-pub(super) async fn probe_write(connection: &mut PgConnection) -> Result<(), StoreError> {
+pub(in crate::store::postgres) async fn probe_write(
+    connection: &mut PgConnection,
+) -> Result<(), StoreError> {
     let mut transaction = connection.begin().await?;
     let message = sqlx::query("SELECT pg_logical_emit_message(true, 'onejob.host-check', '')")
         .execute(&mut *transaction)
@@ -577,7 +571,6 @@ async fn watch(hosts: Weak<Hosts>, stalls: Arc<Stalls>) {
         drop(strong);
         tokio::select! {
             () = tokio::time::sleep(pause) => {}
-            () = READ_ONLY_NOTICE.notified() => {}
             () = stalls.noticed() => {}
         }
     }
@@ -586,6 +579,7 @@ async fn watch(hosts: Weak<Hosts>, stalls: Arc<Stalls>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::bound::{Bound, Bounded};
 
     fn hosts(list: &HostList) -> Vec<(String, u16)> {
         list.targets
@@ -690,7 +684,7 @@ mod tests {
             "?target_session_attrs=read-write",
         ))
         .unwrap();
-        let hosts = Hosts::new(list, Duration::from_secs(5));
+        let hosts = Hosts::new(list, Duration::from_secs(5), Arc::default());
         let connection = hosts
             .choose()
             .await
@@ -708,7 +702,7 @@ mod tests {
             &format!("{query}&target_session_attrs=read-write"),
         ))
         .unwrap();
-        let error = Hosts::new(read_write, Duration::from_secs(5))
+        let error = Hosts::new(read_write, Duration::from_secs(5), Arc::default())
             .choose()
             .await
             .expect_err("a read-only session was kept");
@@ -720,7 +714,7 @@ mod tests {
             &format!("{query}&target_session_attrs=primary"),
         ))
         .unwrap();
-        let mut connection = Hosts::new(primary, Duration::from_secs(5))
+        let mut connection = Hosts::new(primary, Duration::from_secs(5), Arc::default())
             .choose()
             .await
             .unwrap();
@@ -734,13 +728,20 @@ mod tests {
         connection.close().await.unwrap();
     }
 
-    #[tokio::test]
-    async fn a_pooled_connection_that_met_a_read_only_server_is_not_reused() {
-        let url = url_with(
-            &server(),
-            "?options=-c%20default_transaction_read_only%3Don&target_session_attrs=primary",
-        );
-        let hosts = Hosts::new(HostList::parse(&url).unwrap(), Duration::from_secs(5));
+    /// What of a store's connections the read-only tests need: its hosts, its bound (whose
+    /// stalls are the store's own) and its shared pool, as `connections::connect` makes them.
+    struct Follower {
+        _hosts: Arc<Hosts>,
+        bound: Bound,
+        pool: sqlx::PgPool,
+    }
+
+    /// A store's connections to the test server with the URL parameters `query`, its pool
+    /// of one connection.
+    async fn follower(query: &str) -> Follower {
+        let bound = Bound::within(Duration::from_secs(30));
+        let list = HostList::parse(&url_with(&server(), query)).unwrap();
+        let hosts = Hosts::new(list, Duration::from_secs(5), bound.stalls().clone());
         let pool = super::super::held::checked_after_idle(
             sqlx::postgres::PgPoolOptions::new().max_connections(1),
             Some(hosts.switches()),
@@ -748,27 +749,92 @@ mod tests {
         .connect_with(hosts.options(&[]))
         .await
         .unwrap();
-        let pid = |pool: sqlx::PgPool| async move {
-            let mut connection = pool.acquire().await.unwrap();
-            let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-                .fetch_one(&mut *connection)
-                .await
-                .unwrap();
-            (pid, connection)
-        };
-        // Without the note, this connection (idle for less than `IDLE_CHECK`, on a host the
-        // pool has not moved from) would be handed out again unchecked.
-        let (first, mut connection) = pid(pool.clone()).await;
-        let write = sqlx::query("CREATE TABLE onejob_never_created (x int)")
-            .execute(&mut *connection)
+        Follower {
+            bound: bound.following(hosts.moved()),
+            _hosts: hosts,
+            pool,
+        }
+    }
+
+    /// The backend pid of the connection `pool` hands out next (given back at once).
+    async fn pid(pool: &sqlx::PgPool) -> i32 {
+        let mut connection = pool.acquire().await.unwrap();
+        sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&mut *connection)
+            .await
+            .unwrap()
+    }
+
+    /// A write through `store`'s bound, which its read-only session refuses with 25006.
+    async fn refused_write(store: &Follower) {
+        let error = Bounded::acquire(&store.pool, &store.bound)
+            .await
+            .unwrap()
+            .run("a statement", async |connection| {
+                sqlx::query("CREATE TABLE onejob_never_created (x int)")
+                    .execute(connection)
+                    .await?;
+                Ok(())
+            })
             .await
             .unwrap_err();
-        let _ = StoreError::from(write);
-        drop(connection);
-        let (after, _connection) = pid(pool.clone()).await;
+        assert!(error.met_read_only(), "{error:?}");
+    }
+
+    const READ_ONLY: &str =
+        "?options=-c%20default_transaction_read_only%3Don&target_session_attrs=primary";
+
+    #[tokio::test]
+    async fn a_pooled_connection_that_met_a_read_only_server_is_not_reused() {
+        let store = follower(READ_ONLY).await;
+        // Without the note, this connection (idle for less than `IDLE_CHECK`, on a host the
+        // pool has not moved from) would be handed out again unchecked.
+        let first = pid(&store.pool).await;
+        refused_write(&store).await;
+        assert!(
+            store
+                .bound
+                .stalls()
+                .read_only_within(Duration::from_secs(3600))
+        );
         assert_ne!(
-            after, first,
+            pid(&store.pool).await,
+            first,
             "the connection that met a read-only server came back"
         );
+    }
+
+    /// Two stores in one process, one on a read-only session (a standby's, say) and one on
+    /// a writable one: the first meeting a read-only server closes its own connections and
+    /// wakes its own watcher, never the other's.
+    #[tokio::test]
+    async fn a_read_only_server_one_store_met_leaves_another_stores_connections_alone() {
+        let standby = follower(READ_ONLY).await;
+        let primary = follower("?target_session_attrs=primary").await;
+        let kept = pid(&primary.pool).await;
+        let watcher = primary.bound.stalls().clone();
+        let woken = tokio::spawn(async move { watcher.noticed().await });
+        tokio::task::yield_now().await;
+        refused_write(&standby).await;
+        assert!(
+            standby
+                .bound
+                .stalls()
+                .read_only_within(Duration::from_secs(3600))
+        );
+        assert!(
+            !primary
+                .bound
+                .stalls()
+                .read_only_within(Duration::from_secs(3600)),
+            "the other store noted a read-only server it never met"
+        );
+        assert_eq!(
+            pid(&primary.pool).await,
+            kept,
+            "the other store's connection was closed for a read-only server it never met"
+        );
+        assert!(!woken.is_finished(), "the other store's watcher was woken");
+        woken.abort();
     }
 }
