@@ -73,7 +73,9 @@ PG_URL = f"postgres://{PGUSER}@{PGHOST}:{PGPORT}"
 # (sqlx) uses libpq's default, `prefer`, which speaks TLS to a server that offers it, as
 # this one does.
 PG_URL_QUERY = os.environ.get("BENCH_PG_URL_QUERY", "")
-DB = "onejob_bench"  # every database this harness creates starts with this
+# Every database this harness creates starts with this (BENCH_DB: another prefix, so that two
+# harnesses on one server never share a database).
+DB = os.environ.get("BENCH_DB", "onejob_bench")
 # PostgreSQL's default max_connections is 100 and other programs share the server: no
 # contender opens more than this many database connections (pgbench clients, peer pools).
 DB_CONN_CAP = int(os.environ.get("BENCH_DB_CONN_CAP", "64"))
