@@ -73,7 +73,9 @@ PG_URL = f"postgres://{PGUSER}@{PGHOST}:{PGPORT}"
 # (sqlx) uses libpq's default, `prefer`, which speaks TLS to a server that offers it, as
 # this one does.
 PG_URL_QUERY = os.environ.get("BENCH_PG_URL_QUERY", "")
-DB = "onejob_bench"  # every database this harness creates starts with this
+# Every database this harness creates starts with this (BENCH_DB: another prefix, so that two
+# harnesses on one server never share a database).
+DB = os.environ.get("BENCH_DB", "onejob_bench")
 # PostgreSQL's default max_connections is 100 and other programs share the server: no
 # contender opens more than this many database connections (pgbench clients, peer pools).
 DB_CONN_CAP = int(os.environ.get("BENCH_DB_CONN_CAP", "64"))
@@ -266,12 +268,12 @@ max_attempts = 3
 class Server:
     """A background process (onejob, onejob-fake, a load generator with its sink)."""
 
-    def __init__(self, name: str, cmd: list, log_name: str):
+    def __init__(self, name: str, cmd: list, log_name: str, env: dict | None = None):
         self.cmd = [str(c) for c in cmd]
         self.log_path = WORK / f"{log_name}.log"
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE if name == "loadgen" else self.log,
-                                     stderr=self.log, env=ENV, text=True)
+                                     stderr=self.log, env=env or ENV, text=True)
         self.name = name
 
     @property
@@ -290,14 +292,14 @@ class Server:
 
 
 def start_onejob(url: str, *, worker: bool, provider_url: str, tag: str, concurrency=16,
-                 poll_interval="2s", listen: str = ONEJOB_ADDR) -> Server:
+                 poll_interval="2s", listen: str = ONEJOB_ADDR, env: dict | None = None) -> Server:
     config = WORK / f"{tag}.toml"
     # concurrency None: the setting left out, onejob's default.
     concurrency_line = "" if concurrency is None else f"concurrency = {concurrency}\n"
     config.write_text(CONFIG.format(listen=listen, database=url, concurrency_line=concurrency_line,
                                     poll_interval=poll_interval, provider_url=provider_url))
     cmd = [ONEJOB, "serve", "--config", config] + ([] if worker else ["--no-worker"])
-    server = Server("onejob", cmd, tag)
+    server = Server("onejob", cmd, tag, env=env)
     deadline = time.time() + 60
     while True:
         try:
@@ -947,6 +949,77 @@ def gateway_one(opts, rec: dict, run_index: int, clients: int) -> None:
             f"({r['replay_over_new']:.2f}x); upstream calls {r['upstream_calls']} of {r['expected_upstream_calls']}")
 
 
+def gateway_round_trips(opts, rec: dict) -> None:
+    """The database statements of one gateway call (each one round trip to PostgreSQL; on
+    SQLite one hand-over to its connection's thread), counted from onejob's own log of them
+    (sqlx's `sqlx::query` events, `RUST_LOG=sqlx::query=debug`): one client, calls one after
+    another, onejob-fake as the upstream. What the process runs in the background over the same
+    time (heartbeats, the rescuer's and reconciler's looks) is measured idle and subtracted;
+    the statements of the last new call are listed."""
+    import http.client
+    for backend in opts.backends:
+        name = f"{DB}_gateway_rt"
+        url = fresh(backend, name)
+        key = api_key(url)
+        fake = Server("fake", [FAKE, "--listen", f"127.0.0.1:{PORT_FAKE}"], f"gateway-rt-fake-{backend}")
+        server = None
+        try:
+            time.sleep(0.3)
+            env = dict(ENV, RUST_LOG="warn,sqlx::query=debug", ONEJOB_LOG_FORMAT="text", NO_COLOR="1")
+            server = start_onejob(url, worker=True, provider_url=f"http://127.0.0.1:{PORT_FAKE}/v1",
+                                  tag=f"gateway-rt-{backend}", env=env)
+            host, port = ONEJOB_ADDR.split(":")
+            conn = http.client.HTTPConnection(host, int(port), timeout=30)
+
+            def call(k: str) -> None:
+                body = json.dumps({"model": "bench", "messages": [{"role": "user", "content": f"count {k}"}]})
+                conn.request("POST", "/v1/chat/completions", body=body,
+                             headers={"Authorization": f"Bearer {key}", "Idempotency-Key": k,
+                                      "Content-Type": "application/json"})
+                r = conn.getresponse()
+                r.read()
+                if r.status != 200:
+                    raise RuntimeError(f"gateway call {k}: {r.status}")
+
+            def statements() -> list[str]:
+                return [line for line in server.log_path.read_text(errors="replace").splitlines()
+                        if "sqlx::query" in line]
+
+            calls = 50
+            for i in range(20):
+                call(f"rt-warm-{i}")
+            time.sleep(0.5)
+            n0, t0 = len(statements()), time.time()
+            time.sleep(2.0)
+            idle = (len(statements()) - n0) / (time.time() - t0)
+            counts = {}
+            for phase, prefix in (("new", "rt-new"), ("replay", "rt-new")):
+                n1, t1 = len(statements()), time.time()
+                for i in range(calls):
+                    call(f"{prefix}-{i}")
+                time.sleep(0.2)
+                n2, t2 = len(statements()), time.time()
+                counts[phase] = max(0.0, (n2 - n1 - idle * (t2 - t1)) / calls)
+            before = len(statements())
+            call("rt-listed")
+            time.sleep(0.2)
+            listed = []
+            for line in statements()[before:]:
+                m = re.search(r'summary="([^"]*)"', line)
+                listed.append((m.group(1) if m else line)[:90])
+            rec.setdefault("round_trips", {})[backend] = {
+                "new_per_call": round(counts["new"], 2), "replay_per_call": round(counts["replay"], 2),
+                "background_per_s": round(idle, 2), "calls": calls, "one_new_call": listed,
+                "loadavg": loadavg()}
+            log(f"gateway round trips {backend}: {counts['new']:.1f} statements per new call, "
+                f"{counts['replay']:.1f} per replay (background {idle:.1f}/s subtracted)")
+        finally:
+            if server:
+                server.stop()
+            fake.stop()
+        discard(backend, name)
+
+
 PER_CLIENTS = {"ceiling": ceiling_one, "intake": intake_one, "peers": peers_one, "gateway": gateway_one}
 PER_RUN = {"dispatch": dispatch_one, "e2e": e2e_one}
 
@@ -977,6 +1050,8 @@ def rounds(opts, parts: list[str]) -> None:
                 guarded(recs[part], one, opts, recs[part], run_index)
         for part, rec in recs.items():  # keep what is done if a later round fails
             save(part, dict(rec, loadavg_end=loadavg(), finished=None))
+    if "gateway" in recs:
+        guarded(recs["gateway"], gateway_round_trips, opts, recs["gateway"])
     for part, rec in recs.items():
         save(part, finish(rec))
 
@@ -1708,7 +1783,7 @@ def main() -> None:
     p.add_argument("--e2e-concurrency", type=int, default=16, help="[worker] concurrency for e2e")
     p.add_argument("--rss-conns", type=int, default=1000)
     p.add_argument("--gateway-calls", type=int, help="measured calls per gateway phase (default 2000; quick 300)")
-    p.add_argument("--gateway-clients", help="client counts of the gateway part (default 8,32)")
+    p.add_argument("--gateway-clients", help="client counts of the gateway part (default 1,8,32)")
     p.add_argument("--worked-jobs", type=int, help="jobs per measured worked run (default 20000; quick 2000)")
     p.add_argument("--worked-sweep-jobs", type=int, help="jobs per sweep run of the worked part (default 5000; quick 1000)")
     p.add_argument("--worked-modes", default="queued,concurrent",
@@ -1748,7 +1823,7 @@ def main() -> None:
     opts.worked_modes = [m for m in opts.worked_modes.split(",") if m]
     opts.worked_concurrent_runs = opts.worked_concurrent_runs or opts.runs
     opts.worked_contenders = [c for c in opts.worked_contenders.split(",") if c]
-    opts.gateway_clients = [int(c) for c in (opts.gateway_clients or "8,32").split(",")]
+    opts.gateway_clients = [int(c) for c in (opts.gateway_clients or "1,8,32").split(",")]
     opts.nodes_url_queries = opts.nodes_url_queries.split(",") if opts.nodes_url_queries is not None else [PG_URL_QUERY]
     parts = [x for x in opts.parts.split(",") if x]
     unknown = [x for x in parts if x not in PARTS]

@@ -983,6 +983,23 @@ class Report:
                    f"{fmt(med([r['replay_over_new'] for r in rs]), 2)} | "
                    f"{sum(r['upstream_calls'] for r in rs)} ({sum(r['expected_upstream_calls'] for r in rs)}) |")
         self.w()
+        trips = self.gateway.get("round_trips") or {}
+        if trips:
+            self.w("Database statements per call, counted: one client, calls one after another, onejob-fake as the "
+                   "upstream, from onejob's own log of its statements (`RUST_LOG=sqlx::query=debug`), what the "
+                   "process runs in the background over the same time subtracted. On PostgreSQL each statement is "
+                   "one round trip to the database, and each transaction has one more, its `BEGIN` (sqlx does not "
+                   "log it); on SQLite each is one hand-over to the connection's thread.")
+            self.w()
+            self.w("| backend | per new call | per replay | the statements of one new call, in order |")
+            self.w("|---|---|---|---|")
+            for backend, r in sorted(trips.items()):
+                listed = "<br>".join(f"{i + 1}. `{q.replace('|', '¦')}`" for i, q in enumerate(r["one_new_call"]))
+                self.w(f"| {backend} | {fmt(r['new_per_call'], 1)} | {fmt(r['replay_per_call'], 1)} | {listed} |")
+            self.w()
+            if self.gateway.get("round_trips_note"):
+                self.w(f"(Statements {self.gateway['round_trips_note']})")
+                self.w()
 
     def write(self):
         self.header()

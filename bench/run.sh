@@ -12,7 +12,7 @@
 #
 # Environment (defaults): BENCH_CACHE=/var/cache/onejob, ONEJOB_TARGET_DIR=$BENCH_CACHE/target-bench,
 # LOADGEN_TARGET_DIR=$BENCH_CACHE/target-loadgen, BENCH_PEERS=$BENCH_CACHE/bench-peers,
-# BENCH_PGHOST=127.0.0.1 BENCH_PGPORT=5432 BENCH_PGUSER=postgres, BENCH_PORT=18080,
+# BENCH_PGHOST=127.0.0.1 BENCH_PGPORT=5432 BENCH_PGUSER=postgres, BENCH_PORT=18080, BENCH_DB=onejob_bench (database prefix),
 # BENCH_PG_URL_QUERY= (query of onejob's database URLs, e.g. sslmode=disable; none: TLS if offered).
 #
 # Never run it while a build of your own is running on this machine: the numbers are only as

@@ -45,6 +45,19 @@ pub async fn offer(
     output: &Value,
     by: &Resolution,
 ) -> Result<Offered, StoreError> {
+    offer_in(store, kind, None, attempt, output, by).await
+}
+
+/// [`offer`], for a caller that knows the tenant of the attempt's job (a worker running
+/// it): the completion then does not look the job up.
+pub async fn offer_in(
+    store: &dyn Store,
+    kind: &Kind,
+    tenant: Option<&str>,
+    attempt: &AttemptRecord,
+    output: &Value,
+    by: &Resolution,
+) -> Result<Offered, StoreError> {
     if let Err(errors) = kind.check_output(output) {
         let error = json!({
             "message": "the output does not pass the kind's output schema: no real artifact",
@@ -55,7 +68,16 @@ pub async fn offer(
             _ => Ok(Offered::Invalid(errors)),
         };
     }
-    let offered = match store.complete_attempt(attempt.id, output, by).await? {
+    let completion = match tenant {
+        Some(tenant) => {
+            let job = (attempt.job_id, tenant);
+            store
+                .complete_attempt_of(job, attempt.id, output, by)
+                .await?
+        }
+        None => store.complete_attempt(attempt.id, output, by).await?,
+    };
+    let offered = match completion {
         Completion::Won => Offered::Won,
         Completion::Discarded { .. } => Offered::Discarded,
         Completion::NotUnknown(state) => Offered::NotUnknown(state),

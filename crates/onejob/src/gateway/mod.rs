@@ -26,14 +26,17 @@ pub mod request;
 pub mod streams;
 pub mod watch;
 
-/// What the gateway's callers and the worker of one process share: live streams and job
-/// change notices.
+/// What the gateway's callers and the worker of one process share: live streams, job
+/// change notices, and the hand-off of new jobs to the worker.
 #[derive(Debug, Clone, Default)]
 pub struct Hub {
     /// Live streams of running attempts.
     pub streams: streams::LiveStreams,
     /// Notices of changed jobs.
     pub watch: watch::JobWatch,
+    /// This process's worker, where one runs, for the new jobs it takes straight from
+    /// intake.
+    pub worker: crate::worker::Handoff,
 }
 
 use serde_json::{Map, Value};

@@ -11,6 +11,10 @@
 //!
 //! The same holds at every endpoint of the gateway ([`Endpoint`]): a call names the
 //! endpoint it came to, and only a kind serving the model there takes it.
+//!
+//! A new job made by a call on a node whose worker runs in the same process skips dispatch:
+//! its first attempt is started with it, in one transaction, in a slot of that worker
+//! reserved before, and runs at once (`crate::worker::Handoff`).
 
 use std::{sync::Arc, time::Duration};
 
@@ -25,9 +29,11 @@ use crate::{
     gateway::{
         Endpoint, Hub, split_request,
         streams::{Next, StreamEnd, Wanted},
+        watch::Watcher,
     },
     kind::Kind,
     store::{JobRecord, StoreError},
+    worker::Reserved,
 };
 
 /// How often a waiting call looks at its job when no notice came (a job worked by another
@@ -293,13 +299,29 @@ impl ChatCalls {
             params,
             request_body: Some(sent),
         };
-        let (job, replayed) = match self.jobs.submit(owner, actor, key, submission).await? {
+        // A slot of this process's worker, where one runs and has one free: a new job then
+        // starts its first attempt in the transaction that creates it, and runs here at
+        // once, without waiting for dispatch.
+        let reserved = self.hub.worker.reserve(&kind);
+        // Listening before the attempt can start, so that no notice of it is missed.
+        let watcher = self.hub.watch.subscribe();
+        let start = reserved.as_ref().map(Reserved::start);
+        let (submitted, started) = self
+            .jobs
+            .submit_starting(owner, actor, key, submission, start)
+            .await?;
+        let (job, replayed) = match submitted {
             Submitted::Created(job) => (job, false),
             Submitted::Replayed(job) => (job, true),
         };
+        if let (Some(reserved), Some(attempt)) = (reserved, started) {
+            reserved.run(job.clone(), attempt);
+        }
         let deadline = Instant::now() + self.wait;
         let job_id = job.id;
-        let (settled, request_id) = self.settled(owner, job, deadline, wanted.as_ref()).await?;
+        let (settled, request_id) = self
+            .settled(owner, job, watcher, deadline, wanted.as_ref())
+            .await?;
         let job = match settled {
             Settled::Job(job) => *job,
             // Won in this process while the call waited: answered as it was written.
@@ -379,7 +401,8 @@ impl ChatCalls {
         Ok(kind)
     }
 
-    /// The job once it is finished or unknown, or (at `deadline`, or once `stream` has an
+    /// The job once it is finished or unknown (told by `watcher`, subscribed before the job
+    /// could change), or (at `deadline`, or once `stream` has an
     /// attempt streaming into it) as it is then, or the answer it won in this process while
     /// the call waited (told by the worker: no need to read the job back); with the
     /// upstream's id of the request that won it, where the upstream gave one.
@@ -387,10 +410,10 @@ impl ChatCalls {
         &self,
         owner: &Principal,
         mut job: JobRecord,
+        mut watcher: Watcher,
         deadline: Instant,
         stream: Option<&Wanted>,
     ) -> Result<(Settled, Option<Arc<str>>), StoreError> {
-        let mut watcher = self.hub.watch.subscribe();
         let mut request_id = None;
         loop {
             if job.state.is_terminal() || job.state == JobState::Unknown {

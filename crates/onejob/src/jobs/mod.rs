@@ -41,7 +41,7 @@ use crate::{
     gateway::watch::JobWatch,
     kind::{FieldError, Kinds},
     provider::Providers,
-    store::{Intake, JobRecord, NewEvent, NewJob, Store, StoreError},
+    store::{AttemptRecord, Intake, JobRecord, NewEvent, NewJob, StartAtIntake, Store, StoreError},
     telemetry,
 };
 
@@ -146,6 +146,24 @@ impl Jobs {
         key: &IdempotencyKey,
         submission: Submission,
     ) -> Result<Submitted, SubmitError> {
+        let (submitted, _) = self
+            .submit_starting(owner, actor, key, submission, None)
+            .await?;
+        Ok(submitted)
+    }
+
+    /// [`Jobs::submit`], and a job it creates starts its first attempt as `start` says, in
+    /// the transaction that creates it ([`StartAtIntake`]), where the store can: that
+    /// attempt is answered beside the job, for the caller to run at once. `None` beside a
+    /// created job: it waits for dispatch like any other.
+    pub async fn submit_starting(
+        &self,
+        owner: &Principal,
+        actor: &str,
+        key: &IdempotencyKey,
+        submission: Submission,
+        start: Option<StartAtIntake>,
+    ) -> Result<(Submitted, Option<AttemptRecord>), SubmitError> {
         let kind = self
             .kinds
             .get(&submission.kind)
@@ -165,6 +183,7 @@ impl Jobs {
             params: submission.params,
             request_body: submission.request_body,
             actor: actor.to_owned(),
+            start,
         };
         // A job retention deletes between intake's steps leaves its key naming nothing:
         // intake then tries again, and creates the job anew.
@@ -179,11 +198,12 @@ impl Jobs {
             let existing = match intake {
                 Intake::Created(record) => {
                     telemetry::submitted("created");
-                    return Ok(Submitted::Created(record));
+                    let started = job.started_attempt(&record);
+                    return Ok((Submitted::Created(record), started));
                 }
                 Intake::Replayed(record) => {
                     telemetry::submitted("replayed");
-                    return Ok(Submitted::Replayed(record));
+                    return Ok((Submitted::Replayed(record), None));
                 }
                 Intake::Conflict(existing) => existing,
             };

@@ -59,8 +59,8 @@ pub use records::{
     Acknowledged, ApiKeyRecord, ApiKeySummary, AttemptRecord, AttemptStart, CancelOutcome,
     CertificateRecord, Completion, EventRecord, FailOutcome, FirstAttempts, FirstStart, Intake,
     JobFilter, JobRecord, NewApiKey, NewEvent, NewJob, Pruned, RecoverOutcome, Resolution,
-    RetryPolicy, Revocation, Scope, StartOutcome, StartRefusal, UnknownBy, Unsuccessful,
-    payload_digest, storable, storable_text,
+    RetryPolicy, Revocation, Scope, StartAtIntake, StartOutcome, StartRefusal, UnknownBy,
+    Unsuccessful, payload_digest, storable, storable_text,
 };
 pub use retention::Retention;
 pub use transitions::Transitions;

@@ -27,9 +27,94 @@ pub struct NewJob {
     pub request_body: Option<String>,
     /// Who is acting, for the event log (`key:<api key id>`).
     pub actor: String,
+    /// The job's first attempt, to start in the transaction that creates it, for a worker of
+    /// this process that runs it at once ([`StartAtIntake`]); `None`: the job waits for
+    /// dispatch. Whether it was started is seen from the created job
+    /// ([`NewJob::started_attempt`]).
+    pub start: Option<StartAtIntake>,
+}
+
+/// A first attempt started by intake, in the transaction that creates its job: the job is
+/// committed `running` with its attempt number 1 `starting`, leased to `worker`, and is never
+/// due for dispatch, so no other worker (of this node or another) can start it. The attempt
+/// guard holds by construction: nobody saw the job before it had its attempt. Used by the
+/// gateway when this process's own worker has a free slot for the job.
+#[derive(Debug, Clone)]
+pub struct StartAtIntake {
+    /// The attempt's id.
+    pub attempt_id: Uuid,
+    /// The kind's primary provider.
+    pub provider: String,
+    /// The worker that runs it (its lease holder).
+    pub worker: String,
+    /// The lease length.
+    pub lease: Duration,
+    /// The attempt's deadline, from the job's creation.
+    pub timeout: Duration,
 }
 
 impl NewJob {
+    /// The first attempt intake started with `record`, the job this submission created: as
+    /// written beside it when the store started it (the job is `running` with one attempt),
+    /// `None` when the job waits for dispatch instead. Its times are the job's creation time
+    /// plus the lease and the timeout, as the statement that wrote it computed them.
+    pub fn started_attempt(&self, record: &JobRecord) -> Option<AttemptRecord> {
+        let start = self.start.as_ref()?;
+        if record.id != self.id || record.attempts != 1 || record.state != JobState::Running {
+            return None;
+        }
+        let at = record.created_at;
+        Some(AttemptRecord {
+            id: start.attempt_id,
+            job_id: record.id,
+            number: 1,
+            provider: start.provider.clone(),
+            state: AttemptState::Starting,
+            hedge: false,
+            task_id: None,
+            worker: Some(start.worker.clone()),
+            lease_expires_at: Some(at + start.lease),
+            deadline_at: Some(at + start.timeout),
+            started_at: at,
+            acknowledged_at: None,
+            finished_at: None,
+            unknown_since: None,
+            upstream_key: Some(format!("onejob:{}", record.id)),
+            key_spent: false,
+            error: None,
+            reconcile_checks: 0,
+        })
+    }
+
+    /// The first attempt intake starts with this job, as the store's start of one attempt
+    /// takes it.
+    pub(crate) fn attempt_start(&self) -> Option<AttemptStart> {
+        let start = self.start.as_ref()?;
+        Some(AttemptStart {
+            job_id: self.id,
+            expected_attempts: 0,
+            provider: start.provider.clone(),
+            hedge: false,
+            worker: start.worker.clone(),
+            lease: start.lease,
+            timeout: start.timeout,
+            max_attempts: 1,
+            upstream_key: format!("onejob:{}", self.id),
+        })
+    }
+
+    /// The `attempt_started` event of the first attempt intake starts with this job.
+    pub(crate) fn started_event(&self) -> Option<NewEvent> {
+        let start = self.start.as_ref()?;
+        Some(NewEvent {
+            tenant: Some(self.owner.tenant.clone()),
+            job_id: self.id,
+            attempt_id: Some(start.attempt_id),
+            kind: EventKind::AttemptStarted,
+            actor: None,
+            detail: json!({ "number": 1, "provider": start.provider, "hedge": false }),
+        })
+    }
     /// Whether a read-back job is this same intent: same owner, kind and fingerprint.
     pub fn matches(&self, existing: &JobRecord) -> bool {
         existing.owner == self.owner
@@ -66,6 +151,7 @@ impl NewJob {
             params,
             request_body: None,
             actor: "test".into(),
+            start: None,
         }
     }
 

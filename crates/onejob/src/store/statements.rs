@@ -236,8 +236,17 @@ impl<B: Backend> Tx<B> {
         start: &AttemptStart,
         number: i32,
     ) -> Result<AttemptRecord, StoreError> {
+        self.insert_attempt_as(Uuid::now_v7(), start, number).await
+    }
+
+    /// [`Tx::insert_attempt`], the attempt's id chosen by the caller.
+    pub(crate) async fn insert_attempt_as(
+        &mut self,
+        attempt_id: Uuid,
+        start: &AttemptStart,
+        number: i32,
+    ) -> Result<AttemptRecord, StoreError> {
         let tenant = self.job_tenant(start.job_id).await?;
-        let attempt_id = Uuid::now_v7();
         self.remember(attempt_id, Some(tenant.clone()));
         let values = args![
             attempt_id,
@@ -447,7 +456,18 @@ impl<B: Backend> Tx<B> {
         ];
         if let Some(row) = self.optional(insert_job, values).await? {
             let record = rows::job::<B>(&row)?;
+            self.remember(job.id, Some(job.owner.tenant.clone()));
             self.insert_event(&job.created_event()).await?;
+            // Its first attempt, started before anyone else can see the job: the attempt
+            // guard holds by construction (see `StartAtIntake`).
+            if let (Some(start), Some(intake)) = (job.attempt_start(), job.start.as_ref()) {
+                self.insert_attempt_as(intake.attempt_id, &start, 1).await?;
+                self.mark_job_started(job.id).await?;
+                if let Some(started) = job.started_event() {
+                    self.insert_event(&started).await?;
+                }
+                return Ok(Intake::Created(self.reload_job(job.id).await?));
+            }
             return Ok(Intake::Created(record));
         }
         let key = args![&job.owner.tenant, &job.owner.user, &job.key_hash.0[..]];

@@ -80,6 +80,18 @@ pub trait Transitions: Send + Sync {
         by: &Resolution,
     ) -> Result<Completion, StoreError>;
 
+    /// [`Transitions::complete_attempt`] of an attempt whose job the caller knows, by its id
+    /// and tenant (a worker holds the job it runs): a completion made alone does not look
+    /// the job up first. (An attempt's job never changes; a wrong one is refused by the
+    /// database, the winner being one of the job's own attempts.)
+    async fn complete_attempt_of(
+        &self,
+        job: (Uuid, &str),
+        attempt_id: Uuid,
+        output: &Value,
+        by: &Resolution,
+    ) -> Result<Completion, StoreError>;
+
     /// Records a definite failure (or cancellation). The job goes back to `pending` (due
     /// after the backoff) while its attempt budget lasts, else `failed`; it stays
     /// `running`/`unknown` while another attempt is open. An attempt of a cancelled job ends
@@ -212,6 +224,24 @@ impl<S: Backend> Transitions for S {
     ) -> Result<Completion, StoreError> {
         let offer = Offer {
             tenant: self.tenant_of(attempt_id),
+            job_id: None,
+            attempt_id,
+            output: output.clone(),
+            by: by.clone(),
+        };
+        self.offers().submit(offer).await
+    }
+
+    async fn complete_attempt_of(
+        &self,
+        (job_id, tenant): (Uuid, &str),
+        attempt_id: Uuid,
+        output: &Value,
+        by: &Resolution,
+    ) -> Result<Completion, StoreError> {
+        let offer = Offer {
+            tenant: Some(tenant.to_owned()),
+            job_id: Some(job_id),
             attempt_id,
             output: output.clone(),
             by: by.clone(),
@@ -570,6 +600,8 @@ impl<B: Backend> Change<B> for Ack {
 pub(crate) struct Offer {
     /// The attempt's tenant, if this process knows it.
     tenant: Option<String>,
+    /// The attempt's job, if the caller knows it (its tenant is then `tenant`).
+    job_id: Option<Uuid>,
     attempt_id: Uuid,
     output: Value,
     by: Resolution,
@@ -646,8 +678,15 @@ impl Offer {
                         return Ok(None);
                     }
                     // The unknown siblings' outcome no longer matters; left unknown they would
-                    // wait for proof (and count as unknown) forever.
-                    for sibling in tx.discard_unknown_siblings(job_id, self.attempt_id).await? {
+                    // wait for proof (and count as unknown) forever. A job with one attempt
+                    // (its count, read under the lock, counts every attempt it ever had) has
+                    // none.
+                    let siblings = if job.attempts > 1 {
+                        tx.discard_unknown_siblings(job_id, self.attempt_id).await?
+                    } else {
+                        Vec::new()
+                    };
+                    for sibling in siblings {
                         tx.insert_event(&sibling_event(job_id, sibling, self.attempt_id))
                             .await?;
                     }
@@ -745,7 +784,17 @@ impl<B: Backend> Change<B> for Offer {
             if !tx.swap_results(&cas).await? {
                 return Ok(None);
             }
-            let siblings = tx.discard_unknown_siblings_of(&cas).await?;
+            // Only jobs with more than one attempt can have siblings to discard.
+            let several: Vec<Swap<'_>> = cas
+                .iter()
+                .copied()
+                .filter(|swap| heads.get(&swap.job_id).is_some_and(|job| job.attempts > 1))
+                .collect();
+            let siblings = if several.is_empty() {
+                Vec::new()
+            } else {
+                tx.discard_unknown_siblings_of(&several).await?
+            };
             for (swap, offer) in &swaps {
                 for (sibling, _) in siblings.iter().filter(|(_, job)| *job == swap.job_id) {
                     events.push(sibling_event(swap.job_id, *sibling, swap.attempt_id));
@@ -767,7 +816,13 @@ impl<B: Backend> Change<B> for Offer {
         for _ in 0..CAS_ROUNDS {
             let mut tx = writer.begin().await?;
             tx.remember(self.attempt_id, self.tenant.clone());
-            let job_id = job_of(&mut tx, self.attempt_id).await?;
+            let job_id = match self.job_id {
+                Some(job_id) => {
+                    tx.remember(job_id, self.tenant.clone());
+                    job_id
+                }
+                None => job_of(&mut tx, self.attempt_id).await?,
+            };
             match self.complete_one(&mut tx, job_id).await? {
                 Some(completion) => {
                     tx.commit().await?;

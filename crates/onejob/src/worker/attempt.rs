@@ -72,6 +72,18 @@ fn fence_margin(lease: Duration, timeout: Duration) -> Duration {
     (lease / 4).min(timeout / 4).min(Duration::from_secs(1))
 }
 
+/// How an attempt's send fence is checked.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Fenced {
+    /// By reading the store ([`crate::store::Dispatch::owns_attempt`]).
+    Store,
+    /// By the time since `Instant`, taken before the transaction that started the attempt
+    /// for this worker (intake's, [`super::handoff`]): while the lease and the attempt
+    /// timeout, less the margin, have not passed since, the attempt is still this worker's
+    /// with the margin left; after that, by reading the store.
+    Since(Instant),
+}
+
 /// Runs `attempt` of `job` to its end. `abandon` fires when the worker stops waiting for
 /// in-flight attempts during shutdown.
 pub async fn run(
@@ -81,6 +93,18 @@ pub async fn run(
     attempt: AttemptRecord,
     abandon: CancellationToken,
 ) -> Ending {
+    run_fenced(ctx, job, kind, attempt, abandon, Fenced::Store).await
+}
+
+/// [`run`], its send fence checked as `fenced` says.
+pub(super) async fn run_fenced(
+    ctx: Arc<WorkerContext>,
+    job: JobRecord,
+    kind: Arc<Kind>,
+    attempt: AttemptRecord,
+    abandon: CancellationToken,
+    fenced: Fenced,
+) -> Ending {
     let span = tracing::info_span!("attempt", job = %job.id, attempt = %attempt.id, provider = %attempt.provider);
     let job_id = job.id;
     // A gateway job with a caller reading it live streams this attempt to them.
@@ -88,9 +112,17 @@ pub async fn run(
         .is_gateway()
         .then(|| ctx.hub.streams.start(&job.owner, &job.key_hash, attempt.id))
         .flatten();
-    let ending = run_attempt(ctx.clone(), job, kind, attempt, abandon, sink.as_ref())
-        .instrument(span)
-        .await;
+    let ending = run_attempt(
+        ctx.clone(),
+        job,
+        kind,
+        attempt,
+        abandon,
+        sink.as_ref(),
+        fenced,
+    )
+    .instrument(span)
+    .await;
     if let Some(sink) = sink {
         sink.end(match &ending {
             Ending::Won => StreamEnd::Done,
@@ -134,6 +166,7 @@ async fn run_attempt(
     attempt: AttemptRecord,
     abandon: CancellationToken,
     sink: Option<&StreamSink>,
+    fenced: Fenced,
 ) -> Ending {
     let running = ctx.live.enter(attempt.id);
     // A stream relayed to a caller is bounded by its own limits (an idle gap between chunks,
@@ -190,10 +223,20 @@ async fn run_attempt(
 
     // The fence: nothing irreversible happens unless the attempt is still this worker's.
     let margin = fence_margin(ctx.settings.lease, kind.attempt_timeout);
-    let owned = with_retries("the ownership check before sending", deadline, || {
-        ctx.store.owns_attempt(attempt.id, &ctx.settings.id, margin)
-    })
-    .await;
+    let owned = match fenced {
+        // Started for this worker a moment ago, for the whole lease and timeout.
+        Fenced::Since(since)
+            if since.elapsed() + margin < ctx.settings.lease.min(kind.attempt_timeout) =>
+        {
+            Ok(true)
+        }
+        _ => {
+            with_retries("the ownership check before sending", deadline, || {
+                ctx.store.owns_attempt(attempt.id, &ctx.settings.id, margin)
+            })
+            .await
+        }
+    };
     match owned {
         Ok(true) => {}
         Ok(false) => {
@@ -360,7 +403,7 @@ async fn run_attempt(
     // A gateway caller waiting in this process is told the winning answer itself, so it
     // answers without reading the job back (one database round trip less per call).
     let answer = kind.is_gateway().then(|| Arc::new(output.clone()));
-    let ending = finish(&ctx, &kind, &attempt, output, deadline).await;
+    let ending = finish(&ctx, &kind, &job, &attempt, output, deadline).await;
     if ending == Ending::Won {
         // The caller waiting for this answer gets it, with the upstream's id of its request.
         ctx.hub.watch.answered(job.id, answer, upstream_request_id);
@@ -468,6 +511,7 @@ async fn follow(provider: &dyn Provider, task_id: &str, stops: &Stops<'_>) -> Fo
 async fn finish(
     ctx: &WorkerContext,
     kind: &Kind,
+    job: &JobRecord,
     attempt: &AttemptRecord,
     output: Value,
     deadline: Instant,
@@ -476,7 +520,14 @@ async fn finish(
     crate::fault::after_answer();
     let by = Resolution::worker();
     let offered = with_retries("the result", deadline, || {
-        outcome::offer(&*ctx.store, kind, attempt, &output, &by)
+        outcome::offer_in(
+            &*ctx.store,
+            kind,
+            Some(&job.owner.tenant),
+            attempt,
+            &output,
+            &by,
+        )
     })
     .await;
     match offered {

@@ -7,8 +7,13 @@
 //! their leases, and rescues other workers' expired leases. On shutdown it stops claiming,
 //! gives in-flight attempts `shutdown_grace` to finish, makes the rest `unknown`, and gives
 //! up on whatever still hangs after [`ABANDON_WAIT`]: shutdown never waits without bound.
+//!
+//! A new gateway job created in this process may skip dispatch altogether: intake starts its
+//! first attempt in the transaction that creates it, in a slot of this worker reserved
+//! beforehand, and the attempt runs at once ([`handoff`]).
 
 mod attempt;
+mod handoff;
 mod held;
 mod lease;
 mod live;
@@ -20,11 +25,15 @@ pub mod retention;
 use crate::store::Chain;
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
-use tokio::{sync::Semaphore, task::JoinSet};
+use tokio::{
+    sync::{Notify, Semaphore},
+    task::JoinSet,
+};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 pub use attempt::Ending;
+pub use handoff::{Handoff, Reserved};
 pub use held::{Held, HeldAnswer};
 pub use lease::rescue_once;
 pub use live::Live;
@@ -157,6 +166,16 @@ async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
     let slots = Arc::new(Semaphore::new(ctx.settings.concurrency.max(1)));
     let claiming = Claiming::default();
     let mut running = JoinSet::new();
+    // New gateway jobs of this process, started at intake in slots reserved from `slots`.
+    let handed = Arc::new(std::sync::Mutex::new(JoinSet::new()));
+    let freed = Arc::new(Notify::new());
+    ctx.hub.worker.install(handoff::Runner {
+        ctx: ctx.clone(),
+        slots: slots.clone(),
+        handed: handed.clone(),
+        abandon: abandon.clone(),
+        freed: freed.clone(),
+    });
     let first = first_starts(&ctx.kinds);
     let first_kinds: Vec<String> = first.iter().map(|f| f.kind.clone()).collect();
     // Whether every kind's new jobs start in batches: if not, new jobs of the others are
@@ -213,6 +232,7 @@ async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
             started_new = tokio::time::Instant::now();
         }
         while running.try_join_next().is_some() {}
+        while lock(&handed).try_join_next().is_some() {}
         if saturated && slots.available_permits() > 0 {
             continue;
         }
@@ -241,32 +261,32 @@ async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
         woken = tokio::select! {
             woken = ctx.store.wait_for_work(wait) => woken,
             Some(_) = running.join_next(), if saturated && !running.is_empty() => Woken::Anything,
+            () = freed.notified(), if saturated => Woken::Anything,
             () = stop.cancelled() => Woken::Anything,
         };
     }
 
+    // No more hand-offs; those already made are waited for like the loop's own attempts.
+    ctx.hub.worker.clear();
     tracing::info!(
-        in_flight = running.len(),
+        in_flight = running.len() + lock(&handed).len(),
         "worker stopping: no new attempts"
     );
-    let drained = tokio::time::timeout(ctx.settings.shutdown_grace, async {
-        while running.join_next().await.is_some() {}
-    })
-    .await;
+    let drained =
+        tokio::time::timeout(ctx.settings.shutdown_grace, drain(&mut running, &handed)).await;
     if drained.is_err() {
         // Whatever is still in flight becomes unknown: honest, and blocks re-sending.
         abandon.cancel();
-        let ended = tokio::time::timeout(ABANDON_WAIT, async {
-            while running.join_next().await.is_some() {}
-        })
-        .await;
+        let ended = tokio::time::timeout(ABANDON_WAIT, drain(&mut running, &handed)).await;
         if ended.is_err() {
             tracing::warn!(
                 stuck = running.len(),
                 "attempts still not ended after the worker abandoned them; stopping them where \
                  they are (their leases expire and they are rescued as unknown)"
             );
+            let mut handed = std::mem::take(&mut *lock(&handed));
             running.shutdown().await;
+            handed.shutdown().await;
         }
     }
     background.cancel();
@@ -287,6 +307,26 @@ async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
 
 /// The running attempts of the worker loop; `None` for a claim that started nothing.
 type Running = JoinSet<Option<Ending>>;
+
+fn lock(handed: &std::sync::Mutex<Running>) -> std::sync::MutexGuard<'_, Running> {
+    handed
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Waits for every attempt of the loop's and every attempt handed to the worker (also one
+/// handed while this waits) to end; the handed ones are moved into `running`, so that
+/// stopping `running` stops them too.
+async fn drain(running: &mut Running, handed: &std::sync::Mutex<Running>) {
+    loop {
+        while running.join_next().await.is_some() {}
+        let more = std::mem::take(&mut *lock(handed));
+        if more.is_empty() {
+            return;
+        }
+        *running = more;
+    }
+}
 
 /// Starts the first attempts of new jobs, as many as there are free slots, in one batch.
 /// Whether the batch was full, or no slot was free (more may be waiting: the loop then
@@ -324,13 +364,20 @@ async fn start_new(
         let Some(kind) = ctx.kinds.get(&job.kind).cloned() else {
             continue;
         };
-        // Only the worker loop takes slots: the ones it counted free are still free.
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            break;
-        };
+        // A slot the loop counted free may have gone to a job handed over since: the
+        // attempt, started, then waits for the next slot to free.
+        let slots = slots.clone();
+        let permit = slots.clone().try_acquire_owned().ok();
         let ctx = ctx.clone();
         let abandon = abandon.clone();
         running.spawn(async move {
+            let permit = match permit {
+                Some(permit) => permit,
+                None => slots
+                    .acquire_owned()
+                    .await
+                    .expect("the worker's slots are never closed"),
+            };
             let ending = attempt::run(ctx, job, kind, attempt, abandon).await;
             drop(permit);
             Some(ending)

@@ -40,6 +40,7 @@ backend_tests!(
     a_stream_outlives_attempt_timeout_and_a_silent_one_ends_unknown,
     an_upstream_rate_limit_fails_over_where_certified,
     upstream_account_errors_are_a_502_naming_the_provider,
+    a_new_call_on_a_node_with_its_own_worker_starts_its_attempt_with_its_job,
 );
 
 const WITHIN: Duration = Duration::from_secs(30);
@@ -1006,4 +1007,38 @@ async fn upstream_account_errors_are_a_502_naming_the_provider(backend: Backend)
         );
         assert_eq!(headers["x-should-retry"], "false");
     }
+}
+
+/// A new call on a node whose worker runs in the same process hands its job straight to
+/// that worker: the job is created with its first attempt already started, in one
+/// transaction (on PostgreSQL both carry that transaction's time), instead of waiting for
+/// the worker's dispatch to find it due and start it in a transaction of its own. The job
+/// is otherwise worked as any other: one attempt, one upstream call, its events in order.
+async fn a_new_call_on_a_node_with_its_own_worker_starts_its_attempt_with_its_job(
+    backend: Backend,
+) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, gateway).await;
+    let (status, headers, body) =
+        answered(app.chat(Some("handed:1"), &request("Name a fox.")).await).await;
+    assert_eq!(status, 200, "{body}");
+    let job_id: uuid::Uuid = headers["onejob-job-id"].to_str().unwrap().parse().unwrap();
+    let attempts = app.store.job_attempts(job_id).await.unwrap();
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    let job = app.store.job_for_dispatch(job_id).await.unwrap().unwrap();
+    if backend == Backend::Postgres {
+        assert_eq!(
+            attempts[0].started_at, job.created_at,
+            "the first attempt was started in a transaction after the job's"
+        );
+    }
+    let kinds: Vec<String> = app
+        .events(&job_id.to_string())
+        .await
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(kinds, ["created", "attempt_started", "won"]);
+    assert_eq!(chat_side_effects(&fakes), 1);
 }

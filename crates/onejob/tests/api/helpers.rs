@@ -425,6 +425,7 @@ pub fn new_job(key: &str, prompt: &str) -> onejob::store::NewJob {
         params,
         request_body: None,
         actor: "test".into(),
+        start: None,
     }
 }
 

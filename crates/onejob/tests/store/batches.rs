@@ -11,7 +11,8 @@ use std::{sync::Arc, time::Duration};
 use futures::future::join_all;
 
 use onejob::store::{
-    Acknowledged, Completion, FirstAttempts, FirstStart, Resolution, StartOutcome, Store,
+    Acknowledged, Completion, FirstAttempts, FirstStart, Intake, Resolution, StartAtIntake,
+    StartOutcome, Store,
 };
 use onejob_domain::{AttemptState, EventKind, JobState};
 use serde_json::json;
@@ -29,6 +30,7 @@ backend_tests!(
     two_attempts_of_a_job_finishing_together_have_one_winner,
     acknowledgements_made_together_answer_each_as_alone,
     one_by_one_claims_see_what_batches_leave,
+    a_job_started_at_intake_is_committed_with_its_first_attempt_and_never_due,
 );
 
 /// A batch of up to `limit` first attempts of `chat.completion` jobs on provider `a`.
@@ -452,4 +454,97 @@ async fn one_by_one_claims_see_what_batches_leave(backend: Backend) {
         store.due_jobs(10).await.unwrap()
     );
     assert_eq!(store.due_jobs(10).await.unwrap(), vec![retried, new, other]);
+}
+
+/// A submission that asks intake to start its first attempt (the gateway's hand-off to its
+/// own worker) creates the job `running` with attempt number 1 `starting`, leased to that
+/// worker, its events `created` then `attempt_started`, in the transaction that creates it:
+/// no batch of first attempts, no one-by-one claim and no other starter can start it again,
+/// and the attempt the submission describes is the one stored. A replay of its key starts
+/// nothing; a submission without a start still waits for dispatch.
+async fn a_job_started_at_intake_is_committed_with_its_first_attempt_and_never_due(
+    backend: Backend,
+) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    let other = db.open_store().await;
+    let start = StartAtIntake {
+        attempt_id: Uuid::now_v7(),
+        provider: "a".into(),
+        worker: "this-node".into(),
+        lease: Duration::from_secs(30),
+        timeout: Duration::from_secs(60),
+    };
+    let mut submission = new_job_of(alice(), "chat.completion", "handed", "x");
+    submission.start = Some(start.clone());
+    let Intake::Created(job) = store.create_or_replay(submission.clone()).await.unwrap() else {
+        panic!("the key was free");
+    };
+    assert_eq!((job.state, job.attempts), (JobState::Running, 1));
+    let described = submission
+        .started_attempt(&job)
+        .expect("the job was created with its attempt");
+    let attempts = store.job_attempts(job.id).await.unwrap();
+    assert_eq!(attempts.len(), 1);
+    let stored = &attempts[0];
+    assert_eq!(stored.id, start.attempt_id);
+    assert_eq!(described.id, stored.id);
+    assert_eq!(stored.number, 1);
+    assert_eq!(stored.state, AttemptState::Starting);
+    assert_eq!(stored.worker.as_deref(), Some("this-node"));
+    assert_eq!(stored.provider, "a");
+    assert_eq!(stored.upstream_key, described.upstream_key);
+    assert!(stored.lease_expires_at >= described.lease_expires_at);
+    let events = store
+        .events(&alice(), job.id, None, 100)
+        .await
+        .unwrap()
+        .unwrap();
+    let kinds: Vec<EventKind> = events.iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, [EventKind::Created, EventKind::AttemptStarted]);
+    assert_eq!(events[1].attempt_id, Some(start.attempt_id));
+
+    // Nobody else can start it: it is not due, and its attempt is starting.
+    for store in [&store, &other] {
+        assert!(
+            store
+                .start_first_attempts(&batch(10))
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert!(!store.due_jobs(10).await.unwrap().contains(&job.id));
+        assert!(matches!(
+            store
+                .start_attempt(&start_for(job.id, 1, "b", false))
+                .await
+                .unwrap(),
+            StartOutcome::Refused(_)
+        ));
+    }
+    // It is this worker's to send.
+    assert!(
+        store
+            .owns_attempt(start.attempt_id, "this-node", Duration::from_secs(1))
+            .await
+            .unwrap()
+    );
+
+    // A replay of the key starts nothing more.
+    let mut again = new_job_of(alice(), "chat.completion", "handed", "x");
+    again.start = Some(StartAtIntake {
+        attempt_id: Uuid::now_v7(),
+        ..start.clone()
+    });
+    let Intake::Replayed(replayed) = other.create_or_replay(again.clone()).await.unwrap() else {
+        panic!("the key names the job");
+    };
+    assert_eq!(again.started_attempt(&replayed), None);
+    assert_eq!(store.job_attempts(job.id).await.unwrap().len(), 1);
+
+    // Without a start, a new job waits for dispatch as before.
+    let waiting = created(&*store, "not-handed").await;
+    let job = store.job_for_dispatch(waiting).await.unwrap().unwrap();
+    assert_eq!((job.state, job.attempts), (JobState::Pending, 0));
+    assert!(store.due_jobs(10).await.unwrap().contains(&waiting));
 }

@@ -186,6 +186,7 @@ pub fn new_job_of(owner: Principal, kind: &str, key: &str, prompt: &str) -> onej
         params,
         request_body: None,
         actor: "test".into(),
+        start: None,
     }
 }
 

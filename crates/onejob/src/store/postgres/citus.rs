@@ -220,7 +220,10 @@ pub(super) fn intake_batcher(
                     tenants.note(job.id, &job.owner.tenant);
                 }
             }
-            if results.iter().any(|r| matches!(r, Ok(Intake::Created(_)))) {
+            if results
+                .iter()
+                .any(|r| matches!(r, Ok(Intake::Created(job)) if job.attempts == 0))
+            {
                 relaxed.wake_workers();
             }
             results

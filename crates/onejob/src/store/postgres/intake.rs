@@ -278,7 +278,8 @@ async fn write_batch(
     let Written { created, found } = held
         .run(async |connection| insert_new(connection, jobs).await)
         .await?;
-    if !created.is_empty() {
+    // Jobs started at intake are not due: only the others wake the workers.
+    if created.values().any(|job| job.attempts == 0) {
         relaxed.wake_workers();
     }
     let rest: Vec<&NewJob> = jobs
@@ -349,29 +350,58 @@ struct Written {
 }
 
 /// The intake statement: `$1`–`$7` and `$12` the jobs' columns, `$8`–`$11` their `created`
-/// events'.
+/// events', `$13`–`$17` the first attempts started with them (attempt id, provider, worker,
+/// lease and timeout in seconds; `NULL` for a job left to dispatch: see
+/// [`crate::store::StartAtIntake`]).
 ///
 /// `found` looks up once in the unique index (`LIMIT 1`, as the read-back does) each key
 /// whose submission was not inserted, its `NOT IN` filter applied before the lookup (the
 /// plan tests below check the lookup's index; skipping the inserted keys saves buffer
 /// accesses, see `bench/statements.sh`); its rows and
 /// `inserted`'s are told apart by id, since every submission carries a new one.
+///
+/// A job inserted with a first attempt is written as the single start would leave it
+/// (`running`, one attempt, not due, its version bumped), its attempt `starting` and leased
+/// beside it, and its `attempt_started` event after its `created` one: only a job this
+/// statement inserted gets an attempt, so nobody else can have seen it, or started it.
 macro_rules! intake_sql {
     () => {
         concat!(
             "WITH inserted AS (\
-               INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params, request_body) \
-               SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::text[], \
-               $6::bytea[], $7::jsonb[], $12::text[]) \
-               AS batch (id, tenant, user_id, key_hash, kind, fingerprint, params, request_body) \
+               INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params, request_body, \
+                 state, attempts, version, dispatch_at) \
+               SELECT batch.id, batch.tenant, batch.user_id, batch.key_hash, batch.kind, batch.fingerprint, \
+                 batch.params, batch.request_body, \
+                 CASE WHEN batch.attempt_id IS NULL THEN 'pending' ELSE 'running' END, \
+                 CASE WHEN batch.attempt_id IS NULL THEN 0 ELSE 1 END, \
+                 CASE WHEN batch.attempt_id IS NULL THEN 0 ELSE 1 END, \
+                 CASE WHEN batch.attempt_id IS NULL THEN now() END \
+               FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::text[], \
+               $6::bytea[], $7::jsonb[], $12::text[], $13::uuid[]) \
+               AS batch (id, tenant, user_id, key_hash, kind, fingerprint, params, request_body, attempt_id) \
                ORDER BY key_hash, tenant, user_id \
                ON CONFLICT DO NOTHING RETURNING ",
             job_columns!(),
-            "), logged AS (\
+            "), firsts AS (\
+               SELECT * FROM unnest($1::uuid[], $2::text[], $13::uuid[], $14::text[], $15::text[], \
+               $16::float8[], $17::float8[]) AS f (job_id, tenant, attempt_id, provider, worker, lease, timeout) \
+               WHERE f.attempt_id IS NOT NULL AND f.job_id IN (SELECT id FROM inserted)\
+             ), started AS (\
+               INSERT INTO attempts (id, job_id, number, provider, state, hedge, worker, \
+                 lease_expires_at, deadline_at, upstream_key, tenant) \
+               SELECT attempt_id, job_id, 1, provider, 'starting', false, worker, \
+                 now() + make_interval(secs => lease), now() + make_interval(secs => timeout), \
+                 'onejob:' || job_id, tenant FROM firsts\
+             ), logged AS (\
                INSERT INTO job_events (job_id, attempt_id, kind, actor, detail, tenant) \
-               SELECT event.* FROM unnest($1::uuid[], $8::uuid[], $9::text[], $10::text[], $11::jsonb[], \
-               $2::text[]) AS event (job_id, attempt_id, kind, actor, detail, tenant) \
-               WHERE event.job_id IN (SELECT id FROM inserted)\
+               SELECT event.job_id, event.attempt_id, event.kind, event.actor, event.detail, event.tenant \
+               FROM (SELECT created.*, 0 AS step FROM unnest($1::uuid[], $8::uuid[], $9::text[], $10::text[], \
+                 $11::jsonb[], $2::text[]) AS created (job_id, attempt_id, kind, actor, detail, tenant) \
+                 WHERE created.job_id IN (SELECT id FROM inserted) \
+               UNION ALL SELECT job_id, attempt_id, 'attempt_started', NULL, \
+                 jsonb_build_object('number', 1, 'provider', provider, 'hedge', false), tenant, 1 \
+                 FROM firsts) AS event \
+               ORDER BY event.step, event.job_id\
              ), found AS (\
                SELECT job.* FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[]) \
                AS batch (id, tenant, user_id, key_hash) \
@@ -391,6 +421,7 @@ async fn insert_new(connection: &mut PgConnection, jobs: &[NewJob]) -> Result<Wr
     let events: Vec<NewEvent> = jobs.iter().map(NewJob::created_event).collect();
     let created = EventColumns::of(&events);
     let keys = KeyColumns::of(jobs);
+    let first = FirstColumns::of(jobs);
     let written_rows = sqlx::query(intake_sql!())
         .bind(jobs.iter().map(|j| j.id).collect::<Vec<_>>())
         .bind(keys.tenants)
@@ -412,6 +443,11 @@ async fn insert_new(connection: &mut PgConnection, jobs: &[NewJob]) -> Result<Wr
                 .map(|j| j.request_body.as_deref())
                 .collect::<Vec<_>>(),
         )
+        .bind(first.attempt_ids)
+        .bind(first.providers)
+        .bind(first.workers)
+        .bind(first.leases)
+        .bind(first.timeouts)
         .fetch_all(connection)
         .await?;
     let ids: HashSet<Uuid> = jobs.iter().map(|j| j.id).collect();
@@ -430,6 +466,31 @@ async fn insert_new(connection: &mut PgConnection, jobs: &[NewJob]) -> Result<Wr
         }
     }
     Ok(written)
+}
+
+/// The first attempts started with the submissions' jobs, as the arrays the intake
+/// statement binds (`NULL` for a job left to dispatch).
+struct FirstColumns<'a> {
+    attempt_ids: Vec<Option<Uuid>>,
+    providers: Vec<Option<&'a str>>,
+    workers: Vec<Option<&'a str>>,
+    leases: Vec<Option<f64>>,
+    timeouts: Vec<Option<f64>>,
+}
+
+impl<'a> FirstColumns<'a> {
+    fn of(jobs: &'a [NewJob]) -> Self {
+        let starts = move || jobs.iter().map(|j| j.start.as_ref());
+        Self {
+            attempt_ids: starts().map(|s| s.map(|s| s.attempt_id)).collect(),
+            providers: starts().map(|s| s.map(|s| s.provider.as_str())).collect(),
+            workers: starts().map(|s| s.map(|s| s.worker.as_str())).collect(),
+            leases: starts().map(|s| s.map(|s| s.lease.as_secs_f64())).collect(),
+            timeouts: starts()
+                .map(|s| s.map(|s| s.timeout.as_secs_f64()))
+                .collect(),
+        }
+    }
 }
 
 /// Events as the arrays the statements bind, their job ids aside (the intake statement
@@ -621,7 +682,8 @@ mod tests {
     async fn prepare_intake(db: &mut PgConnection) {
         db.execute(concat!(
             "PREPARE intake(uuid[], text[], text[], bytea[], text[], bytea[], jsonb[], \
-             uuid[], text[], text[], jsonb[]) AS ",
+             uuid[], text[], text[], jsonb[], text[], uuid[], text[], text[], float8[], \
+             float8[]) AS ",
             intake_sql!()
         ))
         .await
@@ -635,7 +697,10 @@ mod tests {
          ARRAY['chat', 'chat'], ARRAY[sha256('7'::bytea), sha256('8'::bytea)], \
          ARRAY['{}'::jsonb, '{}'::jsonb], ARRAY[NULL::uuid, NULL::uuid], \
          ARRAY['created', 'created'], ARRAY[NULL::text, NULL::text], \
-         ARRAY['{}'::jsonb, '{}'::jsonb], ARRAY[NULL::text, NULL::text])";
+         ARRAY['{}'::jsonb, '{}'::jsonb], ARRAY[NULL::text, NULL::text], \
+         ARRAY[NULL::uuid, NULL::uuid], ARRAY[NULL::text, NULL::text], \
+         ARRAY[NULL::text, NULL::text], ARRAY[NULL::float8, NULL::float8], \
+         ARRAY[NULL::float8, NULL::float8])";
 
     /// The intake statement's lookup of the jobs already under its keys, likewise (EXPLAIN
     /// only plans it: nothing is inserted).

@@ -35,7 +35,11 @@ pub(super) fn intake_batcher(writer: SqlitePool, wake: WorkSignal) -> Batcher<Ne
         let wake = wake.clone();
         async move {
             let results = write_batch(&writer, jobs).await;
-            if results.iter().any(|r| matches!(r, Ok(Intake::Created(_)))) {
+            // Jobs started at intake are not due: only the others wake the workers.
+            if results
+                .iter()
+                .any(|r| matches!(r, Ok(Intake::Created(job)) if job.attempts == 0))
+            {
                 wake.new_jobs();
             }
             results
