@@ -174,7 +174,7 @@ impl PgStore {
             wake.sender(),
             citus,
         );
-        let statistics = statistics::Watch::new(pool.clone(), bound.clone());
+        let statistics = statistics::Watch::new(pool.clone(), bound.clone()).on_citus(citus);
         Self {
             fences: Arc::new(fences::<Self>(pool.clone(), bound.clone())),
             acks: Arc::new(writer.batcher()),
@@ -182,7 +182,13 @@ impl PgStore {
             settled: Arc::new(Settled::new(options.finished_after)),
             wake,
             intake: Arc::new(if citus {
-                citus::intake_batcher(&pool, &bound, relaxed.clone(), tenants.clone())
+                citus::intake_batcher(
+                    &pool,
+                    &bound,
+                    relaxed.clone(),
+                    tenants.clone(),
+                    statistics.clone(),
+                )
             } else {
                 intake::intake_batcher(
                     &pool,
