@@ -165,6 +165,7 @@ class Report:
         self.w("bench/run.sh --quick              # smoke run: 1 run, 500 jobs, 8 clients, growth to 100k (a few minutes)")
         self.w("bench/run.sh --parts intake,peers # some parts only; other parts' results are kept")
         self.w("bench/run.sh --skip-build --parts growth --keep-templates   # reuse binaries / the 10 M template")
+        self.w("bench/run.sh --parts citus        # one PostgreSQL vs Citus, coordinator + 1 and + 2 workers (section 4d)")
         self.w("bench/run.sh --report-only        # rewrite BENCHMARKS.md and bench/plot.svg from bench/results/")
         self.w("bench/run.sh --help               # every option (runs, jobs, clients, durations, sizes)")
         self.w("```")
