@@ -28,6 +28,10 @@ Parts (--parts, comma separated; default all):
             of --clients (total), one load generator per node; CPU by program, this database's WAL
   footprint --footprint-jobs jobs worked for real, copied with their attempts and events to
             --footprint-total; rows and bytes per table and per index, WAL per job (pg_waldump)
+  citus     intake (new keys, replays; --citus-clients) and jobs worked per second (queued, one
+            `onejob worker` at onejob's defaults) on one PostgreSQL and on Citus (a coordinator and
+            1 and 2 workers), each a throwaway cluster the harness starts here (initdb, same
+            settings), interleaved; the jobs spread over --citus-tenants tenants' API keys
 """
 
 from __future__ import annotations
@@ -44,10 +48,12 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import sqlite3
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -1201,9 +1207,9 @@ class Poller:
     cost a connection each time). Its statements count as read-only commits of the
     database; `queries` says how many to subtract."""
 
-    def __init__(self, db: str):
+    def __init__(self, db: str, env: dict | None = None):
         self.proc = subprocess.Popen(["psql", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-d", db],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1, env=ENV)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1, env=env or ENV)
         self.queries = 0
 
     def number(self, sql: str) -> int:
@@ -1224,11 +1230,11 @@ class Poller:
 
 
 def wait_worked(poller: Poller, sql: str, jobs: int, timeout: float, queued=lambda: True,
-                failed_sql: str | None = None, quarters: list | None = None) -> float:
+                failed_sql: str | None = None, quarters: list | None = None, fine_poll: float = 0.01) -> float:
     """Polls until `sql` counts `jobs` finished jobs (and `queued()` says all are in); returns
     the monotonic time of the poll that saw it. Every 100 ms until 90 % are done, then every
-    10 ms, so that the polling itself costs the database little while the end is seen
-    within 10 ms. `quarters`, if given, gets the time of the first poll that saw each quarter
+    10 ms (`fine_poll`), so that the polling itself costs the database little while the end
+    is seen within 10 ms. `quarters`, if given, gets the time of the first poll that saw each quarter
     of the jobs finished (whether the run slows as it goes)."""
     deadline = time.monotonic() + timeout
     while True:
@@ -1243,7 +1249,7 @@ def wait_worked(poller: Poller, sql: str, jobs: int, timeout: float, queued=lamb
             bad = poller.number(failed_sql) if failed_sql else None
             raise RuntimeError(f"only {done} of {jobs} jobs finished within {timeout:.0f} s"
                                + (f" ({bad} failed or unknown)" if bad is not None else ""))
-        time.sleep(0.01 if done >= 0.9 * jobs else 0.1)
+        time.sleep(fine_poll if done >= 0.9 * jobs else 0.1)
 
 
 def wait_http_ready(addr: str, proc: subprocess.Popen, timeout=60.0) -> None:
@@ -1755,7 +1761,298 @@ def footprint_run(opts, rec: dict, name: str) -> None:
                                 f"to hi={copies}")
 
 
-PARTS = ["machine", "ceiling", "intake", "peers", "dispatch", "e2e", "gateway", "growth", "steady", "rss", "worked", "nodes", "footprint"]
+# ----------------------------------------------------------------------------- citus
+
+PG_BIN = pathlib.Path(os.environ.get("BENCH_PG_BIN", "/usr/lib/postgresql/15/bin"))
+
+# Every throwaway node's settings, the plain PostgreSQL's and each Citus node's alike: the
+# shared server's (machine.json: 128 MB shared buffers, max_wal_size 1 GB, autovacuum off,
+# fsync and synchronous_commit on), plus room for the coordinator's connections to its
+# workers and Citus's two-phase commits of reference-table writes (API keys).
+NODE_SETTINGS = """\
+listen_addresses = '127.0.0.1'
+max_connections = 200
+shared_buffers = 128MB
+max_wal_size = 1GB
+min_wal_size = 80MB
+autovacuum = off
+max_prepared_transactions = 200
+"""
+# Citus loaded; the coordinator talks to its workers in plain text (onejob's URLs ask for
+# sslmode=disable: Citus's own certificate is self-signed, X.509 v1). Citus's own defaults
+# otherwise (32 shards per distributed table).
+CITUS_SETTINGS = "shared_preload_libraries = 'citus'\ncitus.node_conninfo = 'sslmode=disable'\n"
+CITUS_TENANTS = int(os.environ.get("BENCH_CITUS_TENANTS", "64"))
+
+
+def as_postgres(cmd: list) -> list:
+    """`cmd` run as the `postgres` user (PostgreSQL refuses to run as root)."""
+    return (["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []) + [str(c) for c in cmd]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Node:
+    """A throwaway PostgreSQL cluster of the harness's own: `initdb` into a temporary
+    directory as the `postgres` user, on a free port, its socket in that directory, started
+    with NODE_SETTINGS (and `extra`); stopped and removed by stop()."""
+
+    def __init__(self, label: str, extra: str = ""):
+        self.label = label
+        self.dir = pathlib.Path(tempfile.mkdtemp(prefix=f"onejob-bench-{label}-"))
+        self.data = self.dir / "data"
+        self.port = free_port()
+        if os.geteuid() == 0:
+            shutil.chown(self.dir, "postgres")
+        run(as_postgres([PG_BIN / "initdb", "-D", self.data, "-A", "trust", "-U", "postgres", "--no-sync"]), timeout=300)
+        with open(self.data / "postgresql.auto.conf", "a") as conf:
+            conf.write(NODE_SETTINGS + extra)
+        run(as_postgres([PG_BIN / "pg_ctl", "-D", self.data, "-o", f"-p {self.port} -k {self.dir}",
+                         "-l", self.dir / "server.log", "-w", "start"]), timeout=300)
+        self.env = dict(ENV, PGHOST="127.0.0.1", PGPORT=str(self.port), PGUSER="postgres")
+
+    def url(self, db: str) -> str:
+        return f"postgres://postgres@127.0.0.1:{self.port}/{db}?sslmode=disable"
+
+    def psql(self, db: str, sql: str, timeout=3600) -> str:
+        return run(["psql", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-d", db, "-c", sql],
+                   env=self.env, timeout=timeout).stdout.strip()
+
+    def stop(self) -> None:
+        run(as_postgres([PG_BIN / "pg_ctl", "-D", self.data, "-m", "fast", "-w", "stop"]), check=False, timeout=120)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Deployment:
+    """One contender of the `citus` part: one plain PostgreSQL node (`workers` 0), or a Citus
+    coordinator with `workers` worker nodes. Each run gets a fresh database (on every node,
+    the `citus` extension created in each, the workers added to the coordinator), migrated by
+    `onejob migrate` on the coordinator, which distributes onejob's tables."""
+
+    def __init__(self, workers: int):
+        self.workers_count = workers
+        self.name = "postgres" if workers == 0 else f"citus-{workers}w"
+        extra = CITUS_SETTINGS if workers else ""
+        self.coordinator = Node(self.name, extra)
+        self.workers = [Node(f"{self.name}-worker{i}", extra) for i in range(workers)]
+
+    def __repr__(self) -> str:
+        return self.name
+
+    def nodes(self) -> list:
+        return [self.coordinator, *self.workers]
+
+    def fresh(self, db: str) -> str:
+        self.drop(db)
+        for node in self.nodes():
+            node.psql("postgres", f'CREATE DATABASE "{db}"')
+            if self.workers:
+                node.psql(db, "CREATE EXTENSION citus")
+        if self.workers:
+            self.coordinator.psql(db, f"SELECT citus_set_coordinator_host('127.0.0.1', {self.coordinator.port})")
+            for worker in self.workers:
+                self.coordinator.psql(db, f"SELECT citus_add_node('127.0.0.1', {worker.port})")
+        url = self.coordinator.url(db)
+        run([ONEJOB, "migrate", "--database", url])
+        if self.workers:  # onejob's migrate distributes the job tables: check it did
+            n = self.coordinator.psql(db, "SELECT count(*) FROM pg_dist_partition WHERE partmethod = 'h'")
+            if int(n) != 3:
+                raise RuntimeError(f"{self.name}: {n} distributed tables after onejob migrate, expected 3")
+        return url
+
+    def drop(self, db: str) -> None:
+        for node in self.nodes():
+            node.psql("postgres", f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+
+    def analyze(self, db: str) -> None:
+        """The harness's ANALYZE after the warm-up (autovacuum is off, as on the shared server):
+        on Citus, named tables, which the coordinator propagates to their shards."""
+        self.coordinator.psql(db, "ANALYZE jobs, attempts, job_events" if self.workers else "ANALYZE")
+
+    def stop(self) -> None:
+        for node in self.nodes():
+            node.stop()
+
+
+def citus_keys(deployment: Deployment, url: str, tenants: int) -> pathlib.Path:
+    """One API key per tenant (`bench-00`, `bench-01`, …, user `bench`), written one a line to a
+    file for the load generator's --keys-file: its jobs spread over the tenants, and so over
+    the shards."""
+    keys = [run([ONEJOB, "keys", "create", "--database", url, "--tenant", f"bench-{t:02d}", "--user", "bench"]
+                ).stdout.strip() for t in range(tenants)]
+    path = WORK / f"citus-keys-{deployment.name}.txt"
+    path.write_text("\n".join(keys) + "\n")
+    return path
+
+
+def citus_intake(opts, rec: dict, deployment: Deployment, run_index: int, clients: int) -> dict:
+    """Intake through one `serve --no-worker` node on `deployment`: --warmup new jobs,
+    ANALYZE, then --jobs new keys and replays of them, each phase against a node started for
+    it (as the `intake` part), the jobs spread over the tenants' keys."""
+    db = f"{DB}_citus"
+    url = deployment.fresh(db)
+    keys = citus_keys(deployment, url, opts.citus_tenants)
+    tag = f"citus-intake-{deployment.name}-{clients}"
+    r: dict = {"clients": clients, "jobs": opts.jobs}
+    try:
+        def phase(jobs: int, prefix: str, replay: bool) -> dict:
+            server = start_onejob(url, worker=False, provider_url=f"http://127.0.0.1:{PORT_SINK}/v1", tag=tag)
+            try:
+                cmd = [LOADGEN, "intake", "--addr", ONEJOB_ADDR, "--keys-file", keys, "--clients", clients,
+                       "--jobs", jobs, "--warmup", 0, "--prefix", prefix, *(["--replay-only"] if replay else []),
+                       "--pid", server.pid]
+                cpu = CpuSampler()
+                out = run_json(cmd, timeout=3600)
+                r_phase = out["replay" if replay else "intake"]
+                r_phase["cpu"] = cpu.finish()
+                note_command(rec, "loadgen replay" if replay else "loadgen new",
+                             [*cmd[:5], "$KEYS_FILE", *cmd[6:-1], "$ONEJOB_PID"])
+                note_command(rec, "serve", server.cmd)
+                rec.setdefault("configs", {}).setdefault("onejob", (WORK / f"{tag}.toml").read_text())
+                return r_phase
+            finally:
+                server.stop()
+
+        prefix = f"c{run_index}"
+        phase(opts.warmup, f"{prefix}w", False)
+        deployment.analyze(db)
+        r["intake"] = phase(opts.jobs, prefix, False)
+        r["replay"] = phase(opts.jobs, prefix, True)
+        r["rows_jobs"] = int(deployment.coordinator.psql(db, "SELECT count(*) FROM jobs"))
+        r["tenants_with_jobs"] = int(deployment.coordinator.psql(db, "SELECT count(DISTINCT tenant) FROM jobs"))
+    finally:
+        deployment.drop(db)
+    return r
+
+
+def citus_worked(opts, rec: dict, deployment: Deployment, run_index: int) -> dict:
+    """Jobs worked per second on `deployment`, queued mode, as the `worked` part's
+    onejob-1w-default: --citus-worked-jobs jobs submitted through a `serve --no-worker` node
+    (the load generator, --worked-clients clients, the jobs spread over the tenants' keys),
+    ANALYZE, then one `onejob worker` process at onejob's defaults is started; the time runs
+    from its spawn to the poll that sees every job `succeeded` (polled every 100 ms: on Citus
+    each poll reads every shard). The database's own span (first attempt started -> last
+    job updated) is recorded too."""
+    db = f"{DB}_citus"
+    jobs = opts.citus_worked_jobs
+    url = deployment.fresh(db)
+    keys = citus_keys(deployment, url, opts.citus_tenants)
+    tag = f"citus-worked-{deployment.name}"
+    fake = Server("fake", [FAKE, "--listen", f"127.0.0.1:{PORT_FAKE}"], f"{tag}-fake")
+    api = worker = poller = None
+    r: dict = {"jobs": jobs}
+    try:
+        time.sleep(0.3)
+        api = start_onejob(url, worker=False, provider_url=f"http://127.0.0.1:{PORT_FAKE}/v1", tag=tag,
+                           concurrency=None)
+        config = WORK / f"{tag}.toml"
+        worker_cmd = [ONEJOB, "worker", "--config", config, "--listen", f"127.0.0.1:{PORT_WORKER}"]
+        intake = [LOADGEN, "intake", "--addr", ONEJOB_ADDR, "--keys-file", keys, "--clients", opts.worked_clients,
+                  "--jobs", jobs, "--warmup", 0, "--prefix", f"k{run_index}"]
+        note_command(rec, "onejob serve (API node)", api.cmd)
+        note_command(rec, "onejob worker", worker_cmd)
+        note_command(rec, "loadgen intake (the jobs)", [*intake[:5], "$KEYS_FILE", *intake[6:]])
+        rec.setdefault("configs", {}).setdefault("onejob worked", config.read_text())
+        t = time.monotonic()
+        out = run_json(intake, timeout=3600)
+        r["enqueue_s"] = time.monotonic() - t
+        r["enqueue_rps"] = out["intake"]["rps"]
+        r["enqueue_unexpected"] = out["intake"]["unexpected"]
+        deployment.analyze(db)
+        poller = Poller(db, env=deployment.coordinator.env)
+        cpu = CpuSampler()
+        t0 = time.monotonic()
+        worker = Server("worker", worker_cmd, f"{tag}-worker")
+        t1 = wait_worked(poller, WORKED_DONE_SQL["onejob"], jobs, opts.worked_timeout,
+                         failed_sql="SELECT count(*) FROM jobs WHERE state IN ('failed', 'unknown')", fine_poll=0.1)
+        r["cpu"] = cpu.finish()
+        r["work_s"] = t1 - t0
+        r["jobs_per_s"] = jobs / r["work_s"]
+        psql_c = deployment.coordinator.psql
+        span = psql_c(db, "SELECT extract(epoch FROM (SELECT max(updated_at) FROM jobs) - (SELECT min(started_at) FROM attempts))")
+        r["db_span_s"] = float(span) if span else None
+        r["db_span_jobs_per_s"] = jobs / r["db_span_s"] if r["db_span_s"] else None
+        r["states"] = psql_c(db, "SELECT string_agg(state || '=' || n, ' ') FROM (SELECT state, count(*) n FROM jobs GROUP BY 1) s")
+        r["attempts"] = int(psql_c(db, "SELECT count(*) FROM attempts"))
+    finally:
+        if poller:
+            poller.close()
+        if worker:
+            worker.stop()
+        if api:
+            api.stop()
+        fake.stop()
+        deployment.drop(db)
+    return r
+
+
+def citus_intake_one(opts, rec: dict, run_index: int, clients: int, deployment: Deployment) -> None:
+    r = citus_intake(opts, rec, deployment, run_index, clients)
+    rec["runs"].append({"contender": deployment.name, "test": "intake", "run": run_index, "loadavg": loadavg(), **r})
+    log(f"citus intake {deployment.name} c={clients} run {run_index}: new {r['intake']['rps']:.0f}/s "
+        f"(p50 {r['intake']['p50_ms']:.1f} p99 {r['intake']['p99_ms']:.1f} ms), replay {r['replay']['rps']:.0f}/s, "
+        f"unexpected {r['intake']['unexpected']} {r['replay']['unexpected']}, tenants {r['tenants_with_jobs']}")
+
+
+def citus_worked_one(opts, rec: dict, run_index: int, deployment: Deployment) -> None:
+    r = citus_worked(opts, rec, deployment, run_index)
+    rec["runs"].append({"contender": deployment.name, "test": "worked", "run": run_index, "loadavg": loadavg(), **r})
+    log(f"citus worked {deployment.name} run {run_index}: {r['jobs_per_s']:.0f} jobs/s ({r['work_s']:.2f} s; "
+        f"database span {r['db_span_jobs_per_s'] or 0:.0f} jobs/s), enqueued {r['enqueue_rps']:.0f}/s, {r['states']}")
+
+
+def part_citus(opts) -> None:
+    """`citus`: intake (new keys and replays, at each of --citus-clients) and jobs worked per
+    second (queued, one worker process at onejob's defaults) on one PostgreSQL and on Citus
+    clusters of a coordinator and 1 and 2 workers, every node a throwaway cluster on this
+    machine with the same settings (NODE_SETTINGS), all started at the start of the part and
+    kept up through it; --runs rounds, the deployments interleaved within each (run, client
+    count); the jobs spread over --citus-tenants tenants (one API key each)."""
+    rec = part_record(opts, "citus")
+    rec["settings"].update({"citus_clients": opts.citus_clients, "citus_tenants": opts.citus_tenants,
+                            "citus_worked_jobs": opts.citus_worked_jobs, "worked_clients": opts.worked_clients,
+                            "node_settings": NODE_SETTINGS, "citus_settings": CITUS_SETTINGS})
+    libdir = run(["pg_config", "--pkglibdir"], check=False).stdout.strip()
+    if any(opts.citus_workers) and not (pathlib.Path(libdir) / "citus.so").exists():
+        log(f"citus: Citus is not installed ({libdir}/citus.so missing): part skipped")
+        rec.setdefault("errors", []).append({"what": "citus", "error": f"Citus is not installed ({libdir}/citus.so)"})
+        save("citus", finish(rec))
+        return
+    deployments: list[Deployment] = []
+    # a SIGTERM (a stopped run) still stops and removes the clusters, in the `finally` below
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        for workers in opts.citus_workers:
+            deployments.append(Deployment(workers))
+            log(f"citus: started {deployments[-1].name} (ports "
+                f"{', '.join(str(n.port) for n in deployments[-1].nodes())})")
+        probe = deployments[-1].coordinator
+        rec["citus_version"] = probe.psql("postgres", "SELECT default_version FROM pg_available_extensions "
+                                                      "WHERE name = 'citus'")
+        if deployments[-1].workers:
+            rec["citus_shard_count"] = int(probe.psql("postgres", "SHOW citus.shard_count"))
+        rec["postgres_version"] = deployments[0].coordinator.psql("postgres", "SELECT version()")
+        for run_index in range(opts.runs):
+            log(f"== citus round {run_index + 1} of {opts.runs}")
+            for clients in opts.citus_clients:
+                for deployment in deployments:
+                    guarded(rec, citus_intake_one, opts, rec, run_index, clients, deployment)
+            if opts.citus_worked_jobs:
+                for deployment in deployments:
+                    guarded(rec, citus_worked_one, opts, rec, run_index, deployment)
+            save("citus", dict(rec, loadavg_end=loadavg(), finished=None))
+    finally:
+        for deployment in deployments:
+            deployment.stop()
+        signal.signal(signal.SIGTERM, previous)
+    save("citus", finish(rec))
+
+
+PARTS = ["machine", "ceiling", "intake", "peers", "dispatch", "e2e", "gateway", "growth", "steady", "rss", "worked", "nodes", "footprint", "citus"]
 
 
 def main() -> None:
@@ -1803,6 +2100,14 @@ def main() -> None:
                         "e.g. ',sslmode=disable' (the default URL, then without TLS); default: BENCH_PG_URL_QUERY")
     p.add_argument("--footprint-jobs", type=int, default=10000, help="jobs worked for real in the footprint part")
     p.add_argument("--footprint-total", type=int, default=1000000, help="jobs after copying them (footprint part)")
+    p.add_argument("--citus-workers", default="0,1,2",
+                   help="citus part: the deployments, by worker nodes (0: one plain PostgreSQL; N: a Citus "
+                        "coordinator and N workers)")
+    p.add_argument("--citus-clients", help="citus part: intake client counts (default 8,32)")
+    p.add_argument("--citus-tenants", type=int, default=CITUS_TENANTS,
+                   help="citus part: tenants (one API key each) the jobs are spread over")
+    p.add_argument("--citus-worked-jobs", type=int, help="citus part: jobs per worked run (default 20000; quick 2000; "
+                                                         "0: no worked runs)")
     p.add_argument("--no-report", action="store_true")
     opts = p.parse_args()
     q = opts.quick
@@ -1824,6 +2129,10 @@ def main() -> None:
     opts.worked_concurrent_runs = opts.worked_concurrent_runs or opts.runs
     opts.worked_contenders = [c for c in opts.worked_contenders.split(",") if c]
     opts.gateway_clients = [int(c) for c in (opts.gateway_clients or "1,8,32").split(",")]
+    opts.citus_workers = [int(w) for w in opts.citus_workers.split(",")]
+    opts.citus_clients = [int(c) for c in (opts.citus_clients or "8,32").split(",")]
+    if opts.citus_worked_jobs is None:
+        opts.citus_worked_jobs = 2000 if q else 20000
     opts.nodes_url_queries = opts.nodes_url_queries.split(",") if opts.nodes_url_queries is not None else [PG_URL_QUERY]
     parts = [x for x in opts.parts.split(",") if x]
     unknown = [x for x in parts if x not in PARTS]
@@ -1856,6 +2165,9 @@ def main() -> None:
     if "footprint" in parts:
         log("== footprint")
         part_footprint(opts)
+    if "citus" in parts:
+        log("== citus")
+        part_citus(opts)
     if not opts.no_report:
         run([sys.executable, BENCH / "report.py"], timeout=120)
         log("wrote BENCHMARKS.md and bench/plot.svg")

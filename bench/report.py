@@ -90,6 +90,7 @@ class Report:
         self.worked = load("worked")
         self.nodes = load("nodes")
         self.footprint = load("footprint")
+        self.citus = load("citus")
         self.lines = []
 
     def w(self, text=""):
@@ -126,7 +127,7 @@ class Report:
     # -- sections ------------------------------------------------------------------------
 
     def header(self):
-        parts = [p for p in (self.machine, self.ceiling, self.intake, self.dispatch, self.e2e, self.gateway, self.peers, self.growth, self.steady, self.rss, self.worked, self.nodes, self.footprint) if p]
+        parts = [p for p in (self.machine, self.ceiling, self.intake, self.dispatch, self.e2e, self.gateway, self.peers, self.growth, self.steady, self.rss, self.worked, self.nodes, self.footprint, self.citus) if p]
         modes = sorted({p.get("mode", "") for p in parts if p.get("mode")})
         self.w("# Benchmarks")
         self.w()
@@ -164,6 +165,7 @@ class Report:
         self.w("bench/run.sh --quick              # smoke run: 1 run, 500 jobs, 8 clients, growth to 100k (a few minutes)")
         self.w("bench/run.sh --parts intake,peers # some parts only; other parts' results are kept")
         self.w("bench/run.sh --skip-build --parts growth --keep-templates   # reuse binaries / the 10 M template")
+        self.w("bench/run.sh --parts citus        # one PostgreSQL vs Citus, coordinator + 1 and + 2 workers (section 4d)")
         self.w("bench/run.sh --report-only        # rewrite BENCHMARKS.md and bench/plot.svg from bench/results/")
         self.w("bench/run.sh --help               # every option (runs, jobs, clients, durations, sizes)")
         self.w("```")
@@ -604,7 +606,7 @@ class Report:
             self.w()
 
     def errors_section(self):
-        errors = [(p["part"], e) for p in (self.ceiling, self.intake, self.dispatch, self.e2e, self.peers, self.worked, self.nodes, self.footprint) if p
+        errors = [(p["part"], e) for p in (self.ceiling, self.intake, self.dispatch, self.e2e, self.peers, self.worked, self.nodes, self.footprint, self.citus) if p
                   for e in p.get("errors", [])]
         if not errors:
             return
@@ -766,6 +768,96 @@ class Report:
         self.w()
 
     @staticmethod
+    def citus_order(contender):
+        """One PostgreSQL first, then Citus by its worker nodes."""
+        return 0 if contender == "postgres" else int(contender.split("-")[1].rstrip("w"))
+
+    @staticmethod
+    def citus_label(contender):
+        if contender == "postgres":
+            return "one PostgreSQL"
+        n = Report.citus_order(contender)
+        return f"Citus: coordinator + {n} worker{'s' if n > 1 else ''}"
+
+    def citus_section(self):
+        c = self.citus
+        if not c or not c.get("runs"):
+            return
+        st = c["settings"]
+        runs = c["runs"]
+        self.w("## 4d. Citus: one PostgreSQL against a coordinator with 1 and 2 worker nodes")
+        self.w()
+        self.w(f"Every node is a throwaway PostgreSQL cluster the harness starts on this machine (`initdb` into a "
+               f"temporary directory, its own port), all with the same settings: the shared server's "
+               f"(`shared_buffers = 128MB`, `max_wal_size = 1GB`, `autovacuum = off`, `fsync` and "
+               f"`synchronous_commit` on), plus `max_connections = 200` and `max_prepared_transactions = 200`; the "
+               f"Citus nodes load Citus {c.get('citus_version', '?')} at its defaults "
+               f"({c.get('citus_shard_count', '?')} shards per distributed table) and talk to each other without "
+               f"TLS. *One PostgreSQL* is such a cluster without Citus (not the shared server, which other "
+               f"sessions use). Each run gets a fresh database, `onejob migrate` on the coordinator (which "
+               f"distributes the job tables by `tenant`), and {st['citus_tenants']} tenants with an API key each: "
+               f"the load generator sends job *i* under key *i* mod {st['citus_tenants']}, so the jobs spread over "
+               f"the tenants and so over the shards. onejob's database URL is the coordinator's, with "
+               f"`sslmode=disable`. The three deployments are up through the whole part and interleaved within "
+               f"each round; all of them, onejob, the load generator and other sessions' work share this machine's "
+               f"{(self.machine or {}).get('nproc', 2)} cores: a Citus cluster here shows what distribution costs "
+               f"per statement and per shard, not what added machines would add.")
+        self.w()
+        self.w(f"- **intake**: one `serve --no-worker` node; {st['warmup']} jobs to warm up, `ANALYZE` (on Citus "
+               f"the coordinator passes it on to every shard), then {st['jobs']:,} new keys and the same keys "
+               f"again (replays of unfinished jobs), each phase against a node started for it.")
+        if st.get("citus_worked_jobs"):
+            self.w(f"- **worked**: as section 4b's *queued* mode for onejob at its defaults with one worker "
+                   f"process: {st['citus_worked_jobs']:,} jobs submitted through a `serve --no-worker` node "
+                   f"({st['worked_clients']} clients), `ANALYZE`, then one `onejob worker` (nothing tuned) is "
+                   f"started against `onejob-fake`; jobs/s = jobs / (its spawn → the poll that sees every job "
+                   f"`succeeded`, polled every 100 ms; on Citus a poll reads every shard). *By the database's "
+                   f"clock*: first attempt started → last job updated.")
+        self.w()
+        intake = [r for r in runs if r.get("test") == "intake"]
+        if intake:
+            self.w("| clients | deployment | new jobs/s (median) | runs | / one PostgreSQL | p50 / p99 ms | replays/s (median) | "
+                   "/ one PostgreSQL | CPU busy % | postgres / onejob / loadgen / other % | load avg (1 min) |")
+            self.w("|---|---|---|---|---|---|---|---|---|---|---|")
+            groups = group(intake, "clients", "contender")
+            for (cl, cont), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], self.citus_order(kv[0][1]))):
+                base = groups.get((cl, "postgres"), [])
+                new = med([r["intake"]["rps"] for r in rs])
+                rep = med([r["replay"]["rps"] for r in rs])
+                cpu = [r["intake"].get("cpu") or {} for r in rs]
+                prog = lambda k: med([x.get("by_program_pct", {}).get(k) for x in cpu])  # noqa: E731
+                self.w(f"| {cl} | {self.citus_label(cont)} | {fmt(new)} | {spread([r['intake']['rps'] for r in rs])} | "
+                       f"{ratio(new, med([r['intake']['rps'] for r in base])) if cont != 'postgres' else '–'} | "
+                       f"{fmt(med([r['intake']['p50_ms'] for r in rs]), 1)} / {fmt(med([r['intake']['p99_ms'] for r in rs]), 1)} | "
+                       f"{fmt(rep)} | {ratio(rep, med([r['replay']['rps'] for r in base])) if cont != 'postgres' else '–'} | "
+                       f"{fmt(med([x.get('machine_busy_pct') for x in cpu]))} | "
+                       f"{' / '.join(fmt(prog(k)) for k in ('postgres', 'onejob', 'onejob-loadgen', 'other'))} | "
+                       f"{spread([r['loadavg'][0] for r in rs], 2)} |")
+            self.w()
+        worked = [r for r in runs if r.get("test") == "worked"]
+        if worked:
+            self.w("| deployment | jobs worked/s (median) | runs | / one PostgreSQL | by the database's clock: jobs/s | "
+                   "submission beforehand: jobs/s | CPU busy % | postgres / onejob / other % | load avg (1 min) |")
+            self.w("|---|---|---|---|---|---|---|---|---|")
+            groups = group(worked, "contender")
+            base = med([r["jobs_per_s"] for r in groups.get(("postgres",), [])])
+            for (cont,), rs in sorted(groups.items(), key=lambda kv: self.citus_order(kv[0][0])):
+                jps = med([r["jobs_per_s"] for r in rs])
+                cpu = [r.get("cpu") or {} for r in rs]
+                prog = lambda k: med([x.get("by_program_pct", {}).get(k) for x in cpu])  # noqa: E731
+                self.w(f"| {self.citus_label(cont)} | {fmt(jps)} | {spread([r['jobs_per_s'] for r in rs])} | "
+                       f"{ratio(jps, base) if cont != 'postgres' else '–'} | "
+                       f"{fmt(med([r.get('db_span_jobs_per_s') for r in rs]))} | {fmt(med([r.get('enqueue_rps') for r in rs]))} | "
+                       f"{fmt(med([x.get('machine_busy_pct') for x in cpu]))} | "
+                       f"{' / '.join(fmt(prog(k)) for k in ('postgres', 'onejob', 'other'))} | "
+                       f"{spread([r['loadavg'][0] for r in rs], 2)} |")
+            self.w()
+        self.w("*CPU*: percent of one core over the measured phase, from /proc (the machine is "
+               f"{100 * (self.machine or {}).get('nproc', 2)} %): machine busy, then postgres (every node's processes "
+               "together) / onejob / the load generator / everything else (other sessions' work).")
+        self.w()
+
+    @staticmethod
     def url_label(query):
         return f"`?{query}`" if query else "default (TLS)"
 
@@ -893,6 +985,16 @@ class Report:
             for (q, n, c), rs in sorted(group(nruns, "url_query", "nodes", "clients").items(), key=lambda kv: (kv[0][2], kv[0][0], kv[0][1])):
                 self.w(f"| nodes req/s | onejob, {n} API node{'s' if n > 1 else ''}, {self.url_label(q)} | {c} | {spread([r['rps'] for r in rs])} | "
                        f"{spread([r['loadavg'][0] for r in rs], 2)} |")
+        if self.citus:
+            order = lambda kv: (kv[0][0] != "intake", kv[0][2] or 0, self.citus_order(kv[0][1]))  # noqa: E731
+            for (t, cont, c), rs in sorted(group(self.citus["runs"], "test", "contender", "clients").items(), key=order):
+                if t == "intake":
+                    self.w(f"| citus intake new | {cont} | {c} | {spread([r['intake']['rps'] for r in rs])} | "
+                           f"{spread([r['loadavg'][0] for r in rs], 2)} |")
+                    self.w(f"| citus intake replay | {cont} | {c} | {spread([r['replay']['rps'] for r in rs])} | |")
+                else:
+                    self.w(f"| citus worked jobs/s | {cont} | {rs[0]['jobs']:,} jobs | {spread([r['jobs_per_s'] for r in rs])} | "
+                           f"{spread([r['loadavg'][0] for r in rs], 2)} |")
         if self.growth:
             for (s,), rs in sorted(group(self.growth["runs"], "existing_jobs").items()):
                 self.w(f"| growth | onejob-postgres | {s:,} | {spread([r['intake']['rps'] for r in rs])} | {spread([r['loadavg'][0] for r in rs], 2)} |")
@@ -910,7 +1012,7 @@ class Report:
                "its template is `CONFIG` in bench/harness.py). Loopback TCP everywhere.")
         self.w()
         for part in (self.ceiling, self.intake, self.dispatch, self.e2e, self.peers, self.growth, self.steady, self.rss,
-                     self.worked, self.nodes, self.footprint):
+                     self.worked, self.nodes, self.footprint, self.citus):
             if not part or not part.get("commands"):
                 continue
             self.w(f"**{part['part']}**")
@@ -1011,6 +1113,7 @@ class Report:
         self.peers_section()
         self.worked_section()
         self.nodes_section()
+        self.citus_section()
         self.growth_section()
         self.footprint_section()
         self.retention_section()

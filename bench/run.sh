@@ -5,7 +5,7 @@
 #   bench/run.sh                       everything, 3 runs per configuration
 #   bench/run.sh --quick               smoke run (1 run, small counts)
 #   bench/run.sh --parts intake,peers  some parts (machine ceiling intake peers dispatch e2e gateway growth steady rss worked
-#                                      nodes footprint)
+#                                      nodes footprint citus)
 #   bench/run.sh --skip-build ...      use the binaries already built
 #   bench/run.sh --report-only         rewrite BENCHMARKS.md and bench/plot.svg from bench/results/
 #   bench/run.sh --help                all options of bench/harness.py

@@ -6,7 +6,8 @@
 //! - `intake`: N clients, each one keep-alive connection, share a counter of J jobs and
 //!   `POST /v1/jobs` with unique keys (expect 201); with `--replay` the same keys and params
 //!   are submitted again (expect 200 `Idempotent-Replayed`). Closed loop: a client sends its
-//!   next request when the previous answer is read.
+//!   next request when the previous answer is read. With `--keys-file` (one API key a
+//!   line, e.g. one per tenant) the jobs are spread over the keys, job `i` under key `i mod n`.
 //! - `dispatch`: serves an OpenAI-compatible `/v1/chat/completions` sink, submits jobs one
 //!   at a time at a fixed rate, and reports, per job, the time from the 201 arriving at the
 //!   client to the sink receiving the provider call (the prompt carries a marker `#D<i>#`).
@@ -54,8 +55,18 @@ struct Target {
     #[arg(long, default_value = "127.0.0.1:8080")]
     addr: SocketAddr,
     /// API key (`oj_…`).
-    #[arg(long, env = "ONEJOB_API_KEY")]
+    #[arg(
+        long,
+        env = "ONEJOB_API_KEY",
+        required_unless_present = "keys_file",
+        default_value = ""
+    )]
     key: String,
+    /// A file of API keys, one a line (e.g. one per tenant): in `intake` and `gateway`,
+    /// call `i` of a phase (key `<prefix>-<i>`) uses key `i mod n`, so that a replay is
+    /// sent with the key its job was created with; the other subcommands use the first.
+    #[arg(long)]
+    keys_file: Option<std::path::PathBuf>,
     /// The job kind to submit (its params schema must accept `{"prompt": string}`).
     #[arg(long, default_value = "bench.chat")]
     kind: String,
@@ -65,6 +76,34 @@ struct Target {
     /// onejob's pid: its peak VmRSS during the measured phases is reported.
     #[arg(long)]
     pid: Option<u32>,
+}
+
+impl Target {
+    /// The `Authorization` values: one per key of `--keys-file`, else `--key`'s.
+    fn bearers(&self) -> Result<Vec<String>, String> {
+        let keys: Vec<String> = match &self.keys_file {
+            Some(path) => std::fs::read_to_string(path)
+                .map_err(|e| format!("--keys-file {}: {e}", path.display()))?
+                .lines()
+                .map(str::trim)
+                .filter(|line| !line.is_empty())
+                .map(str::to_owned)
+                .collect(),
+            None => vec![self.key.clone()],
+        };
+        if keys.is_empty() || keys.iter().any(String::is_empty) {
+            return Err("no API key: give --key or a non-empty --keys-file".into());
+        }
+        Ok(keys
+            .into_iter()
+            .map(|key| format!("Bearer {key}"))
+            .collect())
+    }
+
+    /// The first `Authorization` value.
+    fn bearer(&self) -> Result<String, String> {
+        Ok(self.bearers()?.swap_remove(0))
+    }
 }
 
 #[derive(Subcommand)]
@@ -292,14 +331,14 @@ async fn run_phases(
     let counters: Arc<Vec<AtomicUsize>> =
         Arc::new(specs.iter().map(|_| AtomicUsize::new(0)).collect());
     let barrier = Arc::new(Barrier::new(clients + 1));
-    let bearer = Arc::new(format!("Bearer {}", target.key));
+    let bearers = Arc::new(target.bearers()?);
     let mut tasks = Vec::new();
     for _ in 0..clients {
-        let (specs, counters, barrier, bearer) = (
+        let (specs, counters, barrier, bearers) = (
             specs.clone(),
             counters.clone(),
             barrier.clone(),
-            bearer.clone(),
+            bearers.clone(),
         );
         let (addr, kind) = (target.addr, target.kind.clone());
         tasks.push(tokio::spawn(async move {
@@ -327,13 +366,14 @@ async fn run_phases(
                     }
                     let key = format!("{}-{i}", spec.prefix);
                     let prompt = format!("bench {key}");
+                    let bearer = &bearers[i % bearers.len()];
                     let sent = Instant::now();
                     let answer = match &spec.call {
-                        Call::Submit => submit(&mut conn, &bearer, &kind, &key, &prompt).await,
-                        Call::Chat(model) => chat(&mut conn, &bearer, model, &key, &prompt).await,
+                        Call::Submit => submit(&mut conn, bearer, &kind, &key, &prompt).await,
+                        Call::Chat(model) => chat(&mut conn, bearer, model, &key, &prompt).await,
                         Call::Direct(_) => {
                             let direct = direct.as_mut().expect("opened for this phase");
-                            chat(direct, &bearer, "bench", &key, &prompt).await
+                            chat(direct, bearer, "bench", &key, &prompt).await
                         }
                     };
                     match answer {
@@ -634,7 +674,7 @@ async fn dispatch(
     serve_sink(sink_addr, sink.clone()).await?;
     wait_ready(target.addr, Duration::from_secs(60)).await?;
     let mut conn = Conn::open(target.addr).await.map_err(|e| e.to_string())?;
-    let bearer = format!("Bearer {}", target.key);
+    let bearer = target.bearer()?;
     let interval = Duration::from_secs_f64(1.0 / rate);
     let total = warmup + jobs;
     let mut answered: HashMap<u64, (Instant, Instant)> = HashMap::new();
@@ -831,7 +871,7 @@ async fn hold(
     let mut post_statuses: BTreeMap<String, u64> = BTreeMap::new();
     let mut rss_after_post = None;
     if post {
-        let bearer = Arc::new(format!("Bearer {}", target.key));
+        let bearer = Arc::new(target.bearer()?);
         let mut tasks = Vec::new();
         for (i, mut conn) in held.drain(..).enumerate() {
             let (bearer, kind, prefix) =

@@ -193,3 +193,78 @@ async fn the_hot_path_of_one_job_runs_on_one_shard() {
         "a scan of every shard ran: {across:?}"
     );
 }
+
+/// The plan of `explain` (an `EXPLAIN`), one line of it a line.
+async fn lookup_plan(conn: &mut PgConnection, explain: &'static str) -> String {
+    let lines: Vec<String> = sqlx::query_scalar(explain).fetch_all(conn).await.unwrap();
+    lines.join("\n")
+}
+
+/// The shards' statistics, which are what plans the statements on Citus (each worker node
+/// plans its shard's statement when it runs): on a shard that holds 20,000 jobs of one
+/// owner and was never analyzed, a key lookup goes through the owner's index and reads
+/// every job of the owner (checked first, so that this test shows the hazard is there); the
+/// store's statistics watch, poked by intake, reads the shards' statistics (the
+/// coordinator's table is an empty shell) and has `jobs` analyzed on the coordinator, which
+/// passes it on to every shard; the lookup then goes through the key's unique index.
+/// Autovacuum is off for the job tables, so that only onejob analyzes them meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_statistics_watch_has_the_shards_analyzed() {
+    const LOOKUP: &str = "EXPLAIN SELECT id FROM jobs WHERE tenant = 'acme' \
+         AND user_id = 'alice' AND environment = 'default' AND key_hash = sha256('7'::bytea)";
+    let db = TestDatabase::create(Backend::Citus).await;
+    let mut conn = PgConnection::connect(&db.url).await.unwrap();
+    for table in ["jobs", "attempts", "job_events"] {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "ALTER TABLE {table} SET (autovacuum_enabled = false)"
+        )))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    }
+    sqlx::query(
+        "INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params) \
+         SELECT gen_random_uuid(), 'acme', 'alice', sha256(i::text::bytea), 'chat', \
+                sha256(i::text::bytea), '{}'::jsonb \
+         FROM generate_series(1, 20000) AS i",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let before = lookup_plan(&mut conn, LOOKUP).await;
+    assert!(
+        before.contains("jobs_owner_recent"),
+        "on a shard never analyzed the lookup was expected to use the owner's index:\n{before}"
+    );
+
+    let store = db.open_store().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    for n in 0.. {
+        let believed: f64 = sqlx::query_scalar(
+            "SELECT coalesce(sum(greatest(result::float8, 0)), 0)::float8 \
+             FROM run_command_on_shards('jobs', \
+             $$SELECT reltuples FROM pg_class WHERE oid = '%s'::regclass$$)",
+        )
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        if believed >= 20_000.0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the shards of jobs were not analyzed within 90 s of submissions (their \
+             statistics count {believed} rows)"
+        );
+        store
+            .create_or_replay(new_job(&format!("next-{n}"), "p"))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let after = lookup_plan(&mut conn, LOOKUP).await;
+    assert!(
+        after.contains("jobs_one_per_key") && !after.contains("jobs_owner_recent"),
+        "once the shards are analyzed the lookup was expected to use the key's index:\n{after}"
+    );
+}

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use futures::FutureExt;
 use sqlx::{Executor, PgConnection, PgPool, types::Json};
 
-use super::{PgStore, relaxed::Relaxed};
+use super::{PgStore, relaxed::Relaxed, statistics::Watch};
 use crate::store::{
     AttemptRecord, AttemptStart, FirstAttempts, Intake, JobRecord, NewEvent, NewJob, Pruned,
     StartOutcome, StoreError, Transitions,
@@ -155,6 +155,7 @@ pub(super) async fn start_first(
     store: &PgStore,
     batch: &FirstAttempts,
 ) -> Result<Vec<(JobRecord, AttemptRecord)>, StoreError> {
+    store.statistics.poke();
     let kinds: Vec<Option<&str>> = batch.kinds.iter().map(|k| Some(k.kind.as_str())).collect();
     let due = read_all(store, DUE_FIRST, args![batch.limit, &kinds[..]]).await?;
     let mut started = Vec::with_capacity(due.len());
@@ -202,18 +203,21 @@ const WRITERS: usize = 2;
 /// The intake batcher on Citus ([`crate::store::Store::create_or_replay`]): each batch is
 /// written as one transaction per tenant among its submissions, each on the tenant's shard;
 /// a created job wakes the workers of every node; the tenants of the jobs written are
-/// noted in `tenants`, for the statements about them that carry only their id.
+/// noted in `tenants`, for the statements about them that carry only their id; each batch
+/// pokes the statistics `watch` (of the shards: [`super::statistics`]).
 pub(super) fn intake_batcher(
     pool: &PgPool,
     bound: &Bound,
     relaxed: Relaxed,
     tenants: Arc<Tenants>,
+    watch: Watch,
 ) -> Batcher<NewJob, Intake> {
     let (pool, bound) = (pool.clone(), bound.clone());
     let write: WriteBatch<NewJob, Intake> = Arc::new(move |jobs| {
         let (pool, bound, relaxed) = (pool.clone(), bound.clone(), relaxed.clone());
-        let tenants = tenants.clone();
+        let (tenants, watch) = (tenants.clone(), watch.clone());
         async move {
+            watch.poke();
             let results = write_batch(&pool, &bound, jobs).await;
             for result in &results {
                 if let Ok(Intake::Created(job) | Intake::Replayed(job)) = result {

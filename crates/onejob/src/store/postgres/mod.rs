@@ -133,7 +133,7 @@ impl PgStore {
             wake.sender(),
             citus,
         );
-        let statistics = statistics::Watch::new(pool.clone(), bound.clone());
+        let statistics = statistics::Watch::new(pool.clone(), bound.clone()).on_citus(citus);
         Self {
             services: Arc::new(Services::start(
                 pool.clone(),
@@ -143,7 +143,13 @@ impl PgStore {
             )),
             wake,
             intake: Arc::new(if citus {
-                citus::intake_batcher(&pool, &bound, relaxed.clone(), tenants.clone())
+                citus::intake_batcher(
+                    &pool,
+                    &bound,
+                    relaxed.clone(),
+                    tenants.clone(),
+                    statistics.clone(),
+                )
             } else {
                 intake::intake_batcher(
                     &pool,
