@@ -4,14 +4,35 @@
 //! requires for it to hold per shard). The behaviour on Citus is the rest of the suite's
 //! `citus` runs.
 
-use std::time::Duration;
+use std::{collections::HashSet, sync::Arc, time::Duration};
 
-use onejob::store::{Acknowledged, Completion, Intake, Resolution};
-use onejob_domain::{AttemptState, EventKind, JobState};
+use futures::future::join_all;
+use onejob::store::{
+    Acknowledged, Completion, FirstAttempts, FirstStart, Intake, Resolution, Store,
+    postgres::{PgStore, citus},
+};
+use onejob_domain::{AttemptState, EventKind, JobState, Principal};
 use serde_json::json;
 use sqlx::{Connection, PgConnection};
+use uuid::Uuid;
 
-use crate::support::{Backend, TestDatabase, alice, citus, new_job, start_for, started};
+use crate::support::{
+    Backend, TestDatabase, alice, citus, new_job, new_job_of, start_for, started,
+};
+
+/// A batch of up to `limit` first attempts of `chat.completion` jobs on provider `a`.
+fn first_batch(limit: u32) -> FirstAttempts {
+    FirstAttempts {
+        limit,
+        worker: "citus-worker".into(),
+        lease: Duration::from_secs(30),
+        kinds: vec![FirstStart {
+            kind: "chat.completion".into(),
+            provider: "a".into(),
+            timeout: Duration::from_secs(60),
+        }],
+    }
+}
 
 /// The job tables are hash-distributed by `tenant` in one colocation group, their shards on
 /// both workers; the global tables are reference tables; a second `migrate` changes nothing.
@@ -184,6 +205,37 @@ async fn the_hot_path_of_one_job_runs_on_one_shard() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // A batch of first attempts, as a worker starts them on Citus: the tenant's share in one
+    // transaction on its shard (the read of which tenants have due jobs, across the shards,
+    // is the batch's one statement that is not routed, and takes no lock).
+    let queued = match store
+        .create_or_replay(new_job("hot-batch", "hot"))
+        .await
+        .unwrap()
+    {
+        Intake::Created(job) => job,
+        other => panic!("{other:?}"),
+    };
+    let pg = PgStore::connect(&db.url, &Default::default())
+        .await
+        .unwrap();
+    let first = citus::start_first_of_tenant(&pg, &owner.tenant, &first_batch(10))
+        .await
+        .unwrap();
+    assert_eq!(first.len(), 1, "{first:?}");
+    let (job, attempt) = &first[0];
+    assert_eq!(
+        (job.id, job.state, job.attempts),
+        (queued.id, JobState::Running, 1)
+    );
+    assert_eq!((attempt.job_id, attempt.number), (queued.id, 1));
+    let events = store
+        .events(&owner, queued.id, None, 10)
+        .await
+        .unwrap()
+        .unwrap();
+    let kinds: Vec<EventKind> = events.iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, [EventKind::Created, EventKind::AttemptStarted]);
     // The setting refuses a statement across shards.
     let across = store.due_jobs(10).await;
     assert!(
@@ -267,4 +319,88 @@ async fn the_statistics_watch_has_the_shards_analyzed() {
         after.contains("jobs_one_per_key") && !after.contains("jobs_owner_recent"),
         "once the shards are analyzed the lookup was expected to use the key's index:\n{after}"
     );
+}
+
+/// Two onejob nodes, three starters each, start first attempts side by side on Citus until
+/// no job is left new: 240 jobs of 24 tenants (spread over both workers), every one started
+/// exactly once (one attempt, numbered 1, one `attempt_started`), by exactly one starter,
+/// and every starter's call answered without an error: the tenants' transactions of two
+/// starters skip each other's locked jobs instead of colliding on them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_first_starts_start_every_job_once() {
+    const TENANTS: usize = 24;
+    const PER_TENANT: usize = 10;
+    let db = TestDatabase::create(Backend::Citus).await;
+    let nodes: [Arc<dyn Store>; 2] = [db.open_store().await, db.open_store().await];
+    let submissions = (0..TENANTS * PER_TENANT).map(|i| {
+        let store = nodes[i % 2].clone();
+        async move {
+            let owner = Principal::new(format!("tenant-{}", i % TENANTS), "user");
+            let job = new_job_of(owner, "chat.completion", &format!("job-{i}"), "p");
+            match store.create_or_replay(job).await.unwrap() {
+                Intake::Created(job) => job.id,
+                other => panic!("{other:?}"),
+            }
+        }
+    });
+    let mut jobs: Vec<Uuid> = join_all(submissions).await;
+    jobs.sort();
+    let starters = (0..6).map(|n| {
+        let store = nodes[n % 2].clone();
+        let db_url = db.url.clone();
+        tokio::spawn(async move {
+            let mut conn = PgConnection::connect(&db_url).await.unwrap();
+            let mut mine = Vec::new();
+            for _ in 0..1000 {
+                let started = store
+                    .start_first_attempts(&first_batch(16))
+                    .await
+                    .expect("a batch of first starts");
+                mine.extend(
+                    started
+                        .into_iter()
+                        .map(|(job, attempt)| (job.id, attempt.id)),
+                );
+                let left: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE attempts = 0")
+                    .fetch_one(&mut conn)
+                    .await
+                    .unwrap();
+                if left == 0 {
+                    break;
+                }
+            }
+            mine
+        })
+    });
+    let mut started: Vec<(Uuid, Uuid)> = join_all(starters)
+        .await
+        .into_iter()
+        .flat_map(|r| r.unwrap())
+        .collect();
+    started.sort();
+    let ids: Vec<Uuid> = started.iter().map(|(job, _)| *job).collect();
+    assert_eq!(ids, jobs, "every job started once, by one starter");
+    let attempts: HashSet<Uuid> = started.iter().map(|(_, attempt)| *attempt).collect();
+    assert_eq!(attempts.len(), jobs.len());
+    let total = (TENANTS * PER_TENANT) as i64;
+    assert_eq!(db.scalar("SELECT count(*) FROM attempts").await, total);
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM attempts WHERE number = 1 AND state = 'starting'")
+            .await,
+        total
+    );
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM jobs WHERE state = 'running' AND attempts = 1")
+            .await,
+        total
+    );
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM job_events WHERE kind = 'attempt_started'")
+            .await,
+        total
+    );
+    let tenants = db
+        .scalar("SELECT count(DISTINCT tenant) FROM attempts")
+        .await;
+    assert_eq!(tenants, TENANTS as i64);
 }

@@ -12,8 +12,10 @@
 //!   constraint that arbitrates an invariant holds per shard as it did on one server.
 //! * **Work that spans tenants** never takes row locks across shards (Citus refuses a
 //!   multi-shard `FOR UPDATE`): the statements that claim work (first attempts, unknown
-//!   attempts, heartbeats, retention) run once per tenant, each on one shard; group commits
-//!   of acknowledgements and completions are one transaction per tenant (`grouped.rs`).
+//!   attempts, heartbeats, retention) run once per tenant, each on one shard; a batch of
+//!   first attempts is one transaction per tenant, a few tenants at once
+//!   ([`start_first_of_tenant`]); group commits of acknowledgements and completions are one
+//!   transaction per tenant (`grouped.rs`).
 //! * **Intake** group-commits per tenant: the submissions of one tenant in a batch share a
 //!   transaction on the tenant's shard, a statement each (the insert that does nothing on
 //!   conflict, the read-back by key, the event); the one batch statement of a single
@@ -24,14 +26,14 @@
 
 use std::sync::Arc;
 
-use futures::FutureExt;
+use futures::{FutureExt, StreamExt};
 use sqlx::{Executor, PgConnection, PgPool, types::Json};
+use uuid::Uuid;
 
 use super::{PgStore, relaxed::Relaxed, statistics::Watch};
 use crate::store::{
-    AttemptRecord, AttemptStart, FirstAttempts, Intake, JobRecord, NewEvent, NewJob, Pruned,
-    StartOutcome, StoreError, Transitions,
-    backend::{Dialect, Tx, read_all, read_optional},
+    AttemptRecord, FirstAttempts, Intake, JobRecord, NewEvent, NewJob, Pruned, StoreError,
+    backend::{Dialect, Tx, read_all},
     batch::{Batcher, WriteBatch},
     bound::Bound,
     rows,
@@ -140,17 +142,66 @@ async fn is_distributed(connection: &mut PgConnection, table: &str) -> Result<bo
     .await?)
 }
 
-/// The due jobs that never had an attempt, read without a lock across the shards: `$1`
-/// limit, `$2` the kinds → `id, tenant, kind`. Each is then started alone, on its shard, by the
-/// same guarded start as any attempt (`FOR UPDATE SKIP LOCKED` of that one job, the
-/// conditions checked again on the locked row).
-pub(super) const DUE_FIRST: &str = "SELECT id, tenant, kind FROM jobs WHERE dispatch_at <= now() \
+/// The tenants of the due jobs that never had an attempt, read without a lock across the
+/// shards, a row per job, oldest first: `$1` limit, `$2` the kinds → `tenant`. Each tenant's
+/// share is then started on its shard ([`start_first_of_tenant`]).
+pub(super) const DUE_FIRST: &str = "SELECT tenant FROM jobs WHERE dispatch_at <= now() \
      AND state = 'pending' AND attempts = 0 AND kind = ANY($2) ORDER BY dispatch_at LIMIT $1";
 
-/// Starts a batch of first attempts on Citus: the due new jobs read across the shards
-/// ([`DUE_FIRST`]), then each one started alone on its shard by the guarded start every
-/// attempt goes through ([`Transitions::start_attempt`]); a job another starter took
-/// meanwhile (held, or no longer new) is left to it.
+/// One tenant's first starts, step 1 of 3 (router: every table named with `tenant = $1`):
+/// locks up to `$3` of the tenant's due jobs that never had an attempt, of the kinds `$2`,
+/// skipping those another transaction holds, the conditions checked again on the locked row;
+/// makes them `running` (as the single start's `mark_job_started`) → the jobs as started.
+///
+/// The single PostgreSQL's one-statement batch (`first.rs`) cannot be routed: Citus plans an
+/// `INSERT … SELECT` inside a `WITH` apart from the rest (each part a subplan, its rows
+/// pulled through the coordinator), so the attempts and events are the next two statements
+/// of the same transaction.
+const START_JOBS: &str = concat!(
+    "WITH due AS (SELECT id AS due_id FROM jobs WHERE tenant = $1 AND dispatch_at <= now() \
+       AND state = 'pending' AND attempts = 0 AND kind = ANY($2) \
+       ORDER BY dispatch_at LIMIT $3 FOR UPDATE SKIP LOCKED) \
+     UPDATE jobs SET state = 'running', attempts = attempts + 1, version = version + 1, \
+       dispatch_at = NULL, updated_at = now() \
+     FROM due WHERE tenant = $1 AND id = due_id RETURNING ",
+    job_columns!()
+);
+
+/// Step 2 of 3: the attempts, numbered 1, of the jobs started in step 1 (`$3`), each with
+/// its id from `$2` (same order) and its kind's provider and timeout (`$5`, `$6` for the
+/// kinds `$4`), `$7` the worker, `$8` the lease (seconds) → the attempts. Read from the
+/// jobs' own shard and inserted into the colocated one (Citus pushes the whole statement
+/// down to that shard); the table's alias keeps Citus's deparsed `RETURNING` valid.
+const START_ATTEMPTS: &str = concat!(
+    "INSERT INTO attempts AS a (id, job_id, number, provider, state, hedge, worker, \
+       lease_expires_at, deadline_at, upstream_key, tenant) \
+     SELECT $2[array_position($3, j.id)], j.id, 1, $5[array_position($4, j.kind)], \
+       'starting', false, $7, now() + make_interval(secs => $8), \
+       now() + make_interval(secs => $6[array_position($4, j.kind)]), 'onejob:' || j.id, \
+       j.tenant \
+     FROM jobs j WHERE j.tenant = $1 AND j.id = ANY($3) RETURNING ",
+    "a.id, a.job_id, a.number, a.provider, a.state, a.hedge, a.task_id, a.worker, \
+     a.lease_expires_at, a.deadline_at, a.started_at, a.acknowledged_at, a.finished_at, \
+     a.unknown_since, a.upstream_key, a.key_spent, a.error, a.reconcile_checks"
+);
+
+/// Step 3 of 3: each attempt's `attempt_started` event: `$1` the tenant, `$2` the jobs,
+/// `$3` their attempts, `$4` their providers. Its rows are made on the coordinator (which
+/// draws the events' ids from its sequence, as for every event) and sent to the tenant's
+/// shard alone.
+const START_EVENTS: &str = "INSERT INTO job_events (job_id, attempt_id, kind, detail, tenant) \
+     SELECT u.job_id, u.attempt_id, 'attempt_started', \
+       jsonb_build_object('number', 1, 'provider', u.provider, 'hedge', false), $1 \
+     FROM unnest($2::uuid[], $3::uuid[], $4::text[]) AS u (job_id, attempt_id, provider)";
+
+/// How many tenants' first starts run at once (each a transaction on its own connection).
+const TENANTS_AT_ONCE: usize = 4;
+
+/// Starts a batch of first attempts on Citus, shard by shard: the due new jobs' tenants are
+/// read across the shards ([`DUE_FIRST`]), then each tenant's share is started in one
+/// transaction on its shard ([`start_first_of_tenant`]), [`TENANTS_AT_ONCE`] tenants at a
+/// time. A tenant whose transaction fails (its worker node down, say) costs only its own
+/// jobs: the others' starts are returned, and the error only when no tenant's went through.
 pub(super) async fn start_first(
     store: &PgStore,
     batch: &FirstAttempts,
@@ -158,32 +209,126 @@ pub(super) async fn start_first(
     store.statistics.poke();
     let kinds: Vec<Option<&str>> = batch.kinds.iter().map(|k| Some(k.kind.as_str())).collect();
     let due = read_all(store, DUE_FIRST, args![batch.limit, &kinds[..]]).await?;
-    let mut started = Vec::with_capacity(due.len());
+    // Each tenant with how many of its jobs were due, oldest first.
+    let mut shares: Vec<(String, u32)> = Vec::new();
     for row in &due {
-        let job_id = PgStore::uuid(row, "id")?;
         let tenant = PgStore::text(row, "tenant")?;
-        let kind = PgStore::text(row, "kind")?;
-        let Some(first) = batch.kinds.iter().find(|k| k.kind == kind) else {
-            continue;
-        };
-        let start = AttemptStart {
-            job_id,
-            expected_attempts: 0,
-            provider: first.provider.clone(),
-            hedge: false,
-            worker: batch.worker.clone(),
-            lease: batch.lease,
-            timeout: first.timeout,
-            max_attempts: 1,
-            upstream_key: format!("onejob:{job_id}"),
-        };
-        let StartOutcome::Started(attempt) = store.start_attempt(&start).await? else {
-            continue;
-        };
-        let job = read_optional(store, PgStore::SQL.job_in_tenant, args![job_id, &tenant])
-            .await?
-            .ok_or_else(|| StoreError::Corrupt(format!("no job {job_id}")))?;
-        started.push((rows::job::<PgStore>(&job)?, *attempt));
+        match shares.iter_mut().find(|(t, _)| *t == tenant) {
+            Some((_, count)) => *count += 1,
+            None => shares.push((tenant, 1)),
+        }
+    }
+    let outcomes: Vec<_> = futures::stream::iter(shares)
+        .map(|(tenant, count)| async move {
+            let share = FirstAttempts {
+                limit: count,
+                ..batch.clone()
+            };
+            let started = start_first_of_tenant(store, &tenant, &share).await;
+            (tenant, started)
+        })
+        .buffered(TENANTS_AT_ONCE)
+        .collect()
+        .await;
+    let mut started = Vec::with_capacity(due.len());
+    let mut failed = None;
+    let tenants = outcomes.len();
+    for (tenant, outcome) in outcomes {
+        match outcome {
+            Ok(jobs) => started.extend(jobs),
+            Err(error) => {
+                tracing::warn!(%tenant, error = %error, "starting a tenant's first attempts failed");
+                failed.get_or_insert(error);
+            }
+        }
+    }
+    match failed {
+        Some(error) if started.is_empty() && tenants > 0 => Err(error),
+        _ => Ok(started),
+    }
+}
+
+/// Starts up to `batch.limit` first attempts of `tenant`'s due new jobs in one transaction
+/// on the tenant's shard, every statement routed to that shard alone ([`START_JOBS`],
+/// [`START_ATTEMPTS`], [`START_EVENTS`]), under the single start's guard: each job's row lock
+/// (skipped when another transaction holds it), the conditions checked again on the locked
+/// row, the attempt's unique indexes. Returns each job as started, with its attempt.
+/// (Public for the test that shows it runs on one shard.)
+pub async fn start_first_of_tenant(
+    store: &PgStore,
+    tenant: &str,
+    batch: &FirstAttempts,
+) -> Result<Vec<(JobRecord, AttemptRecord)>, StoreError> {
+    if batch.limit == 0 || batch.kinds.is_empty() {
+        return Ok(Vec::new());
+    }
+    let kinds: Vec<&str> = batch.kinds.iter().map(|k| k.kind.as_str()).collect();
+    let providers: Vec<&str> = batch.kinds.iter().map(|k| k.provider.as_str()).collect();
+    let timeouts: Vec<f64> = batch
+        .kinds
+        .iter()
+        .map(|k| k.timeout.as_secs_f64())
+        .collect();
+    let mut tx = Tx::<PgStore>::begin(&store.pool, &store.bound).await?;
+    let started = tx
+        .run(async |connection| {
+            let jobs = sqlx::query(START_JOBS)
+                .bind(tenant)
+                .bind(&kinds)
+                .bind(i64::from(batch.limit))
+                .fetch_all(&mut *connection)
+                .await?;
+            if jobs.is_empty() {
+                return Ok(Vec::new());
+            }
+            let jobs = rows::all::<PgStore, _>(&jobs, rows::job::<PgStore>)?;
+            let job_ids: Vec<Uuid> = jobs.iter().map(|job| job.id).collect();
+            let attempt_ids: Vec<Uuid> = jobs.iter().map(|_| Uuid::now_v7()).collect();
+            let attempts = sqlx::query(START_ATTEMPTS)
+                .bind(tenant)
+                .bind(&attempt_ids)
+                .bind(&job_ids)
+                .bind(&kinds)
+                .bind(&providers)
+                .bind(&timeouts)
+                .bind(&batch.worker)
+                .bind(batch.lease.as_secs_f64())
+                .fetch_all(&mut *connection)
+                .await?;
+            let mut attempts = rows::all::<PgStore, _>(&attempts, rows::attempt::<PgStore>)?;
+            if attempts.len() != jobs.len() {
+                return Err(StoreError::Corrupt(format!(
+                    "{} first attempts inserted for {} jobs started",
+                    attempts.len(),
+                    jobs.len()
+                )));
+            }
+            let events: (Vec<Uuid>, Vec<Uuid>, Vec<&str>) = attempts
+                .iter()
+                .map(|a| (a.job_id, a.id, a.provider.as_str()))
+                .collect();
+            sqlx::query(START_EVENTS)
+                .bind(tenant)
+                .bind(&events.0)
+                .bind(&events.1)
+                .bind(&events.2)
+                .execute(&mut *connection)
+                .await?;
+            jobs.into_iter()
+                .map(|job| {
+                    let at = attempts
+                        .iter()
+                        .position(|a| a.job_id == job.id)
+                        .ok_or_else(|| StoreError::Corrupt(format!("no attempt of {}", job.id)))?;
+                    Ok((job, attempts.swap_remove(at)))
+                })
+                .collect::<Result<Vec<_>, StoreError>>()
+        })
+        .await?;
+    tx.commit().await?;
+    for (job, attempt) in &started {
+        store.tenants.note(job.id, tenant);
+        store.tenants.note(attempt.id, tenant);
     }
     Ok(started)
 }
