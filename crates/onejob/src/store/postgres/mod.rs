@@ -46,6 +46,34 @@ const PROBE_WITHIN: Duration = Duration::from_secs(2);
 /// cannot commit, without probing.
 const STALLED_RECENTLY: Duration = Duration::from_secs(3);
 
+/// The variant of the PostgreSQL dialect a store speaks, found when it connects
+/// ([`PgStore::connect`]). Every choice the PostgreSQL store makes differently on Citus (the
+/// schema's distribution, intake, first starts, group commits, retention, the relaxed
+/// writer's events, the statistics watch, wake-ups) is made on this one value, with a
+/// `match` wherever the two differ in what runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Variant {
+    /// One PostgreSQL server (a primary, with standbys or not): work that spans tenants runs
+    /// as one statement, and the dispatch trigger's `NOTIFY` reaches every node.
+    Single,
+    /// A Citus coordinator ([`citus`]): the job tables distributed by tenant, work that spans
+    /// tenants runs shard by shard, and the store sends the wake-ups itself.
+    Citus,
+}
+
+impl Variant {
+    /// The variant of a database that has the `citus` extension, or has not.
+    fn with_citus(installed: bool) -> Self {
+        if installed { Self::Citus } else { Self::Single }
+    }
+
+    /// Whether this is Citus: for the settings that are a plain switch (one transaction per
+    /// tenant in group commits, the shards' statistics).
+    pub(crate) fn is_citus(self) -> bool {
+        self == Self::Citus
+    }
+}
+
 /// A [`Store`] on PostgreSQL.
 #[derive(Debug, Clone)]
 pub struct PgStore {
@@ -67,9 +95,9 @@ pub struct PgStore {
     /// The TLS tunnel to a single host whose certificate rustls cannot read, if it needs
     /// one ([`connections`]; with several hosts, [`Hosts`] keeps theirs). Held, not read.
     _tunnel: Option<Arc<connections::Tunnel>>,
-    /// The database has the `citus` extension: work spanning tenants runs tenant by tenant
-    /// ([`citus`]).
-    citus: bool,
+    /// One PostgreSQL, or a Citus coordinator (work spanning tenants then runs tenant by
+    /// tenant: [`citus`]).
+    variant: Variant,
     /// The tenants of the jobs and attempts this store created or started lately (used on
     /// Citus, where they keep a job's statements on its shard).
     tenants: Arc<Tenants>,
@@ -95,7 +123,7 @@ impl PgStore {
         } = connected;
         Ok(Self {
             _tunnel: tunnel,
-            ..Self::following(pool, hosts, options, bound, citus)
+            ..Self::following(pool, hosts, options, bound, Variant::with_citus(citus))
         })
     }
 
@@ -109,20 +137,21 @@ impl PgStore {
             None,
             &StoreOptions::default(),
             Bound::within(WRITE_TIMEOUT),
-            false,
+            Variant::Single,
         )
     }
 
     /// Wraps `pool`, whose side pools follow `hosts` when given, every statement and commit
-    /// bounded by `bound`; `citus` when the database has the extension.
+    /// bounded by `bound`, speaking `variant`.
     fn following(
         pool: PgPool,
         hosts: Option<Arc<Hosts>>,
         options: &StoreOptions,
         bound: Bound,
-        citus: bool,
+        variant: Variant,
     ) -> Self {
-        let writer = Writer::<Self>::new(pool.clone(), bound.clone(), None).per_tenant(citus);
+        let writer =
+            Writer::<Self>::new(pool.clone(), bound.clone(), None).per_tenant(variant.is_citus());
         let tenants = Arc::new(Tenants::default());
         let wake = wake::Wake::new(pool.clone(), hosts.as_ref().map(|h| h.moved()));
         let relaxed = relaxed::Relaxed::spawn(
@@ -131,9 +160,10 @@ impl PgStore {
             &bound,
             wake.signal(),
             wake.sender(),
-            citus,
+            variant,
         );
-        let statistics = statistics::Watch::new(pool.clone(), bound.clone()).on_citus(citus);
+        let statistics =
+            statistics::Watch::new(pool.clone(), bound.clone()).on_citus(variant.is_citus());
         Self {
             services: Arc::new(Services::start(
                 pool.clone(),
@@ -142,22 +172,21 @@ impl PgStore {
                 options.finished_after,
             )),
             wake,
-            intake: Arc::new(if citus {
-                citus::intake_batcher(
+            intake: Arc::new(match variant {
+                Variant::Citus => citus::intake_batcher(
                     &pool,
                     &bound,
                     relaxed.clone(),
                     tenants.clone(),
                     statistics.clone(),
-                )
-            } else {
-                intake::intake_batcher(
+                ),
+                Variant::Single => intake::intake_batcher(
                     &pool,
                     hosts.as_ref(),
                     &bound,
                     relaxed.clone(),
                     statistics.clone(),
-                )
+                ),
             }),
             statistics,
             relaxed,
@@ -165,7 +194,7 @@ impl PgStore {
             pool,
             _hosts: hosts,
             _tunnel: None,
-            citus,
+            variant,
             tenants,
         }
     }
@@ -177,7 +206,7 @@ impl PgStore {
 
     /// Whether the database is a Citus cluster's coordinator ([`citus`]).
     pub fn is_citus(&self) -> bool {
-        self.citus
+        self.variant.is_citus()
     }
 }
 
@@ -198,11 +227,14 @@ async fn warn_without_autovacuum(connection: &mut PgConnection) {
 
 impl Backend for PgStore {
     fn distributed(&self) -> bool {
-        self.citus
+        self.variant.is_citus()
     }
 
     fn tenants(&self) -> Option<&Tenants> {
-        self.citus.then_some(&*self.tenants)
+        match self.variant {
+            Variant::Citus => Some(&*self.tenants),
+            Variant::Single => None,
+        }
     }
 
     fn readers(&self) -> &PgPool {
@@ -259,8 +291,9 @@ impl Backend for PgStore {
     fn dispatch_changed(&self) {
         // The jobs table's trigger notifies every node's LISTEN when dispatch_at is set; on
         // Citus it fires on the worker node holding the shard, so the store notifies.
-        if self.citus {
-            self.relaxed.wake_workers();
+        match self.variant {
+            Variant::Citus => self.relaxed.wake_workers(),
+            Variant::Single => {}
         }
     }
 
@@ -273,10 +306,10 @@ impl Backend for PgStore {
             .run(&self.pool)
             .await?;
         online::widen_key_scope(&self.pool).await?;
-        if self.citus {
-            citus::distribute(&self.pool).await?;
+        match self.variant {
+            Variant::Citus => citus::distribute(&self.pool).await,
+            Variant::Single => Ok(()),
         }
-        Ok(())
     }
 
     async fn intake(&self, job: NewJob) -> Result<Intake, StoreError> {
@@ -287,7 +320,7 @@ impl Backend for PgStore {
         &self,
         batch: &FirstAttempts,
     ) -> Result<Vec<(JobRecord, AttemptRecord)>, StoreError> {
-        if self.citus {
+        if self.variant == Variant::Citus {
             return citus::start_first(self, batch).await;
         }
         self.statistics.poke();

@@ -33,7 +33,7 @@ use sqlx::{PgConnection, PgPool};
 use tokio::sync::mpsc;
 
 use super::{
-    DISPATCH_CHANNEL,
+    DISPATCH_CHANNEL, Variant,
     connections::{
         Hosts,
         held::{HeldConnection, Spare},
@@ -67,14 +67,15 @@ impl Relaxed {
     /// Starts the writers on a relaxed copy of `pool`'s connection settings (connections
     /// open on first use), following `hosts` if given, each write bounded by `bound`;
     /// `local` wakes this process's workers, and the notifications for the others carry
-    /// `sender`; on `citus`, events are written one statement each (on its job's shard).
+    /// `sender`; on Citus (`variant`), events are written one statement each (on its job's
+    /// shard).
     pub(super) fn spawn(
         pool: &PgPool,
         hosts: Option<&Arc<Hosts>>,
         bound: &Bound,
         local: WorkSignal,
         sender: Arc<str>,
-        citus: bool,
+        variant: Variant,
     ) -> Self {
         let relaxed = side_pool(
             tcp::pool_options(),
@@ -94,11 +95,10 @@ impl Relaxed {
             async move {
                 let written = held
                     .run(async |connection| {
-                        if citus {
-                            Ok(super::citus::write_events(connection, &events).await)
-                        } else {
-                            Ok(write_events(connection, &events).await)
-                        }
+                        Ok(match variant {
+                            Variant::Citus => super::citus::write_events(connection, &events).await,
+                            Variant::Single => write_events(connection, &events).await,
+                        })
                     })
                     .await;
                 spare.put(held);
@@ -209,7 +209,7 @@ mod tests {
             &bound,
             local.clone(),
             Arc::from("this store"),
-            false,
+            super::Variant::Single,
         );
         relaxed.wake_workers();
         assert_eq!(local.wait(Duration::from_secs(30)).await, Woken::NewJobs);

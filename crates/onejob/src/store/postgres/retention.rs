@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use sqlx::Row;
 
-use super::{PgStore, citus};
+use super::{PgStore, Variant, citus};
 use crate::store::{
     Pruned, Retention, StoreError,
     backend::{Backend, Tx},
@@ -43,7 +43,7 @@ impl Retention for PgStore {
                 ..Pruned::default()
             });
         }
-        if self.citus {
+        if self.variant == Variant::Citus {
             return prune_on_citus(self, tx, older_than, limit).await;
         }
         // One row per deleted job, its key (for the replay cache), with the batch's counts of
