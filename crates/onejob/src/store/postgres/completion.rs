@@ -110,10 +110,17 @@ pub(super) async fn complete_only_attempts(
 
 #[cfg(test)]
 mod tests {
-    use sqlx::{Executor, SqlSafeStr};
+    use serde_json::json;
+    use sqlx::{Executor, PgPool, SqlSafeStr};
+    use uuid::Uuid;
 
-    use super::COMPLETE_ONLY_ATTEMPTS;
-    use crate::store::postgres::fresh;
+    use super::{COMPLETE_ONLY_ATTEMPTS, complete_only_attempts};
+    use crate::store::{
+        bound::{Bound, WRITE_TIMEOUT},
+        grouped::Writer,
+        postgres::{PgStore, fresh},
+        transitions::OnlyAttempt,
+    };
 
     /// The statement parses, names real columns and gets its parameters' types on the
     /// migrated schema.
@@ -126,5 +133,106 @@ mod tests {
         {
             panic!("the completion does not prepare: {error}");
         }
+    }
+
+    /// Running jobs with `attempts` attempts each in `state`; their attempt ids.
+    async fn jobs(pool: &PgPool, state: &str, attempts: i32) -> Uuid {
+        let job = Uuid::now_v7();
+        sqlx::query(
+            "INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params, \
+             state, attempts, version, dispatch_at) VALUES ($1, 'acme', 'alice', \
+             sha256($1::text::bytea), 'chat', sha256('x'::bytea), '{}', 'running', $2, 1, NULL)",
+        )
+        .bind(job)
+        .bind(attempts)
+        .execute(pool)
+        .await
+        .unwrap();
+        let mut last = Uuid::nil();
+        for number in 1..=attempts {
+            last = Uuid::now_v7();
+            sqlx::query(
+                "INSERT INTO attempts (id, job_id, number, provider, state, hedge, worker, \
+                 lease_expires_at, deadline_at, upstream_key, tenant) VALUES ($1, $2, $3, 'p', \
+                 'running', false, 'w', now() + interval '1 minute', \
+                 now() + interval '1 minute', 'k' || $1::text, 'acme')",
+            )
+            .bind(last)
+            .bind(job)
+            .bind(number)
+            .execute(pool)
+            .await
+            .unwrap();
+        }
+        if state != "running" {
+            sqlx::query("UPDATE attempts SET state = $2, finished_at = now() WHERE id = $1")
+                .bind(last)
+                .bind(state)
+                .execute(pool)
+                .await
+                .unwrap();
+        }
+        last
+    }
+
+    /// Each guard of the statement, offer by offer in one statement: only the open only
+    /// attempt of an open job wins, once, with one event; an attempt already resolved, a
+    /// job with a second attempt and an attempt offered twice in the statement are left
+    /// untouched, for the general rule.
+    #[tokio::test]
+    async fn only_an_open_only_attempt_wins_and_the_rest_is_left_untouched() {
+        let (_, options) = fresh!("onejob_unit_only_attempts_guards").await;
+        let pool = PgPool::connect_with(options).await.unwrap();
+        let writer = Writer::<PgStore>::new(pool.clone(), Bound::within(WRITE_TIMEOUT), None);
+        let open = jobs(&pool, "running", 1).await;
+        let resolved = jobs(&pool, "failed", 1).await;
+        let second = jobs(&pool, "running", 2).await;
+        let twice = jobs(&pool, "running", 1).await;
+        let output = json!({"text": "x"});
+        let offer = |attempt_id| OnlyAttempt {
+            attempt_id,
+            output: &output,
+            actor: None,
+            detail: json!({}),
+        };
+        let offers = [
+            offer(open),
+            offer(resolved),
+            offer(second),
+            offer(twice),
+            offer(twice),
+        ];
+        let won = complete_only_attempts(&writer, &offers).await.unwrap();
+        assert_eq!(won, Some(vec![true, false, false, false, false]));
+        // Offered again: the winner is not written twice.
+        let again = complete_only_attempts(&writer, &offers[..1]).await.unwrap();
+        assert_eq!(again, Some(vec![false]));
+        let count = |sql: &'static str| {
+            let pool = pool.clone();
+            async move {
+                sqlx::query_scalar::<_, i64>(sql)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap()
+            }
+        };
+        assert_eq!(
+            count("SELECT count(*) FROM job_events WHERE kind = 'won'").await,
+            1
+        );
+        assert_eq!(
+            count("SELECT count(*) FROM jobs WHERE state = 'succeeded'").await,
+            1
+        );
+        assert_eq!(
+            count("SELECT count(*) FROM attempts WHERE state = 'succeeded'").await,
+            1
+        );
+        let winner: Option<Uuid> =
+            sqlx::query_scalar("SELECT completed_by FROM jobs WHERE state = 'succeeded'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        assert_eq!(winner, Some(open));
     }
 }
