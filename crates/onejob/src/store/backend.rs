@@ -26,10 +26,10 @@ use super::{
     batch::Batcher,
     bound::{Bound, Bounded},
     engine::Services,
-    grouped::Fence,
+    grouped::{Fence, Writer},
     settled::Settled,
     tenants::Tenants,
-    transitions::{Ack, Offer},
+    transitions::{Ack, Offer, OnlyAttempt},
 };
 
 /// A database onejob runs on (see the module doc).
@@ -130,6 +130,22 @@ pub(crate) trait Backend: Dialect {
         &self,
         batch: &FirstAttempts,
     ) -> impl Future<Output = Result<Vec<(JobRecord, AttemptRecord)>, StoreError>> + Send;
+
+    /// Completions of jobs' only attempts, many in one statement that is its own transaction,
+    /// where the database can (PostgreSQL; the third declared exception): an offer wins if,
+    /// under its job's lock, the job is open without a winner and has had this one attempt
+    /// only, and the attempt is still open: the attempt ends `succeeded`, the job takes its
+    /// output by compare-and-swap, and its `won` event is logged. Answers, offer by offer,
+    /// whether it won; one that did not was left untouched (the general rule then decides
+    /// it, `transitions.rs`). `None` where the database makes none this way, through
+    /// `writer` (SQLite; a distributed database).
+    fn complete_only_attempts(
+        writer: &Writer<Self>,
+        offers: &[OnlyAttempt<'_>],
+    ) -> impl Future<Output = Result<Option<Vec<bool>>, StoreError>> + Send {
+        let _ = (writer, offers);
+        std::future::ready(Ok(None))
+    }
 }
 
 /// A write transaction of backend `B` ([`Tx::begin`]); dropped without a commit, it rolls
@@ -316,6 +332,17 @@ pub(crate) async fn read_all_on<B: Backend>(
             fetch_all::<B>(connection, sql, args).await
         })
         .await
+}
+
+/// Every row a single-statement write on `pool` returns (the statement its own
+/// transaction), within `bound`.
+pub(crate) async fn write_all_on<B: Backend>(
+    pool: &Pool<B::Db>,
+    bound: &Bound,
+    sql: &'static str,
+    args: &[Arg<'_>],
+) -> Result<Vec<Row<B>>, StoreError> {
+    read_all_on::<B>(pool, bound, sql, args).await
 }
 
 /// The first row of a read, if any.

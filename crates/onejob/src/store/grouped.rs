@@ -13,6 +13,12 @@
 //! it loses to a change made between its read and its write, each of its changes is made
 //! again alone, in a transaction of its own, with the lone change's retries: a bad change
 //! fails alone, and a group behaves, change by change, exactly as lone changes do.
+//!
+//! Before that, a backend may make some of a group's changes at once ([`Change::at_once`]):
+//! the most common case of a change, written with its guards in one statement that is its
+//! own transaction (PostgreSQL: the completion of a job's only attempt, see
+//! `postgres/completion.rs`). What it does not make, it leaves untouched, and those changes
+//! go the general way.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -67,6 +73,21 @@ pub(crate) trait Change<B: Backend>: Send + Sync + 'static {
 
     /// Whether, once committed, the change may have made a job due.
     fn makes_due(&self, out: &Self::Out) -> bool;
+
+    /// Those of `changes` the backend can make at once, in one statement and its one commit,
+    /// before the others go the general way: the answer of each made, in order, and `None`
+    /// for each left to the general way (nothing of it written). By default none.
+    fn at_once(
+        writer: &Writer<B>,
+        changes: &[Self],
+    ) -> impl Future<Output = Result<Vec<Option<Self::Out>>, StoreError>> + Send
+    where
+        Self: Sized,
+    {
+        let _ = writer;
+        let none = changes.iter().map(|_| None).collect();
+        std::future::ready(Ok(none))
+    }
 }
 
 /// What a group writes through: the pool of a backend's write transactions, and how to
@@ -110,6 +131,21 @@ impl<B: Backend> Writer<B> {
         self
     }
 
+    /// The pool its transactions run on.
+    pub(crate) fn pool(&self) -> &Pool<B::Db> {
+        &self.pool
+    }
+
+    /// How long each of its statements and commits may take.
+    pub(crate) fn bound(&self) -> &Bound {
+        &self.bound
+    }
+
+    /// Whether it writes a group tenant by tenant (a distributed database).
+    pub(crate) fn is_per_tenant(&self) -> bool {
+        self.per_tenant
+    }
+
     /// Begins a write transaction.
     pub(crate) async fn begin(&self) -> Result<Tx<B>, StoreError> {
         Tx::begin(&self.pool, &self.bound).await
@@ -127,6 +163,54 @@ impl<B: Backend> Writer<B> {
 }
 
 async fn write_group<B: Backend, C: Change<B>>(
+    store: &Writer<B>,
+    changes: Vec<C>,
+) -> Vec<Result<C::Out, StoreError>> {
+    // Those the backend makes at once first; the others the general way. A failure that
+    // may have left the statement's outcome unknown answers them all; any other wrote
+    // nothing, and leaves them all to the general way, where a bad change fails alone.
+    let made = match C::at_once(store, &changes).await {
+        Ok(made) if made.len() == changes.len() => made,
+        Ok(_) => changes.iter().map(|_| None).collect(),
+        Err(error) if error.is_retryable() => {
+            return changes.iter().map(|_| Err(error.clone())).collect();
+        }
+        Err(_) => changes.iter().map(|_| None).collect(),
+    };
+    if made.iter().all(Option::is_none) {
+        return write_generally(store, changes).await;
+    }
+    let due = changes
+        .iter()
+        .zip(&made)
+        .any(|(change, out)| out.as_ref().is_some_and(|out| change.makes_due(out)));
+    if due && let Some(wake) = &store.wake {
+        wake.anything();
+    }
+    let mut outs: Vec<Option<Result<C::Out, StoreError>>> = Vec::with_capacity(changes.len());
+    let mut rest = Vec::new();
+    let mut rest_at = Vec::new();
+    for (at, (change, made)) in changes.into_iter().zip(made).enumerate() {
+        match made {
+            Some(out) => outs.push(Some(Ok(out))),
+            None => {
+                outs.push(None);
+                rest.push(change);
+                rest_at.push(at);
+            }
+        }
+    }
+    if !rest.is_empty() {
+        for (at, out) in rest_at.into_iter().zip(write_generally(store, rest).await) {
+            outs[at] = Some(out);
+        }
+    }
+    outs.into_iter().flatten().collect()
+}
+
+/// A group written the general way: in one transaction of the changes' rules, or change by
+/// change (see the module doc).
+async fn write_generally<B: Backend, C: Change<B>>(
     store: &Writer<B>,
     changes: Vec<C>,
 ) -> Vec<Result<C::Out, StoreError>> {
@@ -211,7 +295,7 @@ async fn write_per_tenant<B: Backend, C: Change<B>>(
             .iter()
             .map(|&at| slots[at].take().expect("each change in one group"))
             .collect();
-        let written = Box::pin(write_group(
+        let written = Box::pin(write_generally(
             &Writer {
                 per_tenant: false,
                 ..store.clone()

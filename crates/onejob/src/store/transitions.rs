@@ -709,10 +709,15 @@ impl Offer {
 
     /// The `won` event of this offer.
     fn won(&self, job_id: Uuid) -> NewEvent {
+        self.by
+            .event(job_id, self.attempt_id, EventKind::Won, self.won_detail())
+    }
+
+    /// The detail of its `won` event: the output's size and hash, and the resolution's note.
+    fn won_detail(&self) -> Value {
         let mut detail = payload_digest(&self.output);
         detail["note"] = json!(self.by.note);
-        self.by
-            .event(job_id, self.attempt_id, EventKind::Won, detail)
+        detail
     }
 }
 
@@ -838,6 +843,65 @@ impl<B: Backend> Change<B> for Offer {
     fn makes_due(&self, _: &Completion) -> bool {
         false
     }
+
+    /// The offers of outputs by whoever sent the attempt (not a resolution that needs an
+    /// `unknown` or a `starting` attempt), one per attempt and per known job, made at once
+    /// where the backend can ([`Backend::complete_only_attempts`]): each won if its job's
+    /// only attempt is this one, open, and the job open without a winner; the others, left
+    /// untouched, go the general way.
+    async fn at_once(
+        writer: &Writer<B>,
+        changes: &[Self],
+    ) -> Result<Vec<Option<Completion>>, StoreError> {
+        let mut outs: Vec<Option<Completion>> = changes.iter().map(|_| None).collect();
+        let mut seen = std::collections::HashSet::new();
+        let mut offered = Vec::new();
+        let mut offered_at = Vec::new();
+        for (at, offer) in changes.iter().enumerate() {
+            if offer.by.only_unknown || offer.by.only_starting {
+                continue;
+            }
+            // A second offer of the same attempt, or of the same job, goes the general way,
+            // after the first.
+            let job_seen = offer.job_id.is_some_and(|job| !seen.insert(job));
+            if job_seen || !seen.insert(offer.attempt_id) {
+                continue;
+            }
+            offered.push(OnlyAttempt {
+                attempt_id: offer.attempt_id,
+                output: &offer.output,
+                actor: offer.by.actor.as_deref(),
+                detail: offer.won_detail(),
+            });
+            offered_at.push(at);
+        }
+        if offered.is_empty() {
+            return Ok(outs);
+        }
+        let Some(won) = B::complete_only_attempts(writer, &offered).await? else {
+            return Ok(outs);
+        };
+        for (at, won) in offered_at.into_iter().zip(won) {
+            if won {
+                outs[at] = Some(Completion::Won);
+            }
+        }
+        Ok(outs)
+    }
+}
+
+/// An offer of the output of what may be its job's only attempt, made at once with others
+/// ([`Backend::complete_only_attempts`]).
+#[derive(Debug)]
+pub(crate) struct OnlyAttempt<'a> {
+    /// The attempt.
+    pub attempt_id: Uuid,
+    /// The output offered as its job's result.
+    pub output: &'a Value,
+    /// The actor of its `won` event (`None` for the worker).
+    pub actor: Option<&'a str>,
+    /// The detail of its `won` event.
+    pub detail: Value,
 }
 
 /// The distinct jobs of a group's changes, in order (they come sorted by job).

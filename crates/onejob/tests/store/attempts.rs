@@ -24,6 +24,7 @@ backend_tests!(
     a_result_needs_a_winning_attempt_of_the_same_job,
     racing_completions_have_exactly_one_winner,
     a_result_is_written_once_in_the_database,
+    an_only_attempts_answers_sent_together_win_once,
     a_failed_attempt_frees_the_job_for_the_next_within_max_attempts,
     a_late_result_never_wins_over_a_resolution_racing_it,
     the_winner_discards_its_unknown_siblings,
@@ -167,6 +168,65 @@ async fn a_result_is_written_once_in_the_database(backend: Backend) {
             .await,
         0,
         "the winner's own second answer is not logged as race_lost"
+    );
+}
+
+/// The same attempt's answer offered many times at once (a recording resent, the upstream
+/// answering twice), through two processes, by callers that know its job and callers that
+/// do not, so that offers of it share a group commit and race across groups: each is
+/// answered `Won`, the job's result is one of them, written once, with one `won` event and
+/// no lost race. (On PostgreSQL the completion of a job's only attempt is one statement for
+/// a whole group, `postgres/completion.rs`; a second offer of it there must not write a
+/// second event or result.)
+async fn an_only_attempts_answers_sent_together_win_once(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let stores: [Arc<dyn Store>; 2] = [db.open_store().await, db.open_store().await];
+    for round in 0..10 {
+        let job_id = created(&*stores[0], &format!("again-{round}")).await;
+        let attempt = started(&*stores[0], &start_for(job_id, 0, "a", false)).await;
+        let offers = (0..8).map(|i| {
+            let store = stores[i % 2].clone();
+            tokio::spawn(async move {
+                let output = json!({ "text": format!("answer {i}") });
+                let by = Resolution::worker();
+                if i % 3 == 0 {
+                    store.complete_attempt(attempt, &output, &by).await
+                } else {
+                    let job = (job_id, "acme");
+                    store.complete_attempt_of(job, attempt, &output, &by).await
+                }
+            })
+        });
+        for completion in join_all(offers).await {
+            assert_eq!(
+                completion.unwrap().unwrap(),
+                Completion::Won,
+                "round {round}"
+            );
+        }
+        let job = stores[0].job_for_dispatch(job_id).await.unwrap().unwrap();
+        assert_eq!(job.state, JobState::Succeeded, "round {round}");
+        assert_eq!(job.completed_by, Some(attempt), "round {round}");
+        let text = job.result.as_ref().expect("a result")["text"].clone();
+        assert!(
+            text.as_str().is_some_and(|t| t.starts_with("answer ")),
+            "{text}"
+        );
+        let attempts = stores[0].job_attempts(job_id).await.unwrap();
+        assert_eq!(attempts.len(), 1);
+        assert_eq!(attempts[0].state, AttemptState::Succeeded, "round {round}");
+        let events = stores[0]
+            .events(&alice(), job_id, None, 1_000)
+            .await
+            .unwrap()
+            .unwrap();
+        let won = events.iter().filter(|e| e.kind == EventKind::Won).count();
+        assert_eq!(won, 1, "round {round}: {events:?}");
+    }
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM job_events WHERE kind = 'race_lost'")
+            .await,
+        0
     );
 }
 

@@ -18,10 +18,12 @@ use super::{
     engine::Services,
     grouped::Writer,
     tenants::Tenants,
+    transitions::OnlyAttempt,
 };
 use connections::Hosts;
 
 pub mod citus;
+mod completion;
 mod connections;
 mod dialect;
 mod first;
@@ -330,6 +332,13 @@ impl Backend for PgStore {
                 first::start_first(connection, batch).await
             })
             .await
+    }
+
+    async fn complete_only_attempts(
+        writer: &Writer<Self>,
+        offers: &[OnlyAttempt<'_>],
+    ) -> Result<Option<Vec<bool>>, StoreError> {
+        completion::complete_only_attempts(writer, offers).await
     }
 }
 
