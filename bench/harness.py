@@ -953,6 +953,10 @@ def gateway_one(opts, rec: dict, run_index: int, clients: int) -> None:
         log(f"gateway {backend} {clients} clients run {run_index}: added p50 {r['added_p50_ms']:.2f} ms "
             f"p99 {r['added_p99_ms']:.2f} ms; new {r['gateway']['rps']:.0f}/s, replay {r['replay']['rps']:.0f}/s "
             f"({r['replay_over_new']:.2f}x); upstream calls {r['upstream_calls']} of {r['expected_upstream_calls']}")
+        cpu = r["gateway"].get("cpu_us_per_ok_by_program") or {}
+        if cpu:
+            log("  CPU per new call (us): " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1]))
+                + f"; per direct call: {(r['direct'].get('cpu_us_per_ok_by_program') or {}).get('all', 0):.0f}")
 
 
 def gateway_round_trips(opts, rec: dict) -> None:

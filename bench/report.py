@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import pathlib
 import statistics
 
@@ -1085,6 +1086,7 @@ class Report:
                    f"{fmt(med([r['replay_over_new'] for r in rs]), 2)} | "
                    f"{sum(r['upstream_calls'] for r in rs)} ({sum(r['expected_upstream_calls'] for r in rs)}) |")
         self.w()
+        self.gateway_cpu()
         trips = self.gateway.get("round_trips") or {}
         if trips:
             self.w("Database statements per call, counted: one client, calls one after another, onejob-fake as the "
@@ -1102,6 +1104,29 @@ class Report:
             if self.gateway.get("round_trips_note"):
                 self.w(f"(Statements {self.gateway['round_trips_note']})")
                 self.w()
+
+    def gateway_cpu(self):
+        """Where the cores went per call: each program's CPU time over a phase, per answered call."""
+        runs = [r for r in self.gateway["runs"] if r["gateway"].get("cpu_us_per_ok_by_program")]
+        if not runs:
+            return
+        cores = self.gateway.get("machine", {}).get("cores") or os.cpu_count()
+        self.w(f"CPU per call, by program: every process's CPU time (user + system, from /proc) over the phase, "
+               f"divided by the calls answered; `onejob-loadgen` is the load generator and the sink it serves, "
+               f"`other` everything else on the machine. A closed loop of N clients cannot answer faster than the "
+               f"{cores} cores do the work of its calls, so its latency is at least N × (all CPU per call) / {cores} "
+               f"cores: the *CPU floor* column, for new calls, beside the measured p50.")
+        self.w()
+        self.w("| backend | clients | direct: all µs | new: onejob µs | new: postgres µs | new: loadgen + sink µs | new: other µs | new: all µs | CPU floor ms (new p50 ms) |")
+        self.w("|---|---|---|---|---|---|---|---|---|")
+        for (backend, clients), rs in sorted(group(runs, "backend", "clients").items()):
+            c = lambda phase, prog: med([r[phase]["cpu_us_per_ok_by_program"].get(prog, 0) for r in rs])  # noqa: E731
+            floor = clients * c("gateway", "all") / cores / 1000
+            self.w(f"| {backend} | {clients} | {fmt(c('direct', 'all'))} | {fmt(c('gateway', 'onejob'))} | "
+                   f"{fmt(c('gateway', 'postgres'))} | {fmt(c('gateway', 'onejob-loadgen'))} | "
+                   f"{fmt(c('gateway', 'other'))} | {fmt(c('gateway', 'all'))} | "
+                   f"{fmt(floor, 2)} ({fmt(med([r['gateway']['p50_ms'] for r in rs]), 2)}) |")
+        self.w()
 
     def write(self):
         self.header()

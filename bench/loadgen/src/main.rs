@@ -411,14 +411,17 @@ async fn run_phases(
         barrier.wait().await;
         let started = Instant::now();
         let cpu_before = target.pid.and_then(stats::cpu_ticks);
+        let machine_before = stats::CpuByProgram::now();
         barrier.wait().await;
         times.push((started, started.elapsed()));
         let cpu_after = target.pid.and_then(stats::cpu_ticks);
-        cpu.push(
+        let machine_after = stats::CpuByProgram::now();
+        cpu.push((
             cpu_before
                 .zip(cpu_after)
                 .map(|(a, b)| stats::ticks_to_ms(b - a)),
-        );
+            (machine_before, machine_after),
+        ));
         eprintln!("phase {} done in {:.2?}", spec.name, started.elapsed());
     }
     let mut per_phase: Vec<(Vec<i64>, BTreeMap<String, u64>)> = specs
@@ -440,10 +443,11 @@ async fn run_phases(
         .zip(times)
         .zip(cpu)
         .map(
-            |(((spec, (latencies, unexpected)), (started, elapsed)), cpu_ms)| {
+            |(((spec, (latencies, unexpected)), (started, elapsed)), (cpu_ms, machine))| {
                 let mut phase = Phase::new(spec.name, clients, latencies, unexpected, elapsed);
                 phase.server_cpu_ms = cpu_ms;
                 phase.server_cpu_us_per_ok = cpu_ms.map(|ms| ms * 1000.0 / phase.ok.max(1) as f64);
+                phase.cpu_us_per_ok_by_program = machine.1.per_request_since(&machine.0, phase.ok);
                 PhaseOutcome { phase, started }
             },
         )

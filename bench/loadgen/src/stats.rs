@@ -32,6 +32,11 @@ pub struct Phase {
     pub server_cpu_ms: Option<f64>,
     /// The same per answered request, in microseconds.
     pub server_cpu_us_per_ok: Option<f64>,
+    /// CPU time every program on the machine used during the phase, per answered request,
+    /// in microseconds, by program name (`postgres`, `onejob`, `onejob-loadgen` (this load
+    /// generator and the sink it serves), `onejob-fake`, everything else as `other`), and
+    /// `all`: where the machine's cores went for each request.
+    pub cpu_us_per_ok_by_program: BTreeMap<String, f64>,
 }
 
 /// Percentiles of microsecond samples (nearest rank), in milliseconds.
@@ -79,6 +84,7 @@ impl Phase {
             mean_ms: mean,
             server_cpu_ms: None,
             server_cpu_us_per_ok: None,
+            cpu_us_per_ok_by_program: BTreeMap::new(),
         }
     }
 }
@@ -138,4 +144,73 @@ pub fn cpu_ticks(pid: u32) -> Option<u64> {
 /// Clock ticks to milliseconds (Linux's USER_HZ is 100 on every mainstream architecture).
 pub fn ticks_to_ms(ticks: u64) -> f64 {
     ticks as f64 * 10.0
+}
+
+/// The programs `CpuByProgram` names; everything else is `other`.
+const PROGRAMS: [&str; 4] = ["postgres", "onejob", "onejob-loadgen", "onejob-fake"];
+
+/// CPU time (utime + stime, clock ticks) of every process on the machine, summed by program.
+/// PostgreSQL's backends that exited are counted through the postmaster's reaped children's
+/// time (cutime + cstime); no other program's children are, so nothing is counted twice.
+#[derive(Debug, Clone, Default)]
+pub struct CpuByProgram(BTreeMap<String, u64>);
+
+impl CpuByProgram {
+    /// Reads /proc now.
+    pub fn now() -> CpuByProgram {
+        let mut by = BTreeMap::new();
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return CpuByProgram(by);
+        };
+        for entry in dir.flatten() {
+            let name = entry.file_name();
+            let Some(pid) = name
+                .to_str()
+                .filter(|p| p.bytes().all(|b| b.is_ascii_digit()))
+            else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+                continue;
+            };
+            // "postgres: user db ..." titles keep their program name before the colon.
+            let comm = stat[open + 1..close].split(':').next().unwrap_or_default();
+            let fields: Vec<u64> = stat[close + 2..]
+                .split_whitespace()
+                .map(|f| f.parse().unwrap_or(0))
+                .collect();
+            if fields.len() < 15 {
+                continue;
+            }
+            let mut ticks = fields[11] + fields[12];
+            if comm == "postgres" {
+                ticks += fields[13] + fields[14];
+            }
+            let program = PROGRAMS
+                .iter()
+                .find(|p| **p == comm)
+                .copied()
+                .unwrap_or("other");
+            *by.entry(program.to_string()).or_default() += ticks;
+        }
+        CpuByProgram(by)
+    }
+
+    /// Microseconds per request of each program since `before`, and `all`.
+    pub fn per_request_since(&self, before: &CpuByProgram, requests: u64) -> BTreeMap<String, f64> {
+        let per = |ticks: u64| ticks_to_ms(ticks) * 1000.0 / requests.max(1) as f64;
+        let mut out = BTreeMap::new();
+        let mut all = 0;
+        for (program, ticks) in &self.0 {
+            // A process that exited during the phase takes its ticks with it: never negative.
+            let used = ticks.saturating_sub(before.0.get(program).copied().unwrap_or(0));
+            all += used;
+            out.insert(program.clone(), per(used));
+        }
+        out.insert("all".to_string(), per(all));
+        out
+    }
 }
