@@ -43,7 +43,7 @@ const MAX_GROUP: usize = 128;
 
 /// Groups writing side by side: while one commits, the next runs its statements. (Eight
 /// were slower than two on two cores: bench/journal.md.)
-const WRITERS: usize = 2;
+pub(crate) const WRITERS: usize = 2;
 
 /// A state change that can share a transaction with others of its kind.
 pub(crate) trait Change<B: Backend>: Send + Sync + 'static {
@@ -95,6 +95,9 @@ pub(crate) trait Change<B: Backend>: Send + Sync + 'static {
 /// every node).
 pub(crate) struct Writer<B: Backend> {
     pool: Pool<B::Db>,
+    /// The pool of the one-statement writes of [`Change::at_once`], when they need sessions
+    /// of their own (see [`Writer::at_once_on`]); else `pool`.
+    at_once: Option<Pool<B::Db>>,
     bound: Bound,
     wake: Option<WorkSignal>,
     /// One transaction per tenant of a group (a distributed database: each then runs on its
@@ -106,6 +109,7 @@ impl<B: Backend> Clone for Writer<B> {
     fn clone(&self) -> Self {
         Self {
             pool: self.pool.clone(),
+            at_once: self.at_once.clone(),
             bound: self.bound.clone(),
             wake: self.wake.clone(),
             per_tenant: self.per_tenant,
@@ -118,10 +122,23 @@ impl<B: Backend> Writer<B> {
     pub(crate) fn new(pool: Pool<B::Db>, bound: Bound, wake: Option<WorkSignal>) -> Self {
         Self {
             pool,
+            at_once: None,
             bound,
             wake,
             per_tenant: false,
         }
+    }
+
+    /// Runs the one-statement writes of [`Change::at_once`] on `pool` (sessions set up for
+    /// them) instead of the pool of the write transactions.
+    pub(crate) fn at_once_on(mut self, pool: Pool<B::Db>) -> Self {
+        self.at_once = Some(pool);
+        self
+    }
+
+    /// The pool the one-statement writes of [`Change::at_once`] run on.
+    pub(crate) fn at_once_pool(&self) -> &Pool<B::Db> {
+        self.at_once.as_ref().unwrap_or(&self.pool)
     }
 
     /// With `per_tenant`, a group is written as one transaction per tenant among its
@@ -129,11 +146,6 @@ impl<B: Backend> Writer<B> {
     pub(crate) fn per_tenant(mut self, per_tenant: bool) -> Self {
         self.per_tenant = per_tenant;
         self
-    }
-
-    /// The pool its transactions run on.
-    pub(crate) fn pool(&self) -> &Pool<B::Db> {
-        &self.pool
     }
 
     /// How long each of its statements and commits may take.

@@ -152,8 +152,13 @@ impl PgStore {
         bound: Bound,
         variant: Variant,
     ) -> Self {
-        let writer =
-            Writer::<Self>::new(pool.clone(), bound.clone(), None).per_tenant(variant.is_citus());
+        let writer = match variant {
+            Variant::Citus => {
+                Writer::<Self>::new(pool.clone(), bound.clone(), None).per_tenant(true)
+            }
+            Variant::Single => Writer::<Self>::new(pool.clone(), bound.clone(), None)
+                .at_once_on(completion::at_once_pool(&pool, hosts.as_ref())),
+        };
         let tenants = Arc::new(Tenants::default());
         let wake = wake::Wake::new(pool.clone(), hosts.as_ref().map(|h| h.moved()));
         let relaxed = relaxed::Relaxed::spawn(
