@@ -34,7 +34,7 @@ use uuid::Uuid;
 use super::PgStore;
 use crate::store::{
     StoreError,
-    backend::{Dialect, write_all_on},
+    backend::{Dialect, fetch_all_on},
     grouped::Writer,
     records::{storable, storable_text},
     transitions::OnlyAttempt,
@@ -92,7 +92,7 @@ pub(super) async fn complete_only_attempts(
     let details: Vec<_> = offers.iter().map(|o| storable(&o.detail)).collect();
     let details: Vec<&Value> = details.iter().map(|d| &**d).collect();
     let values = args![&attempts[..], &outputs[..], &actors[..], &details[..]];
-    let rows = write_all_on::<PgStore>(
+    let rows = fetch_all_on::<PgStore>(
         writer.pool(),
         writer.bound(),
         COMPLETE_ONLY_ATTEMPTS,
