@@ -16,7 +16,7 @@
 //! the one conditional update that lets exactly one attempt win. Cancellation and recovery
 //! lock the job too, so they serialize with starts and completions.
 
-use std::time::Duration;
+use std::{collections::HashSet, time::Duration};
 
 use async_trait::async_trait;
 use onejob_domain::{AttemptState, EventKind, JobState, Principal};
@@ -854,7 +854,8 @@ impl<B: Backend> Change<B> for Offer {
         changes: &[Self],
     ) -> Result<Vec<Option<Completion>>, StoreError> {
         let mut outs: Vec<Option<Completion>> = changes.iter().map(|_| None).collect();
-        let mut seen = std::collections::HashSet::new();
+        let mut jobs = HashSet::new();
+        let mut attempts = HashSet::new();
         let mut offered = Vec::new();
         let mut offered_at = Vec::new();
         for (at, offer) in changes.iter().enumerate() {
@@ -863,8 +864,8 @@ impl<B: Backend> Change<B> for Offer {
             }
             // A second offer of the same attempt, or of the same job, goes the general way,
             // after the first.
-            let job_seen = offer.job_id.is_some_and(|job| !seen.insert(job));
-            if job_seen || !seen.insert(offer.attempt_id) {
+            let job_seen = offer.job_id.is_some_and(|job| !jobs.insert(job));
+            if job_seen || !attempts.insert(offer.attempt_id) {
                 continue;
             }
             offered.push(OnlyAttempt {
