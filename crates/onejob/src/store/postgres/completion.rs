@@ -89,7 +89,9 @@ pub(super) async fn complete_only_attempts(
     let outputs: Vec<&Value> = offers.iter().map(|o| o.output).collect();
     let actors: Vec<_> = offers.iter().map(|o| o.actor.map(storable_text)).collect();
     let actors: Vec<Option<&str>> = actors.iter().map(|a| a.as_deref()).collect();
-    let details: Vec<_> = offers.iter().map(|o| storable(&o.detail)).collect();
+    // The `won` events' details, built here only: a hash of each output.
+    let details: Vec<Value> = offers.iter().map(OnlyAttempt::won_detail).collect();
+    let details: Vec<_> = details.iter().map(storable).collect();
     let details: Vec<&Value> = details.iter().map(|d| &**d).collect();
     let values = args![&attempts[..], &outputs[..], &actors[..], &details[..]];
     let rows = fetch_all_on::<PgStore>(
@@ -193,7 +195,7 @@ mod tests {
             attempt_id,
             output: &output,
             actor: None,
-            detail: json!({}),
+            note: None,
         };
         let offers = [
             offer(open),
@@ -234,5 +236,15 @@ mod tests {
                 .await
                 .unwrap();
         assert_eq!(winner, Some(open));
+        // Its `won` event's detail is the general rule's: the output's size and hash, and
+        // the note, built when the offer was bound.
+        let detail: serde_json::Value =
+            sqlx::query_scalar("SELECT detail FROM job_events WHERE kind = 'won'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        let mut expected = crate::store::payload_digest(&output);
+        expected["note"] = serde_json::Value::Null;
+        assert_eq!(detail, expected);
     }
 }
