@@ -16,6 +16,11 @@
 //! records commits, and its reply is then lost (the worker sees the connection drop), so the
 //! worker must retry it not knowing whether it committed.
 //!
+//! `ONEJOB_FAULT=completion-reply-lost` does the same to a completion: the first output a
+//! process records as a job's result commits (on PostgreSQL, usually by the one-statement
+//! completion of `store/postgres/completion.rs`), and its reply is then lost, so the
+//! worker retries the completion not knowing that its attempt already won.
+//!
 //! Unset (the default, and everywhere outside the suite) nothing is armed and every check
 //! is one load of an already-initialised cell. An unknown value is refused at start, so a
 //! typo cannot silently disarm a fault test.
@@ -40,13 +45,17 @@ pub enum Fault {
     /// `ack-reply-lost`: the first acknowledgement a worker records commits, and the worker
     /// is then told the connection dropped (an unclear commit).
     AckReplyLost,
+    /// `completion-reply-lost`: the first completion (an output offered as a job's result)
+    /// a process records commits, and the recorder is then told the connection dropped (an
+    /// unclear commit).
+    CompletionReplyLost,
 }
 
 /// An `ONEJOB_FAULT` value that names no fault.
 #[derive(Debug, thiserror::Error)]
 #[error(
     "{FAULT_ENV}={0:?} names no fault (known: abort-after-answer, ack-reply-lost, \
-     abort-after-migration-step:STEP)"
+     completion-reply-lost, abort-after-migration-step:STEP)"
 )]
 pub struct UnknownFault(pub String);
 
@@ -56,6 +65,7 @@ impl Fault {
         match value.split_once(':') {
             None if value == "abort-after-answer" => Ok(Fault::AbortAfterAnswer),
             None if value == "ack-reply-lost" => Ok(Fault::AckReplyLost),
+            None if value == "completion-reply-lost" => Ok(Fault::CompletionReplyLost),
             Some(("abort-after-migration-step", step)) if !step.is_empty() => {
                 Ok(Fault::AbortAfterMigrationStep(step.to_owned()))
             }
@@ -98,13 +108,31 @@ pub fn lose_ack_reply<T>(
     recorded: Result<T, crate::store::StoreError>,
 ) -> Result<T, crate::store::StoreError> {
     static LOST: AtomicBool = AtomicBool::new(false);
-    if recorded.is_ok()
-        && armed() == Some(&Fault::AckReplyLost)
-        && !LOST.swap(true, Ordering::SeqCst)
-    {
-        eprintln!(
-            "onejob: {FAULT_ENV}=ack-reply-lost: the acknowledgement committed; its reply is lost"
-        );
+    let fault = (&Fault::AckReplyLost, "ack-reply-lost");
+    lose_reply(recorded, fault, &LOST, "the acknowledgement")
+}
+
+/// With `completion-reply-lost` armed, turns the first completion `recorded` (committed)
+/// into the error a dropped connection gives, once per process; otherwise `recorded`
+/// unchanged.
+pub fn lose_completion_reply<T>(
+    recorded: Result<T, crate::store::StoreError>,
+) -> Result<T, crate::store::StoreError> {
+    static LOST: AtomicBool = AtomicBool::new(false);
+    let fault = (&Fault::CompletionReplyLost, "completion-reply-lost");
+    lose_reply(recorded, fault, &LOST, "the completion")
+}
+
+/// The first committed `recorded` while `fault` (and its `ONEJOB_FAULT` value) is armed
+/// and `lost` not yet set becomes a dropped connection's error.
+fn lose_reply<T>(
+    recorded: Result<T, crate::store::StoreError>,
+    (fault, value): (&Fault, &str),
+    lost: &AtomicBool,
+    what: &str,
+) -> Result<T, crate::store::StoreError> {
+    if recorded.is_ok() && armed() == Some(fault) && !lost.swap(true, Ordering::SeqCst) {
+        eprintln!("onejob: {FAULT_ENV}={value}: {what} committed; its reply is lost");
         let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
         return Err(crate::store::StoreError::unavailable(sqlx::Error::Io(
             reset,
@@ -135,6 +163,10 @@ mod tests {
         );
         assert_eq!(Fault::parse("ack-reply-lost").unwrap(), Fault::AckReplyLost);
         assert_eq!(
+            Fault::parse("completion-reply-lost").unwrap(),
+            Fault::CompletionReplyLost
+        );
+        assert_eq!(
             Fault::parse("abort-after-migration-step:build-index").unwrap(),
             Fault::AbortAfterMigrationStep("build-index".into())
         );
@@ -142,6 +174,7 @@ mod tests {
             "abort-after-anwser",
             "abort-after-migration-step:",
             "abort-after-answer:x",
+            "completion-reply-lost:x",
         ] {
             assert!(Fault::parse(typo).is_err(), "{typo}");
         }

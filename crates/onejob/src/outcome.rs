@@ -71,12 +71,13 @@ pub async fn offer_in(
     let completion = match tenant {
         Some(tenant) => {
             let job = (attempt.job_id, tenant);
-            store
-                .complete_attempt_of(job, attempt.id, output, by)
-                .await?
+            store.complete_attempt_of(job, attempt.id, output, by).await
         }
-        None => store.complete_attempt(attempt.id, output, by).await?,
+        None => store.complete_attempt(attempt.id, output, by).await,
     };
+    // A completion may commit and its reply still be lost (armed here by the fault suite):
+    // the caller retries it, and the retry finds its own earlier win (`transitions.rs`).
+    let completion = crate::fault::lose_completion_reply(completion)?;
     let offered = match completion {
         Completion::Won => Offered::Won,
         Completion::Discarded { .. } => Offered::Discarded,

@@ -316,11 +316,13 @@ pub(crate) async fn read_all<B: Backend>(
     sql: &'static str,
     args: &[Arg<'_>],
 ) -> Result<Vec<Row<B>>, StoreError> {
-    read_all_on::<B>(store.readers(), store.bound(), sql, args).await
+    fetch_all_on::<B>(store.readers(), store.bound(), sql, args).await
 }
 
-/// Every row of a read on `pool`, within `bound`.
-pub(crate) async fn read_all_on<B: Backend>(
+/// Every row one statement returns, run on a connection of `pool` outside any transaction
+/// of ours, within `bound`: a read, or a write that is its own transaction (see
+/// `postgres/completion.rs`).
+pub(crate) async fn fetch_all_on<B: Backend>(
     pool: &Pool<B::Db>,
     bound: &Bound,
     sql: &'static str,
@@ -332,17 +334,6 @@ pub(crate) async fn read_all_on<B: Backend>(
             fetch_all::<B>(connection, sql, args).await
         })
         .await
-}
-
-/// Every row a single-statement write on `pool` returns (the statement its own
-/// transaction), within `bound`.
-pub(crate) async fn write_all_on<B: Backend>(
-    pool: &Pool<B::Db>,
-    bound: &Bound,
-    sql: &'static str,
-    args: &[Arg<'_>],
-) -> Result<Vec<Row<B>>, StoreError> {
-    read_all_on::<B>(pool, bound, sql, args).await
 }
 
 /// The first row of a read, if any.

@@ -33,7 +33,7 @@ use uuid::Uuid;
 
 use super::{
     StoreError, WorkSignal,
-    backend::{Arg, Backend, Tx, read_all_on},
+    backend::{Arg, Backend, Tx, fetch_all_on},
     batch::{Batcher, WriteBatch},
     bound::Bound,
 };
@@ -272,7 +272,7 @@ async fn write_per_tenant<B: Backend, C: Change<B>>(
         .copied()
         .collect();
     if !unknown.is_empty() {
-        let read = read_all_on::<B>(
+        let read = fetch_all_on::<B>(
             &store.pool,
             &store.bound,
             B::SQL.jobs_of,
@@ -419,7 +419,7 @@ async fn check_fences<B: Backend>(
             .filter(|&at| fences[at].worker == *worker && fences[at].margin == margin)
             .collect();
         let ids: Vec<Uuid> = ours.iter().map(|&at| fences[at].attempt_id).collect();
-        let owned = read_all_on::<B>(
+        let owned = fetch_all_on::<B>(
             readers,
             bound,
             B::SQL.owned_attempts,

@@ -16,7 +16,7 @@
 //! the one conditional update that lets exactly one attempt win. Cancellation and recovery
 //! lock the job too, so they serialize with starts and completions.
 
-use std::time::Duration;
+use std::{collections::HashSet, time::Duration};
 
 use async_trait::async_trait;
 use onejob_domain::{AttemptState, EventKind, JobState, Principal};
@@ -713,12 +713,18 @@ impl Offer {
             .event(job_id, self.attempt_id, EventKind::Won, self.won_detail())
     }
 
-    /// The detail of its `won` event: the output's size and hash, and the resolution's note.
+    /// The detail of its `won` event.
     fn won_detail(&self) -> Value {
-        let mut detail = payload_digest(&self.output);
-        detail["note"] = json!(self.by.note);
-        detail
+        won_detail(&self.output, self.by.note.as_deref())
     }
+}
+
+/// The detail of a `won` event: the output's size and hash (of its canonical bytes), and the
+/// resolution's note.
+fn won_detail(output: &Value, note: Option<&str>) -> Value {
+    let mut detail = payload_digest(output);
+    detail["note"] = json!(note);
+    detail
 }
 
 /// The `attempt_resolved` event of an unknown attempt discarded because `winner` won.
@@ -854,7 +860,8 @@ impl<B: Backend> Change<B> for Offer {
         changes: &[Self],
     ) -> Result<Vec<Option<Completion>>, StoreError> {
         let mut outs: Vec<Option<Completion>> = changes.iter().map(|_| None).collect();
-        let mut seen = std::collections::HashSet::new();
+        let mut jobs = HashSet::new();
+        let mut attempts = HashSet::new();
         let mut offered = Vec::new();
         let mut offered_at = Vec::new();
         for (at, offer) in changes.iter().enumerate() {
@@ -863,15 +870,17 @@ impl<B: Backend> Change<B> for Offer {
             }
             // A second offer of the same attempt, or of the same job, goes the general way,
             // after the first.
-            let job_seen = offer.job_id.is_some_and(|job| !seen.insert(job));
-            if job_seen || !seen.insert(offer.attempt_id) {
+            let job_seen = offer.job_id.is_some_and(|job| !jobs.insert(job));
+            if job_seen || !attempts.insert(offer.attempt_id) {
                 continue;
             }
+            // The `won` event's detail (a hash of the output) is left to the backend, which
+            // builds it only if it makes the offer.
             offered.push(OnlyAttempt {
                 attempt_id: offer.attempt_id,
                 output: &offer.output,
                 actor: offer.by.actor.as_deref(),
-                detail: offer.won_detail(),
+                note: offer.by.note.as_deref(),
             });
             offered_at.push(at);
         }
@@ -900,8 +909,18 @@ pub(crate) struct OnlyAttempt<'a> {
     pub output: &'a Value,
     /// The actor of its `won` event (`None` for the worker).
     pub actor: Option<&'a str>,
-    /// The detail of its `won` event.
-    pub detail: Value,
+    /// The resolution's note, kept in its `won` event's detail.
+    pub note: Option<&'a str>,
+}
+
+impl OnlyAttempt<'_> {
+    /// The detail of its `won` event, as the general rule writes it: the output's size and
+    /// hash, and the note. Built by the backend that makes the offer, when it binds it, so
+    /// a backend that makes none (`None` from [`Backend::complete_only_attempts`]) hashes
+    /// nothing.
+    pub fn won_detail(&self) -> Value {
+        won_detail(self.output, self.note)
+    }
 }
 
 /// The distinct jobs of a group's changes, in order (they come sorted by job).

@@ -508,6 +508,10 @@ async fn follow(provider: &dyn Provider, task_id: &str, stops: &Stops<'_>) -> Fo
 
 /// Validates the output (no fake success), then offers it as the job's result, retrying
 /// while the store cannot take it; an answer still unrecorded is held for the reconciler.
+///
+/// A try whose reply was lost may have won. The retry then finds the job's result already
+/// this attempt's, which the rule answers as won again (`completing` in
+/// `store/transitions.rs`): no race is lost to the attempt's own answer.
 async fn finish(
     ctx: &WorkerContext,
     kind: &Kind,

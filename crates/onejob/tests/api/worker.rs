@@ -4,6 +4,8 @@
 
 use std::{process::Stdio, time::Duration};
 
+use tokio::io::{AsyncBufReadExt, BufReader};
+
 use onejob_fake::{Behaviour, Rule};
 use serde_json::Value;
 
@@ -23,6 +25,7 @@ backend_tests!(
     new_jobs_that_find_every_slot_busy_start_when_one_frees,
     a_due_retry_starts_ahead_of_a_backlog_of_new_jobs,
     an_acknowledgement_retried_after_an_unclear_commit_keeps_its_attempt,
+    a_completion_retried_after_an_unclear_commit_keeps_its_win,
 );
 
 // Jobs run once each, and workers wake without polling, on a Citus cluster too.
@@ -35,14 +38,28 @@ citus_tests!(
 
 const WITHIN: Duration = Duration::from_secs(15);
 
-/// A `onejob worker` process on `db`, sending `chat.completion` to `fakes.primary`, with
-/// `fault` as its `ONEJOB_FAULT` (see `onejob::fault`).
+/// A `onejob worker` process on `db`, sending `chat.completion` (and the gateway's
+/// `chat.fast`, model `fast`) to `fakes.primary`, with `fault` as its `ONEJOB_FAULT` (see
+/// `onejob::fault`).
 fn worker_process(
     db: &TestDatabase,
     fakes: &Fakes,
     dir: &std::path::Path,
     fault: Option<&str>,
 ) -> tokio::process::Child {
+    worker_command(db, fakes, dir, fault)
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start onejob worker")
+}
+
+/// The command of [`worker_process`], its stderr not yet chosen.
+fn worker_command(
+    db: &TestDatabase,
+    fakes: &Fakes,
+    dir: &std::path::Path,
+    fault: Option<&str>,
+) -> tokio::process::Command {
     let config = format!(
         r#"database = "{database}"
 
@@ -60,23 +77,28 @@ idempotency_header = "Idempotency-Key"
 name = "chat.completion"
 providers = ["fake"]
 attempt_timeout = "60s"
+
+[[kind]]
+name = "chat.fast"
+openai_models = ["fast"]
+providers = ["fake"]
+attempt_timeout = "60s"
 "#,
         database = db.url,
         base_url = fakes.primary.base_url(),
     );
     let path = dir.join("worker.toml");
     std::fs::write(&path, config).unwrap();
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_onejob"))
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_onejob"));
+    command
         .arg("worker")
         .arg("--config")
         .arg(&path)
         .env("RUST_LOG", "warn")
         .env("ONEJOB_FAULT", fault.unwrap_or_default())
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start onejob worker")
+        .kill_on_drop(true);
+    command
 }
 
 async fn killed_mid_attempt(backend: Backend, hang: Behaviour, acknowledged: bool) {
@@ -441,6 +463,85 @@ async fn an_acknowledgement_retried_after_an_unclear_commit_keeps_its_attempt(ba
         })
         .await;
     assert_eq!(done["attempts"], 1, "{done}");
+    assert_eq!(fakes.total(), 1, "sent once");
+}
+
+/// A completion that committed but whose reply was lost (`ONEJOB_FAULT=completion-reply-lost`;
+/// on PostgreSQL the one-statement completion of a job's only attempt) is retried by its
+/// worker not knowing, and the retry finds the job's result already its own: the worker
+/// goes on as the winner, the job has that one attempt as its winner with one `won` event
+/// and no `race_lost`, the provider was called once, and the gateway call gets the answer.
+/// Without the rule's recognition of the attempt's own earlier win (`transitions.rs`,
+/// `completing`), the retry logs a `race_lost` of the winning answer itself and the worker
+/// takes its own win for a discarded late result.
+async fn a_completion_retried_after_an_unclear_commit_keeps_its_win(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let api = TestApp::spawn(&db).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut worker = worker_command(&db, &fakes, dir.path(), Some("completion-reply-lost"))
+        .env("RUST_LOG", "warn,onejob::worker=info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start onejob worker");
+    // The worker's log, kept (and passed on) as it comes.
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let mut lines = BufReader::new(worker.stderr.take().expect("piped stderr")).lines();
+    let kept = log.clone();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            eprintln!("{line}");
+            kept.lock().unwrap().push(line);
+        }
+    });
+    let body = serde_json::json!({
+        "model": "fast",
+        "messages": [{"role": "user", "content": "Describe a red fox."}],
+    });
+    let response = api.chat(Some("unclear-completion"), &body).await;
+    let job_id = response.headers()["onejob-job-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let (status, answer) = crate::helpers::json(response).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["object"], "chat.completion", "{answer}");
+    // Until the worker has decided what its retried completion did.
+    let decided = |log: &[String]| {
+        log.iter()
+            .any(|l| l.contains("attempt won") || l.contains("late result discarded"))
+    };
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    while !decided(&log.lock().unwrap()) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the worker never said what its completion did"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let log = log.lock().unwrap().clone();
+    assert!(
+        log.iter()
+            .any(|l| l.contains("completion-reply-lost: the completion committed")),
+        "the fault fired: {log:#?}"
+    );
+    assert!(
+        log.iter().any(|l| l.contains("attempt won"))
+            && !log.iter().any(|l| l.contains("late result discarded")),
+        "the worker took its retried win for a lost race: {log:#?}"
+    );
+    let job = api.job(&job_id).await;
+    assert_eq!(job["state"], "succeeded", "{job}");
+    assert_eq!(job["attempts"], 1, "{job}");
+    assert_eq!(job["result"], answer, "the caller got the job's result");
+    let attempts = api.attempts(&job_id).await;
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    assert_eq!(attempts[0]["state"], "succeeded", "{attempts:?}");
+    assert_eq!(job["completed_by"], attempts[0]["id"], "{job}");
+    let events = api.events(&job_id).await;
+    let of = |kind: &str| events.iter().filter(|e| e["kind"] == kind).count();
+    assert_eq!(of("won"), 1, "{events:#?}");
+    assert_eq!(of("race_lost"), 0, "{events:#?}");
     assert_eq!(fakes.total(), 1, "sent once");
 }
 

@@ -38,7 +38,7 @@ use super::{
 };
 use crate::store::{
     StoreError,
-    backend::{Dialect, write_all_on},
+    backend::{Dialect, fetch_all_on},
     grouped::{WRITERS, Writer},
     records::{storable, storable_text},
     transitions::OnlyAttempt,
@@ -114,10 +114,12 @@ pub(super) async fn complete_only_attempts(
     let outputs: Vec<&Value> = offers.iter().map(|o| o.output).collect();
     let actors: Vec<_> = offers.iter().map(|o| o.actor.map(storable_text)).collect();
     let actors: Vec<Option<&str>> = actors.iter().map(|a| a.as_deref()).collect();
-    let details: Vec<_> = offers.iter().map(|o| storable(&o.detail)).collect();
+    // The `won` events' details, built here only: a hash of each output.
+    let details: Vec<Value> = offers.iter().map(OnlyAttempt::won_detail).collect();
+    let details: Vec<_> = details.iter().map(storable).collect();
     let details: Vec<&Value> = details.iter().map(|d| &**d).collect();
     let values = args![&attempts[..], &outputs[..], &actors[..], &details[..]];
-    let rows = write_all_on::<PgStore>(
+    let rows = fetch_all_on::<PgStore>(
         writer.at_once_pool(),
         writer.bound(),
         COMPLETE_ONLY_ATTEMPTS,
@@ -218,7 +220,7 @@ mod tests {
             attempt_id,
             output: &output,
             actor: None,
-            detail: json!({}),
+            note: None,
         };
         let offers = [
             offer(open),
@@ -259,5 +261,15 @@ mod tests {
                 .await
                 .unwrap();
         assert_eq!(winner, Some(open));
+        // Its `won` event's detail is the general rule's: the output's size and hash, and
+        // the note, built when the offer was bound.
+        let detail: serde_json::Value =
+            sqlx::query_scalar("SELECT detail FROM job_events WHERE kind = 'won'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        let mut expected = crate::store::payload_digest(&output);
+        expected["note"] = serde_json::Value::Null;
+        assert_eq!(detail, expected);
     }
 }
