@@ -80,25 +80,38 @@ const COMPLETE_ONLY_ATTEMPTS: &str = "\
     SELECT e.id FROM ended e JOIN swapped s ON s.id = e.job_id";
 
 /// The sessions the statement runs on: one per group writer, each keeping one generic plan
-/// of it (`plan_cache_mode = force_generic_plan`).
+/// of it, made of key lookups only ([`AT_ONCE_SESSIONS`]).
 ///
 /// Under the default `auto` mode the planner, given the arrays' values, estimates a custom
-/// plan for the group's one or two offers cheaper than the generic plan (which assumes ten
+/// plan for a group's one or two offers cheaper than the generic plan (which assumes ten
 /// per array), and so plans the statement anew at most executions: 2,752 plans in 3,647
 /// executions in a gateway run, at 0.58 ms each, as much as executing it (0.86 ms;
-/// pg_stat_statements, bench/journal.md). The generic plan looks every row up by its key
-/// once the tables' statistics describe more than a few pages of rows; the statistics watch
-/// ([`super::statistics`]) has them analyzed as the tables grow, which replans it. The test
-/// `its_generic_plan_looks_every_row_up_by_its_key` checks the plan.
+/// pg_stat_statements, bench/journal.md). A generic plan is kept for the session's life,
+/// replanned only when a table is analyzed, and the statistics watch stops analyzing at
+/// [`super::statistics::Watch::ENOUGH`] rows: made from the statistics of that many, the plan
+/// the costs alone choose ends attempts through a sequential scan and a hash join (ten
+/// lookups cost about what reading a thousand rows does), and would keep reading the whole
+/// table as it grows. So these sessions leave the planner only key lookups; the test
+/// `its_generic_plan_looks_every_row_up_by_its_key` checks the plan at that size and larger.
 pub(super) fn at_once_pool(pool: &PgPool, hosts: Option<&Arc<Hosts>>) -> PgPool {
     side_pool(
         tcp::pool_options(),
         pool,
         hosts,
         WRITERS as u32,
-        &[("plan_cache_mode", "force_generic_plan")],
+        AT_ONCE_SESSIONS,
     )
 }
+
+/// The settings of [`at_once_pool`]'s sessions: one generic plan, kept, and that plan made
+/// of key lookups only (no sequential scan, hash or merge join: every row the statement
+/// touches it finds by its key, one or two per group).
+const AT_ONCE_SESSIONS: &[(&str, &str)] = &[
+    ("plan_cache_mode", "force_generic_plan"),
+    ("enable_seqscan", "off"),
+    ("enable_hashjoin", "off"),
+    ("enable_mergejoin", "off"),
+];
 
 /// Offers each output as its attempt's job's result, in one statement (see the module doc);
 /// whether each won. `None` on a distributed database (Citus), whose groups are written
@@ -271,5 +284,83 @@ mod tests {
         let mut expected = crate::store::payload_digest(&output);
         expected["note"] = serde_json::Value::Null;
         assert_eq!(detail, expected);
+    }
+
+    /// The plan of the statement the sessions of [`super::at_once_pool`] keep: its generic
+    /// plan, made from the statistics of as many running jobs as the statistics watch has them
+    /// analyzed up to (`Watch::ENOUGH`, after which it keeps its plans), and again of 5,000, looks each
+    /// attempt and each job up by its key, never scanning a whole table (a sequential scan, or
+    /// an index read without a condition on the id). A kept plan that scanned would read every
+    /// row of `attempts` and `jobs` for each group until the next `ANALYZE`. (Before the
+    /// tables were ever analyzed, the first plan may scan them: they are analyzed as soon as
+    /// they hold rows, [`super::super::statistics`], which replans it.)
+    #[tokio::test]
+    async fn its_generic_plan_looks_every_row_up_by_its_key() {
+        let (mut db, _) = fresh!("onejob_unit_only_attempts_plan").await;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "PREPARE complete(uuid[], jsonb[], text[], jsonb[]) AS {COMPLETE_ONLY_ATTEMPTS}"
+        )))
+        .execute(&mut db)
+        .await
+        .unwrap();
+        for (setting, value) in super::AT_ONCE_SESSIONS {
+            sqlx::query("SELECT set_config($1, $2, false)")
+                .bind(setting)
+                .bind(value)
+                .execute(&mut db)
+                .await
+                .unwrap();
+        }
+        let enough = super::super::statistics::Watch::ENOUGH as i32;
+        for (filled, from, to) in [(enough, 1, enough), (5000, enough + 1, 5000)] {
+            {
+                sqlx::query(
+                    "INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params, \
+                     state, attempts, version) SELECT gen_random_uuid(), 'acme', 'alice', \
+                     sha256(i::text::bytea), 'chat', sha256('x'::bytea), '{}', 'running', 1, 1 \
+                     FROM generate_series($1::int, $2::int) AS i",
+                )
+                .bind(from)
+                .bind(to)
+                .execute(&mut db)
+                .await
+                .unwrap();
+                db.execute(
+                    "INSERT INTO attempts (id, job_id, number, provider, state, hedge, worker, \
+                     lease_expires_at, deadline_at, upstream_key, tenant) SELECT \
+                     gen_random_uuid(), id, 1, 'p', 'running', false, 'w', now(), now(), \
+                     'k' || id::text, 'acme' FROM jobs WHERE id NOT IN (SELECT job_id FROM attempts)",
+                )
+                .await
+                .unwrap();
+                db.execute("ANALYZE jobs").await.unwrap();
+                db.execute("ANALYZE attempts").await.unwrap();
+                // (The ANALYZE replans the kept plan, with the statistics, at its next use.)
+            }
+            let plan: Vec<String> = sqlx::query_scalar(
+                "EXPLAIN EXECUTE complete(ARRAY[gen_random_uuid()], ARRAY['{}'::jsonb], \
+                 ARRAY[NULL::text], ARRAY['{}'::jsonb])",
+            )
+            .fetch_all(&mut db)
+            .await
+            .unwrap();
+            let plan = plan.join("\n");
+            for table in ["attempts", "jobs"] {
+                assert!(
+                    !plan.contains(&format!("Seq Scan on {table}")),
+                    "filled {filled}: a sequential scan of {table}:\n{plan}"
+                );
+            }
+            let lines: Vec<&str> = plan.lines().collect();
+            for (at, line) in lines.iter().enumerate() {
+                if line.contains("Index Scan") || line.contains("Index Only Scan") {
+                    let condition = lines.get(at + 1).copied().unwrap_or_default();
+                    assert!(
+                        condition.contains("Index Cond") && condition.contains("id ="),
+                        "filled {filled}: an index read without a key:\n{plan}"
+                    );
+                }
+            }
+        }
     }
 }
