@@ -956,7 +956,8 @@ def gateway_one(opts, rec: dict, run_index: int, clients: int) -> None:
         cpu = r["gateway"].get("cpu_us_per_ok_by_program") or {}
         if cpu:
             log("  CPU per new call (us): " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1]))
-                + f"; per direct call: {(r['direct'].get('cpu_us_per_ok_by_program') or {}).get('all', 0):.0f}")
+                + f"; per direct call: {(r['direct'].get('cpu_us_per_ok_by_program') or {}).get('all', 0):.0f}"
+                + f"; cores busy {r['gateway'].get('machine_busy_pct') or 0:.0f} %, iowait {r['gateway'].get('machine_iowait_pct') or 0:.0f} %")
 
 
 def gateway_round_trips(opts, rec: dict) -> None:

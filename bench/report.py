@@ -1117,21 +1117,24 @@ class Report:
                f"{cores} cores do the work of its calls, so its latency is at least N × (all CPU per call) / {cores} "
                f"cores: the *CPU floor* column, for new calls, beside the measured p50.")
         self.w()
-        self.w("| backend | clients | direct: all µs | new: onejob µs | new: postgres µs | new: loadgen + sink µs | new: other µs | new: all µs | CPU floor ms (new p50 ms) |")
-        self.w("|---|---|---|---|---|---|---|---|---|")
+        self.w("| backend | clients | direct: all µs | new: onejob µs | new: postgres µs | new: loadgen + sink µs | new: other µs | new: all µs | CPU floor ms (new p50 ms) | new: cores busy / iowait % |")
+        self.w("|---|---|---|---|---|---|---|---|---|---|")
         for (backend, clients), rs in sorted(group(runs, "backend", "clients").items()):
             c = lambda phase, prog: med([r[phase]["cpu_us_per_ok_by_program"].get(prog, 0) for r in rs])  # noqa: E731
             floor = clients * c("gateway", "all") / cores / 1000
             self.w(f"| {backend} | {clients} | {fmt(c('direct', 'all'))} | {fmt(c('gateway', 'onejob'))} | "
                    f"{fmt(c('gateway', 'postgres'))} | {fmt(c('gateway', 'onejob-loadgen'))} | "
                    f"{fmt(c('gateway', 'other'))} | {fmt(c('gateway', 'all'))} | "
-                   f"{fmt(floor, 2)} ({fmt(med([r['gateway']['p50_ms'] for r in rs]), 2)}) |")
+                   f"{fmt(floor, 2)} ({fmt(med([r['gateway']['p50_ms'] for r in rs]), 2)}) | "
+                   f"{fmt(med([r['gateway'].get('machine_busy_pct') for r in rs]))} / "
+                   f"{fmt(med([r['gateway'].get('machine_iowait_pct') for r in rs]))} |")
         self.w()
-        self.w("From 8 clients on, the cores are the bound: the p50 of new calls sits within about a fifth of the "
-               "CPU floor on PostgreSQL, and lowering the added latency there means less CPU per call (most of it "
-               "PostgreSQL's, executing the two statements of a call), not fewer waits. On SQLite the p50 sits "
-               "further above its floor: SQLite writes one transaction at a time, so the calls' writes also queue "
-               "for its one writer. With one client nothing queues, and the added latency is the call's own path.")
+        self.w("How to read it: where the cores are nearly all busy and the p50 is near the floor, the cores bound the "
+               "latency, and lowering it means less CPU per call (on PostgreSQL most of it the database's, executing "
+               "the call's two statements); the distance above the floor is time the calls wait with cores idle, "
+               "for commits (each durable commit waits for its WAL flush; SQLite writes one transaction at a time, "
+               "its fsync included, so there the calls also queue for its one writer). With one client nothing "
+               "queues, and the added latency is the call's own path.")
         self.w()
 
     def write(self):

@@ -448,6 +448,10 @@ async fn run_phases(
                 phase.server_cpu_ms = cpu_ms;
                 phase.server_cpu_us_per_ok = cpu_ms.map(|ms| ms * 1000.0 / phase.ok.max(1) as f64);
                 phase.cpu_us_per_ok_by_program = machine.1.per_request_since(&machine.0, phase.ok);
+                if let Some((busy, iowait)) = machine.1.machine_since(&machine.0) {
+                    phase.machine_busy_pct = Some(busy);
+                    phase.machine_iowait_pct = Some(iowait);
+                }
                 PhaseOutcome { phase, started }
             },
         )

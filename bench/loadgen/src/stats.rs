@@ -37,6 +37,10 @@ pub struct Phase {
     /// generator and the sink it serves), `onejob-fake`, everything else as `other`), and
     /// `all`: where the machine's cores went for each request.
     pub cpu_us_per_ok_by_program: BTreeMap<String, f64>,
+    /// How busy the machine's cores were over the phase (/proc/stat: all but idle and
+    /// iowait), in percent of all of them; and how much of their time went to iowait.
+    pub machine_busy_pct: Option<f64>,
+    pub machine_iowait_pct: Option<f64>,
 }
 
 /// Percentiles of microsecond samples (nearest rank), in milliseconds.
@@ -85,6 +89,8 @@ impl Phase {
             server_cpu_ms: None,
             server_cpu_us_per_ok: None,
             cpu_us_per_ok_by_program: BTreeMap::new(),
+            machine_busy_pct: None,
+            machine_iowait_pct: None,
         }
     }
 }
@@ -153,14 +159,25 @@ const PROGRAMS: [&str; 4] = ["postgres", "onejob", "onejob-loadgen", "onejob-fak
 /// PostgreSQL's backends that exited are counted through the postmaster's reaped children's
 /// time (cutime + cstime); no other program's children are, so nothing is counted twice.
 #[derive(Debug, Clone, Default)]
-pub struct CpuByProgram(BTreeMap<String, u64>);
+pub struct CpuByProgram(BTreeMap<String, u64>, Vec<u64>);
 
 impl CpuByProgram {
     /// Reads /proc now.
     pub fn now() -> CpuByProgram {
         let mut by = BTreeMap::new();
+        // The machine's first line of /proc/stat: user, nice, system, idle, iowait, ...
+        let machine = std::fs::read_to_string("/proc/stat")
+            .ok()
+            .and_then(|stat| stat.lines().next().map(str::to_owned))
+            .map(|line| {
+                line.split_whitespace()
+                    .skip(1)
+                    .map(|f| f.parse().unwrap_or(0))
+                    .collect()
+            })
+            .unwrap_or_default();
         let Ok(dir) = std::fs::read_dir("/proc") else {
-            return CpuByProgram(by);
+            return CpuByProgram(by, machine);
         };
         for entry in dir.flatten() {
             let name = entry.file_name();
@@ -196,7 +213,27 @@ impl CpuByProgram {
                 .unwrap_or("other");
             *by.entry(program.to_string()).or_default() += ticks;
         }
-        CpuByProgram(by)
+        CpuByProgram(by, machine)
+    }
+
+    /// The machine's busy and iowait shares since `before`, in percent of all its cores'
+    /// time (None when /proc/stat could not be read).
+    pub fn machine_since(&self, before: &CpuByProgram) -> Option<(f64, f64)> {
+        if self.1.len() < 5 || before.1.len() < 5 {
+            return None;
+        }
+        let d: Vec<u64> = self
+            .1
+            .iter()
+            .zip(&before.1)
+            .map(|(b, a)| b.saturating_sub(*a))
+            .collect();
+        let total: u64 = d.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let pct = |ticks: u64| 100.0 * ticks as f64 / total as f64;
+        Some((pct(total - d[3] - d[4]), pct(d[4])))
     }
 
     /// Microseconds per request of each program since `before`, and `all`.
