@@ -19,7 +19,7 @@ use sqlx::{Database, Pool, SqlSafeStr};
 use sqlx_core::transaction::TransactionManager;
 use uuid::Uuid;
 
-pub(crate) use super::dialect::{Arg, Conn, Dialect, Row};
+pub(crate) use super::dialect::{Arg, Conn, Dialect, Row, Variant};
 use super::{
     Acknowledged, AttemptRecord, Completion, FirstAttempts, Intake, JobRecord, NewEvent, NewJob,
     StoreError, Woken,
@@ -54,10 +54,10 @@ pub(crate) trait Backend: Dialect {
         async { read_one(self, Self::SQL.ping, args![]).await.map(drop) }
     }
 
-    /// Whether the database is distributed (Citus): work spanning tenants then runs tenant
-    /// by tenant, each on its shard, never as one lock across shards.
-    fn distributed(&self) -> bool {
-        false
+    /// The variant of its dialect it speaks ([`Variant`]): on Citus, work spanning tenants
+    /// runs tenant by tenant, each on its shard, never as one lock across shards.
+    fn variant(&self) -> Variant {
+        Variant::Single
     }
 
     /// The tenants of the jobs and attempts this process created or started lately, where

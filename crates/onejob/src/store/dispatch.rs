@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::{
     AttemptRecord, JobRecord, StoreError, Woken,
-    backend::{Backend, read_all, read_one, read_optional, write, write_all},
+    backend::{Backend, Variant, read_all, read_one, read_optional, write, write_all},
     grouped::Fence,
     records::storable_text,
     rows,
@@ -142,7 +142,7 @@ impl<B: Backend> Dispatch for B {
     }
 
     async fn heartbeat(&self, worker: &str, lease: Duration) -> Result<Vec<Uuid>, StoreError> {
-        if self.distributed() {
+        if self.variant() == Variant::Citus {
             // Tenant by tenant, each renewal on its shard, each its own transaction.
             let tenants = read_all(self, B::SQL.live_tenants, args![worker]).await?;
             for row in &tenants {
@@ -168,7 +168,7 @@ impl<B: Backend> Dispatch for B {
         limit: u32,
         lease: Duration,
     ) -> Result<Vec<AttemptRecord>, StoreError> {
-        if self.distributed() {
+        if self.variant() == Variant::Citus {
             // Tenant by tenant, each claim on its shard, until the limit is reached.
             let tenants = read_all(self, B::SQL.unknown_due_tenants, args![limit]).await?;
             let mut claimed = Vec::new();
