@@ -16,12 +16,14 @@
 //!   first attempts is one transaction per tenant, a few tenants at once
 //!   ([`start_first_of_tenant`]), and a worker node down costs only its tenants' jobs (the
 //!   read of which tenants have due jobs goes shard by shard when the read across the shards
-//!   fails: [`DUE_FIRST_BY_SHARD`]; a tenant whose transaction fails is left out); group commits of acknowledgements and completions are one
-//!   transaction per tenant (`grouped.rs`).
+//!   fails: `DUE_FIRST_BY_SHARD`; a tenant whose transaction fails is left out); group
+//!   commits of acknowledgements and completions are one transaction per tenant
+//!   (`grouped.rs`).
 //! * **Intake** group-commits per tenant: the submissions of one tenant in a batch share a
 //!   transaction on the tenant's shard, a statement each (the insert that does nothing on
-//!   conflict, the read-back by key, the event); the one batch statement of a single
-//!   PostgreSQL spans tenants, which Citus cannot plan.
+//!   conflict, the read-back by key, the event), by the group commit SQLite's intake shares
+//!   (`statements.rs`'s `submit_together`); the one batch statement of a single PostgreSQL
+//!   spans tenants, which Citus cannot plan.
 //! * **Wake-ups.** The dispatch trigger's `pg_notify` fires on the worker node holding the
 //!   shard, where no onejob node listens: on Citus the store notifies the coordinator's
 //!   channel itself after each change that made a job due.
@@ -39,6 +41,7 @@ use crate::store::{
     batch::{Batcher, WriteBatch},
     bound::Bound,
     rows,
+    statements::submit_together,
     tenants::Tenants,
 };
 
@@ -411,8 +414,9 @@ pub(super) fn intake_batcher(
     Batcher::spawn(WRITERS, MAX_BATCH, write)
 }
 
-/// Writes a batch tenant by tenant; a tenant's transaction that fails is written again
-/// submission by submission, so that only the failing one fails.
+/// Writes a batch tenant by tenant, each tenant's share in one transaction on its shard by
+/// intake's group commit written once ([`submit_together`]: a share that fails is written
+/// again submission by submission, so that only the failing one fails).
 async fn write_batch(
     pool: &PgPool,
     bound: &Bound,
@@ -433,61 +437,22 @@ async fn write_batch(
             let key = |at: usize| (&jobs[at].key_hash.0, &jobs[at].owner.user);
             key(a).cmp(&key(b))
         });
-        let together = async {
-            let mut tx = Tx::<PgStore>::begin(pool, bound).await?;
-            let mut written = Vec::with_capacity(members.len());
-            for &at in &members {
-                written.push(write_one(&mut tx, &jobs[at]).await?);
-            }
-            tx.commit().await?;
-            Ok::<_, StoreError>(written)
-        }
-        .await;
-        match together {
-            Ok(written) => {
-                for (at, intake) in members.into_iter().zip(written) {
-                    results[at] = Some(Ok(intake));
-                }
-            }
-            Err(error) if error.is_retryable() || members.len() == 1 => {
-                for at in members {
-                    results[at] = Some(Err(error.clone()));
-                }
-            }
-            Err(_) => {
-                for at in members {
-                    let alone = async {
-                        let mut tx = Tx::<PgStore>::begin(pool, bound).await?;
-                        let intake = write_one(&mut tx, &jobs[at]).await?;
-                        tx.commit().await?;
-                        Ok(intake)
-                    }
-                    .await;
-                    results[at] = Some(alone);
-                }
-            }
+        let share: Vec<&NewJob> = members.iter().map(|&at| &jobs[at]).collect();
+        let written = submit_together::<PgStore>(pool, bound, INSERT_JOB, &share).await;
+        for (at, result) in members.into_iter().zip(written) {
+            results[at] = Some(result);
         }
     }
     results.into_iter().flatten().collect()
 }
 
-/// One submission in `tx` ([`Tx::submit_one`]), its tenant remembered so that every
-/// statement names it.
-async fn write_one(tx: &mut Tx<PgStore>, job: &NewJob) -> Result<Intake, StoreError> {
-    tx.remember(job.id, Some(job.owner.tenant.clone()));
-    tx.submit_one(INSERT_JOB, job).await
-}
-
-/// One event: `$1` job id, `$2` attempt id or NULL, `$3` kind, `$4` actor or NULL, `$5`
-/// detail, `$6` the job's tenant. On the tenant's shard alone; refused by the event log's
-/// foreign key when the job is gone (deleted by retention since the event was queued),
-/// which the writer counts as written: the job's log went with it.
-const INSERT_EVENT: &str = "INSERT INTO job_events (job_id, attempt_id, kind, actor, detail, tenant) \
-     VALUES ($1, $2, $3, $4, $5, $6)";
-
 /// The relaxed writer's events on Citus ([`super::relaxed`]): one statement each, each on
-/// its job's shard, one result per event (an event without its tenant is refused: every
-/// queued event is a replay's, which carries it).
+/// its job's shard (the dialect's `insert_event`, as a transaction's event is written: `$1`
+/// job id, `$2` attempt id or NULL, `$3` kind, `$4` actor or NULL, `$5` detail, `$6` the
+/// job's tenant), one result per event (an event without its tenant is refused: every
+/// queued event is a replay's, which carries it). An event refused by the event log's
+/// foreign key, its job gone (deleted by retention since the event was queued), counts as
+/// written: the job's log went with it.
 pub(super) async fn write_events(
     connection: &mut PgConnection,
     events: &[NewEvent],
@@ -501,7 +466,7 @@ pub(super) async fn write_events(
             ))));
             continue;
         };
-        let written = sqlx::query(INSERT_EVENT)
+        let written = sqlx::query(PgStore::SQL.insert_event)
             .bind(event.job_id)
             .bind(event.attempt_id)
             .bind(event.kind.as_str())
