@@ -11,6 +11,7 @@ use std::{collections::HashSet, sync::Arc, time::Duration};
 use futures::future::join_all;
 use onejob::store::{
     Acknowledged, Completion, FirstAttempts, FirstStart, Intake, Resolution, Store, StoreOptions,
+    UnknownBy,
     postgres::{PgStore, citus},
 };
 use onejob_chaos::citus::CitusCluster;
@@ -681,5 +682,128 @@ async fn a_tenant_whose_first_starts_fail_costs_only_its_jobs() {
         db.scalar("SELECT count(*) FROM job_events WHERE kind = 'attempt_started'")
             .await,
         total
+    );
+}
+
+/// A job of `tenant` (its user `user`) with one attempt started by `test-worker`.
+async fn started_of(store: &dyn Store, tenant: &str) -> Uuid {
+    let job = new_job_of(
+        Principal::new(tenant, "user"),
+        "chat.completion",
+        tenant,
+        "p",
+    );
+    let job = match store.create_or_replay(job).await.unwrap() {
+        Intake::Created(job) => job.id,
+        other => panic!("{other:?}"),
+    };
+    started(store, &start_for(job, 0, "a", false)).await
+}
+
+/// Makes the database refuse every change of an attempt of tenant `a-refused` (a trigger
+/// made for the test). `a-refused` sorts first, so that a pass over the tenants meets it
+/// before the others.
+async fn refuse_attempt_changes_of_a_refused(db: &TestDatabase) {
+    db.exec(
+        "CREATE FUNCTION refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+         IF NEW.tenant = 'a-refused' THEN RAISE EXCEPTION 'refused for the test'; END IF; \
+         RETURN NEW; END $$",
+    )
+    .await
+    .unwrap();
+    db.exec(
+        "CREATE TRIGGER refuse_change BEFORE UPDATE ON attempts \
+         FOR EACH ROW EXECUTE FUNCTION refuse_change()",
+    )
+    .await
+    .unwrap();
+}
+
+/// A heartbeat on Citus renews its leases tenant by tenant: a tenant whose renewal fails
+/// (here refused by a trigger made for the test, and met first) keeps no other tenant's
+/// leases from being renewed; the heartbeat then answers the error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tenant_whose_lease_renewal_fails_keeps_no_other_from_renewal() {
+    let db = TestDatabase::create(Backend::Citus).await;
+    let store = db.open_store().await;
+    for tenant in ["a-refused", "b-fine", "c-fine"] {
+        started_of(&*store, tenant).await;
+    }
+    db.exec("UPDATE attempts SET lease_expires_at = now() + interval '5 seconds'")
+        .await
+        .unwrap();
+    refuse_attempt_changes_of_a_refused(&db).await;
+    let beat = store
+        .heartbeat("test-worker", Duration::from_secs(600))
+        .await;
+    assert!(
+        beat.as_ref()
+            .is_err_and(|e| format!("{e:?}").contains("refused for the test")),
+        "the refused tenant's renewal is answered: {beat:?}"
+    );
+    assert_eq!(
+        db.scalar(
+            "SELECT count(*) FROM attempts WHERE tenant IN ('b-fine', 'c-fine') \
+             AND lease_expires_at > now() + interval '500 seconds'"
+        )
+        .await,
+        2,
+        "the other tenants' leases were renewed"
+    );
+    assert_eq!(
+        db.scalar(
+            "SELECT count(*) FROM attempts WHERE tenant = 'a-refused' \
+             AND lease_expires_at < now() + interval '60 seconds'"
+        )
+        .await,
+        1
+    );
+}
+
+/// Claims of `unknown` attempts on Citus run tenant by tenant: a tenant whose claim fails
+/// (refused by a trigger made for the test, and met first: its attempt due longest) costs
+/// only its own attempts; the others' are claimed and answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tenant_whose_unknown_claim_fails_costs_only_its_attempts() {
+    let db = TestDatabase::create(Backend::Citus).await;
+    let store = db.open_store().await;
+    let mut fine = Vec::new();
+    for tenant in ["a-refused", "b-fine", "c-fine"] {
+        let attempt = started_of(&*store, tenant).await;
+        assert!(
+            store
+                .mark_unknown(attempt, &json!({"reason": "deadline"}), UnknownBy::Worker)
+                .await
+                .unwrap()
+        );
+        if tenant != "a-refused" {
+            fine.push(attempt);
+        }
+    }
+    fine.sort();
+    db.exec("UPDATE attempts SET reconcile_at = now() - interval '1 second'")
+        .await
+        .unwrap();
+    db.exec(
+        "UPDATE attempts SET reconcile_at = now() - interval '1 minute' \
+         WHERE tenant = 'a-refused'",
+    )
+    .await
+    .unwrap();
+    refuse_attempt_changes_of_a_refused(&db).await;
+    let claimed = store
+        .claim_unknown(10, Duration::from_secs(30))
+        .await
+        .expect("the other tenants' attempts are claimed");
+    let mut ids: Vec<Uuid> = claimed.iter().map(|a| a.id).collect();
+    ids.sort();
+    assert_eq!(ids, fine);
+    assert_eq!(
+        db.scalar(
+            "SELECT count(*) FROM attempts WHERE tenant = 'a-refused' AND reconcile_checks = 0"
+        )
+        .await,
+        1,
+        "the refused tenant's attempt was not claimed"
     );
 }
