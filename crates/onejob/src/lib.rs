@@ -14,8 +14,8 @@
 //!   backend that runs it (`store/backend.rs`), with the runtime services every store holds
 //!   made once (`store/engine.rs`; group commit in `grouped.rs` and `batch.rs`), the
 //!   statements and state changes written once (`statements.rs`, `transitions.rs`), and
-//!   `store/postgres/` (Citus a variant of it; its connections in
-//!   `store/postgres/connections/`) and `store/sqlite/` beside each other.
+//!   `store/postgres/` (Citus a variant of it, `Variant` in `store/dialect.rs`; its
+//!   connections in `store/postgres/connections/`) and `store/sqlite/` beside each other.
 //! * [`jobs`]: the use cases over a store (submit, read, cancel, retry, resolve, listings,
 //!   certificates recorded and read, API keys, health), answering typed domain errors; every
 //!   adapter (HTTP, gateway, CLI) stands on it and never on the store, except start-up

@@ -11,7 +11,34 @@
 //! a statement binds, returns or means, only in how its SQL is spelled, and the two
 //! spellings sit side by side in `postgres/sql.rs` and `sqlite/sql.rs`. This is the shape of
 //! river's `riverdriver`: one interface, a module per database, one conformance suite
-//! (`tests/store/`).
+//! (`tests/store/`). Citus is a variant of the PostgreSQL dialect ([`Variant`]), not a third
+//! backend: the engine asks [`Backend::variant`] where work spanning tenants must run
+//! tenant by tenant (`dispatch.rs`, `grouped.rs`), and the PostgreSQL store matches on it
+//! for the rest (`postgres/mod.rs`).
+//!
+//! What each database still does its own way is a real difference of the database, its
+//! SQL or what it can route, not a copy of a rule:
+//! * **Intake** ([`Backend::intake`]): PostgreSQL's one statement per batch (insert, events
+//!   and the look-ups of taken keys in one round trip, `postgres/intake.rs`). SQLite (a
+//!   batch on its one writer) and Citus (a tenant's share of a batch, on its shard, since
+//!   the one statement would span shards) write a statement set per submission in a shared
+//!   transaction, and that group commit is written once (`statements.rs`'s
+//!   `submit_together`).
+//! * **The first attempts' batch** ([`Backend::start_first`]): PostgreSQL's one statement
+//!   (`postgres/first.rs`); Citus's three statements per tenant, each routed to its shard
+//!   (`postgres/citus.rs`: Citus plans the one statement's parts apart); SQLite's the rule
+//!   written once (`transitions.rs`'s `start_first_in_one_transaction`).
+//! * **`replayed` events** ([`Backend::log_replayed`]): PostgreSQL's relaxed writer, on
+//!   connections of its own that commit without waiting for the flush
+//!   (`postgres/relaxed.rs`; one statement per batch, or per event on Citus, each on its
+//!   shard); SQLite's batcher on its one writer.
+//! * **Wake-ups** ([`Backend::dispatch_changed`], [`Backend::until_work`]): PostgreSQL's
+//!   `LISTEN`/`NOTIFY` (a trigger on one server; the store itself on Citus, where the
+//!   trigger would fire on a worker node nobody listens to, `postgres/wake.rs`); SQLite's
+//!   signal within the process.
+//! * **Migrations** ([`Backend::migrate_schema`]): each dialect's own directory; PostgreSQL's
+//!   online index changes (`postgres/online.rs`) and Citus's distribution
+//!   (`postgres/citus.rs`).
 
 use std::{collections::HashMap, future::Future, time::Duration};
 
@@ -19,7 +46,7 @@ use sqlx::{Database, Pool, SqlSafeStr};
 use sqlx_core::transaction::TransactionManager;
 use uuid::Uuid;
 
-pub(crate) use super::dialect::{Arg, Conn, Dialect, Row};
+pub(crate) use super::dialect::{Arg, Conn, Dialect, Row, Variant};
 use super::{
     Acknowledged, AttemptRecord, Completion, FirstAttempts, Intake, JobRecord, NewEvent, NewJob,
     StoreError, Woken,
@@ -54,10 +81,10 @@ pub(crate) trait Backend: Dialect {
         async { read_one(self, Self::SQL.ping, args![]).await.map(drop) }
     }
 
-    /// Whether the database is distributed (Citus): work spanning tenants then runs tenant
-    /// by tenant, each on its shard, never as one lock across shards.
-    fn distributed(&self) -> bool {
-        false
+    /// The variant of its dialect it speaks ([`Variant`]): on Citus, work spanning tenants
+    /// runs tenant by tenant, each on its shard, never as one lock across shards.
+    fn variant(&self) -> Variant {
+        Variant::Single
     }
 
     /// The tenants of the jobs and attempts this process created or started lately, where

@@ -18,6 +18,23 @@ use uuid::Uuid;
 
 use super::{StoreError, sql::Sql};
 
+/// The variant of a dialect a store speaks: the one each dialect has, or (PostgreSQL's only)
+/// Citus. The engine written once (`transitions.rs`, `dispatch.rs`, `grouped.rs`) asks it
+/// where work that spans tenants must run tenant by tenant; the PostgreSQL store makes every
+/// other choice that differs on Citus on it (`postgres/mod.rs`), with a `match` wherever the
+/// two differ in what runs. SQLite is always [`Variant::Single`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Variant {
+    /// One database server (PostgreSQL, a primary with standbys or not; or SQLite's one
+    /// file): work that spans tenants runs as one statement, and the dispatch trigger's
+    /// `NOTIFY` reaches every node.
+    Single,
+    /// A Citus coordinator (`postgres/citus.rs`): the job tables distributed by tenant, work
+    /// that spans tenants runs shard by shard (never one lock across shards), and the store
+    /// sends the wake-ups itself.
+    Citus,
+}
+
 /// A row of dialect `B`.
 pub(crate) type Row<B> = <<B as Dialect>::Db as Database>::Row;
 

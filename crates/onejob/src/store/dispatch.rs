@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::{
     AttemptRecord, JobRecord, StoreError, Woken,
-    backend::{Backend, read_all, read_one, read_optional, write, write_all},
+    backend::{Backend, Variant, read_all, read_one, read_optional, write, write_all},
     grouped::Fence,
     records::storable_text,
     rows,
@@ -142,15 +142,27 @@ impl<B: Backend> Dispatch for B {
     }
 
     async fn heartbeat(&self, worker: &str, lease: Duration) -> Result<Vec<Uuid>, StoreError> {
-        if self.distributed() {
-            // Tenant by tenant, each renewal on its shard, each its own transaction.
+        if self.variant() == Variant::Citus {
+            // Tenant by tenant, each renewal on its shard, each its own transaction; a
+            // tenant whose renewal fails does not keep the others' from being renewed (the
+            // first error is answered once every tenant was tried).
             let tenants = read_all(self, B::SQL.live_tenants, args![worker]).await?;
+            let mut failed = None;
             for row in &tenants {
                 let tenant = B::text(row, "tenant")?;
-                let mut tx = self.begin().await?;
-                tx.execute(B::SQL.renew_tenant_leases, args![worker, lease, &tenant])
-                    .await?;
-                tx.commit().await?;
+                let renewed = async {
+                    let mut tx = self.begin().await?;
+                    tx.execute(B::SQL.renew_tenant_leases, args![worker, lease, &tenant])
+                        .await?;
+                    tx.commit().await
+                }
+                .await;
+                if let Err(error) = renewed {
+                    failed.get_or_insert(error);
+                }
+            }
+            if let Some(error) = failed {
+                return Err(error);
             }
             let cancelled = read_all(self, B::SQL.cancelled_leases, args![worker]).await?;
             return rows::ids::<B>(&cancelled);
@@ -168,27 +180,42 @@ impl<B: Backend> Dispatch for B {
         limit: u32,
         lease: Duration,
     ) -> Result<Vec<AttemptRecord>, StoreError> {
-        if self.distributed() {
-            // Tenant by tenant, each claim on its shard, until the limit is reached.
+        if self.variant() == Variant::Citus {
+            // Tenant by tenant, each claim on its shard, until the limit is reached. A tenant
+            // whose claim fails costs only its own attempts: those claimed are answered (they
+            // are this worker's now, under lease), the error only when none was.
             let tenants = read_all(self, B::SQL.unknown_due_tenants, args![limit]).await?;
             let mut claimed = Vec::new();
+            let mut failed = None;
             for row in &tenants {
                 let left = limit.saturating_sub(claimed.len() as u32);
                 if left == 0 {
                     break;
                 }
                 let tenant = B::text(row, "tenant")?;
-                let mut tx = self.begin().await?;
-                let locked = tx
-                    .all(B::SQL.lock_tenant_unknown, args![left, &tenant])
-                    .await?;
-                let ids = rows::ids::<B>(&locked)?;
-                let sql = B::SQL.claim_locked_unknown;
-                let batch = tx.all(sql, args![&ids[..], lease, &tenant]).await?;
-                tx.commit().await?;
-                claimed.extend(rows::all::<B, _>(&batch, rows::attempt::<B>)?);
+                let batch = async {
+                    let mut tx = self.begin().await?;
+                    let locked = tx
+                        .all(B::SQL.lock_tenant_unknown, args![left, &tenant])
+                        .await?;
+                    let ids = rows::ids::<B>(&locked)?;
+                    let sql = B::SQL.claim_locked_unknown;
+                    let batch = tx.all(sql, args![&ids[..], lease, &tenant]).await?;
+                    tx.commit().await?;
+                    rows::all::<B, _>(&batch, rows::attempt::<B>)
+                }
+                .await;
+                match batch {
+                    Ok(batch) => claimed.extend(batch),
+                    Err(error) => {
+                        failed.get_or_insert(error);
+                    }
+                }
             }
-            return Ok(claimed);
+            return match failed {
+                Some(error) if claimed.is_empty() => Err(error),
+                _ => Ok(claimed),
+            };
         }
         let claimed = write_all(self, B::SQL.claim_unknown, args![limit, lease]).await?;
         rows::all::<B, _>(&claimed, rows::attempt::<B>)

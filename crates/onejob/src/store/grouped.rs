@@ -33,7 +33,7 @@ use uuid::Uuid;
 
 use super::{
     StoreError, WorkSignal,
-    backend::{Arg, Backend, Tx, fetch_all_on},
+    backend::{Arg, Backend, Tx, Variant, fetch_all_on},
     batch::{Batcher, WriteBatch},
     bound::Bound,
 };
@@ -100,9 +100,9 @@ pub(crate) struct Writer<B: Backend> {
     at_once: Option<Pool<B::Db>>,
     bound: Bound,
     wake: Option<WorkSignal>,
-    /// One transaction per tenant of a group (a distributed database: each then runs on its
-    /// tenant's shard, and row locks never span shards).
-    per_tenant: bool,
+    /// The variant of its dialect: on Citus, one transaction per tenant of a group (each
+    /// then runs on its tenant's shard, and row locks never span shards).
+    variant: Variant,
 }
 
 impl<B: Backend> Clone for Writer<B> {
@@ -112,20 +112,26 @@ impl<B: Backend> Clone for Writer<B> {
             at_once: self.at_once.clone(),
             bound: self.bound.clone(),
             wake: self.wake.clone(),
-            per_tenant: self.per_tenant,
+            variant: self.variant,
         }
     }
 }
 
 impl<B: Backend> Writer<B> {
-    /// Writes through `pool` within `bound`, waking `wake` when a job became due.
-    pub(crate) fn new(pool: Pool<B::Db>, bound: Bound, wake: Option<WorkSignal>) -> Self {
+    /// Writes through `pool` within `bound`, waking `wake` when a job became due, a group
+    /// tenant by tenant when `variant` is Citus.
+    pub(crate) fn new(
+        pool: Pool<B::Db>,
+        bound: Bound,
+        wake: Option<WorkSignal>,
+        variant: Variant,
+    ) -> Self {
         Self {
             pool,
             at_once: None,
             bound,
             wake,
-            per_tenant: false,
+            variant,
         }
     }
 
@@ -141,21 +147,14 @@ impl<B: Backend> Writer<B> {
         self.at_once.as_ref().unwrap_or(&self.pool)
     }
 
-    /// With `per_tenant`, a group is written as one transaction per tenant among its
-    /// changes (see [`Writer::per_tenant`]'s field).
-    pub(crate) fn per_tenant(mut self, per_tenant: bool) -> Self {
-        self.per_tenant = per_tenant;
-        self
-    }
-
     /// How long each of its statements and commits may take.
     pub(crate) fn bound(&self) -> &Bound {
         &self.bound
     }
 
-    /// Whether it writes a group tenant by tenant (a distributed database).
-    pub(crate) fn is_per_tenant(&self) -> bool {
-        self.per_tenant
+    /// The variant of its dialect (on Citus it writes a group tenant by tenant).
+    pub(crate) fn variant(&self) -> Variant {
+        self.variant
     }
 
     /// Begins a write transaction.
@@ -226,7 +225,7 @@ async fn write_generally<B: Backend, C: Change<B>>(
     store: &Writer<B>,
     changes: Vec<C>,
 ) -> Vec<Result<C::Out, StoreError>> {
-    if store.per_tenant && changes.len() > 1 {
+    if store.variant == Variant::Citus && changes.len() > 1 {
         return write_per_tenant(store, changes).await;
     }
     let together = if changes.len() == 1 {
@@ -308,8 +307,10 @@ async fn write_per_tenant<B: Backend, C: Change<B>>(
             .map(|&at| slots[at].take().expect("each change in one group"))
             .collect();
         let written = Box::pin(write_generally(
+            // One tenant's group: together, as on one server (its statements name the
+            // tenant, so they run on its shard).
             &Writer {
-                per_tenant: false,
+                variant: Variant::Single,
                 ..store.clone()
             },
             group,

@@ -13,9 +13,64 @@ use uuid::Uuid;
 use super::{
     AttemptRecord, AttemptStart, Intake, JobRecord, NewEvent, NewJob, StoreError,
     backend::{Backend, Row, Tx},
+    bound::Bound,
     records::{storable, storable_text},
     rows,
 };
+
+/// Intake's group commit for the stores that write each submission with its own statements
+/// ([`Tx::submit_one`]), written once: SQLite (a batch, on its one writer) and Citus (a
+/// tenant's share of a batch, on its shard). PostgreSQL's one-statement batch is its own
+/// (`postgres/intake.rs`).
+///
+/// The submissions `jobs` share one transaction on `pool` (`insert_job` the backend's
+/// insert, see [`Tx::submit_one`]), in the order given. If it fails in a way a retry may
+/// cure ([`StoreError::is_retryable`]), every submission is answered that error; otherwise
+/// each is written again alone, in a transaction of its own, so that only a failing one
+/// fails (its statements may have failed halfway, its job inserted and its event not: the
+/// rollback drops it whole). One result per submission, in order.
+pub(crate) async fn submit_together<B: Backend>(
+    pool: &sqlx::Pool<B::Db>,
+    bound: &Bound,
+    insert_job: &'static str,
+    jobs: &[&NewJob],
+) -> Vec<Result<Intake, StoreError>> {
+    let together = submit_in_one::<B>(pool, bound, insert_job, jobs).await;
+    match together {
+        Ok(written) => written.into_iter().map(Ok).collect(),
+        Err(error) if error.is_retryable() || jobs.len() == 1 => vec![Err(error); jobs.len()],
+        Err(_) => {
+            let mut results = Vec::with_capacity(jobs.len());
+            for job in jobs {
+                let alone = submit_in_one::<B>(pool, bound, insert_job, &[*job]).await;
+                results.push(alone.map(|mut written| written.remove(0)));
+            }
+            results
+        }
+    }
+}
+
+/// `jobs` submitted in one transaction on `pool`, rolled back whole if one fails.
+async fn submit_in_one<B: Backend>(
+    pool: &sqlx::Pool<B::Db>,
+    bound: &Bound,
+    insert_job: &'static str,
+    jobs: &[&NewJob],
+) -> Result<Vec<Intake>, StoreError> {
+    let mut tx = Tx::<B>::begin(pool, bound).await?;
+    let mut written = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        match tx.submit_one(insert_job, job).await {
+            Ok(intake) => written.push(intake),
+            Err(error) => {
+                let _ = tx.rollback().await;
+                return Err(error);
+            }
+        }
+    }
+    tx.commit().await?;
+    Ok(written)
+}
 
 /// What the rules read of a job once they hold it: the fields a transition decides on.
 #[derive(Debug, Clone, Copy)]
@@ -454,9 +509,10 @@ impl<B: Backend> Tx<B> {
             &job.params,
             job.request_body.as_deref(),
         ];
+        // Its tenant, so that every statement about it names it (on Citus: its shard).
+        self.remember(job.id, Some(job.owner.tenant.clone()));
         if let Some(row) = self.optional(insert_job, values).await? {
             let record = rows::job::<B>(&row)?;
-            self.remember(job.id, Some(job.owner.tenant.clone()));
             self.insert_event(&job.created_event()).await?;
             // Its first attempt, started before anyone else can see the job: the attempt
             // guard holds by construction (see `StartAtIntake`).

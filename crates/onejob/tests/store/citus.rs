@@ -1,16 +1,20 @@
 //! What `onejob migrate` makes of a database with the `citus` extension: the job tables
 //! distributed by `tenant` and colocated, the small global tables reference tables, and
 //! every unique index and foreign key of the job tables naming the tenant (which Citus
-//! requires for it to hold per shard). The behaviour on Citus is the rest of the suite's
-//! `citus` runs.
+//! requires for it to hold per shard); the hot path on one shard; the shards' statistics;
+//! and the batches of first starts, which run tenant by tenant: side by side, with one
+//! tenant's starts failing, and with a worker node stopped (on a cluster of the test's
+//! own). The rest of the behaviour on Citus is the rest of the suite's `citus` runs.
 
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use futures::future::join_all;
 use onejob::store::{
-    Acknowledged, Completion, FirstAttempts, FirstStart, Intake, Resolution, Store,
+    Acknowledged, Completion, FirstAttempts, FirstStart, Intake, Resolution, Store, StoreOptions,
+    UnknownBy,
     postgres::{PgStore, citus},
 };
+use onejob_chaos::citus::CitusCluster;
 use onejob_domain::{AttemptState, EventKind, JobState, Principal};
 use serde_json::json;
 use sqlx::{Connection, PgConnection};
@@ -403,4 +407,403 @@ async fn concurrent_first_starts_start_every_job_once() {
         .scalar("SELECT count(DISTINCT tenant) FROM attempts")
         .await;
     assert_eq!(tenants, TENANTS as i64);
+}
+
+/// Tenants tried until enough are found on each worker node.
+const CANDIDATES: usize = 32;
+
+/// A Citus worker node stopped while first attempts start costs only its tenants' jobs. On
+/// a cluster of this test's own (the process's shared one serves the tests running beside
+/// it), two tenants whose shards are on worker 0 and two on worker 1 have three new jobs
+/// each; worker 0 is stopped as a crash would (`immediate`). A batch of first starts then
+/// starts every job of worker 1's tenants (the batch does not fail as a whole), and none of
+/// worker 0's; once worker 0 is back, its tenants' jobs are found as they were (`pending`,
+/// no attempt, no `attempt_started`: nothing half-written) and the next batches start them,
+/// each job exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_node_down_costs_only_its_tenants_first_starts() {
+    const PER_TENANT: usize = 3;
+    const TENANTS_PER_NODE: usize = 2;
+    let cluster = tokio::task::spawn_blocking(|| CitusCluster::start(2))
+        .await
+        .unwrap();
+    let name = format!("onejob_test_{}", Uuid::new_v4().simple());
+    cluster.create_database(&name).await;
+    let url = cluster.url(&name);
+    let store = onejob::store::open(&url, &StoreOptions::default())
+        .await
+        .expect("open the store on the cluster");
+    store.migrate().await.expect("migrate (distribute)");
+
+    let candidates: Vec<String> = (0..CANDIDATES).map(|i| format!("tenant-{i}")).collect();
+    let mut on_node = Vec::new();
+    for node in 0..2 {
+        let tenants = cluster
+            .tenants_on_worker(&name, "jobs", node, &candidates)
+            .await;
+        assert!(
+            tenants.len() >= TENANTS_PER_NODE,
+            "{} of {CANDIDATES} tenants on worker {node}",
+            tenants.len()
+        );
+        on_node.push(tenants[..TENANTS_PER_NODE].to_vec());
+    }
+    let (down, up) = (on_node[0].clone(), on_node[1].clone());
+    let jobs_of = |tenants: &[String]| {
+        let store = store.clone();
+        let tenants = tenants.to_vec();
+        async move {
+            let mut ids = Vec::new();
+            for tenant in &tenants {
+                for i in 0..PER_TENANT {
+                    let owner = Principal::new(tenant.as_str(), "user");
+                    let job = new_job_of(owner, "chat.completion", &format!("{tenant}-{i}"), "p");
+                    match store.create_or_replay(job).await.unwrap() {
+                        Intake::Created(job) => ids.push(job.id),
+                        other => panic!("{other:?}"),
+                    }
+                }
+            }
+            ids.sort();
+            ids
+        }
+    };
+    let down_jobs = jobs_of(&down).await;
+    let up_jobs = jobs_of(&up).await;
+
+    tokio::task::block_in_place(|| cluster.stop_worker(0));
+    let started = store
+        .start_first_attempts(&first_batch(100))
+        .await
+        .expect("the jobs of the tenants on the live worker start while the other worker is down");
+    let mut ids: Vec<Uuid> = started.iter().map(|(job, _)| job.id).collect();
+    ids.sort();
+    assert_eq!(
+        ids, up_jobs,
+        "every job of the live worker's tenants started, none of the stopped worker's"
+    );
+    for (job, attempt) in &started {
+        assert_eq!((job.state, job.attempts), (JobState::Running, 1));
+        assert_eq!((attempt.job_id, attempt.number), (job.id, 1));
+    }
+    // Another batch while the worker is still down starts nothing (an error, or no job).
+    if let Ok(more) = store.start_first_attempts(&first_batch(100)).await {
+        assert!(more.is_empty(), "started again: {more:?}");
+    }
+
+    tokio::task::block_in_place(|| cluster.start_worker(0));
+    let mut conn = PgConnection::connect(&url).await.unwrap();
+    let count = async |conn: &mut PgConnection, sql: &'static str, tenants: &[String]| -> i64 {
+        sqlx::query_scalar(sql)
+            .bind(tenants)
+            .fetch_one(conn)
+            .await
+            .unwrap()
+    };
+    assert_eq!(
+        count(
+            &mut conn,
+            "SELECT count(*) FROM jobs WHERE tenant = ANY($1) AND state = 'pending' \
+             AND attempts = 0 AND dispatch_at IS NOT NULL",
+            &down
+        )
+        .await,
+        down_jobs.len() as i64,
+        "the stopped worker's jobs are still new and due"
+    );
+    assert_eq!(
+        count(
+            &mut conn,
+            "SELECT count(*) FROM attempts WHERE tenant = ANY($1)",
+            &down
+        )
+        .await,
+        0,
+        "no attempt of the stopped worker's jobs was written"
+    );
+    assert_eq!(
+        count(
+            &mut conn,
+            "SELECT count(*) FROM job_events WHERE tenant = ANY($1) AND kind <> 'created'",
+            &down
+        )
+        .await,
+        0,
+        "no event but `created` of the stopped worker's jobs was written"
+    );
+
+    // Back: the next batches start them (the coordinator's connections to the restarted
+    // worker may fail once before they are made again).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut later: Vec<Uuid> = Vec::new();
+    while later.len() < down_jobs.len() {
+        match store.start_first_attempts(&first_batch(100)).await {
+            Ok(more) => later.extend(more.iter().map(|(job, _)| job.id)),
+            Err(error) => eprintln!("a batch after the worker's return: {error}"),
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the stopped worker's jobs did not start within 60 s of its return: {later:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    later.sort();
+    assert_eq!(later, down_jobs, "each of its jobs started once");
+    let all = [&down[..], &up[..]].concat();
+    let total = (down_jobs.len() + up_jobs.len()) as i64;
+    for (sql, what) in [
+        (
+            "SELECT count(*) FROM jobs WHERE tenant = ANY($1) AND state = 'running' \
+             AND attempts = 1",
+            "jobs running on their first attempt",
+        ),
+        (
+            "SELECT count(*) FROM attempts WHERE tenant = ANY($1) AND number = 1 \
+             AND state = 'starting'",
+            "first attempts",
+        ),
+        (
+            "SELECT count(DISTINCT job_id) FROM attempts WHERE tenant = ANY($1)",
+            "jobs with an attempt",
+        ),
+        (
+            "SELECT count(*) FROM job_events WHERE tenant = ANY($1) \
+             AND kind = 'attempt_started'",
+            "`attempt_started` events",
+        ),
+    ] {
+        assert_eq!(count(&mut conn, sql, &all).await, total, "{what}");
+    }
+    let _ = conn.close().await;
+}
+
+/// A tenant whose first starts fail costs only its own jobs in a batch of first starts: a
+/// trigger made for the test refuses every attempt of tenant `refused` (its transaction has
+/// made the jobs `running` by then, and rolls that back). The batch starts the jobs of the
+/// two other tenants and answers without an error; the refused tenant's jobs are found as
+/// they were (`pending`, no attempt, no `attempt_started`). A batch in which no tenant's
+/// starts went through answers the error. Once the trigger is gone, the next batch starts
+/// the refused tenant's jobs, each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tenant_whose_first_starts_fail_costs_only_its_jobs() {
+    const PER_TENANT: usize = 3;
+    let db = TestDatabase::create(Backend::Citus).await;
+    let store = db.open_store().await;
+    let mut jobs: Vec<(String, Uuid)> = Vec::new();
+    for tenant in ["refused", "fine-1", "fine-2"] {
+        for i in 0..PER_TENANT {
+            let owner = Principal::new(tenant, "user");
+            let job = new_job_of(owner, "chat.completion", &format!("{tenant}-{i}"), "p");
+            match store.create_or_replay(job).await.unwrap() {
+                Intake::Created(job) => jobs.push((tenant.to_owned(), job.id)),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+    let ids_of = |refused: bool| {
+        let mut ids: Vec<Uuid> = jobs
+            .iter()
+            .filter(|(tenant, _)| (tenant == "refused") == refused)
+            .map(|(_, id)| *id)
+            .collect();
+        ids.sort();
+        ids
+    };
+    db.exec(
+        "CREATE FUNCTION refuse_attempt() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+         IF NEW.tenant = 'refused' THEN RAISE EXCEPTION 'refused for the test'; END IF; \
+         RETURN NEW; END $$",
+    )
+    .await
+    .unwrap();
+    db.exec(
+        "CREATE TRIGGER refuse_attempt BEFORE INSERT ON attempts \
+         FOR EACH ROW EXECUTE FUNCTION refuse_attempt()",
+    )
+    .await
+    .unwrap();
+
+    let started = store
+        .start_first_attempts(&first_batch(100))
+        .await
+        .expect("the other tenants' jobs start");
+    let mut ids: Vec<Uuid> = started.iter().map(|(job, _)| job.id).collect();
+    ids.sort();
+    assert_eq!(ids, ids_of(false), "every job but the refused tenant's");
+    let again = store.start_first_attempts(&first_batch(100)).await;
+    assert!(
+        again
+            .as_ref()
+            .is_err_and(|e| format!("{e:?}").contains("refused for the test")),
+        "a batch of only the refused tenant's jobs answers its error: {again:?}"
+    );
+    assert_eq!(
+        db.scalar(
+            "SELECT count(*) FROM jobs WHERE tenant = 'refused' AND state = 'pending' \
+             AND attempts = 0 AND dispatch_at IS NOT NULL"
+        )
+        .await,
+        PER_TENANT as i64,
+        "the refused tenant's jobs are still new and due"
+    );
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM attempts WHERE tenant = 'refused'")
+            .await,
+        0
+    );
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM job_events WHERE tenant = 'refused' AND kind <> 'created'")
+            .await,
+        0
+    );
+
+    db.exec("DROP TRIGGER refuse_attempt ON attempts")
+        .await
+        .unwrap();
+    let later = store
+        .start_first_attempts(&first_batch(100))
+        .await
+        .expect("the refused tenant's jobs start once the trigger is gone");
+    let mut ids: Vec<Uuid> = later.iter().map(|(job, _)| job.id).collect();
+    ids.sort();
+    assert_eq!(ids, ids_of(true));
+    let total = jobs.len() as i64;
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM attempts WHERE number = 1")
+            .await,
+        total
+    );
+    assert_eq!(
+        db.scalar("SELECT count(DISTINCT job_id) FROM attempts")
+            .await,
+        total
+    );
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM job_events WHERE kind = 'attempt_started'")
+            .await,
+        total
+    );
+}
+
+/// A job of `tenant` (its user `user`) with one attempt started by `test-worker`.
+async fn started_of(store: &dyn Store, tenant: &str) -> Uuid {
+    let job = new_job_of(
+        Principal::new(tenant, "user"),
+        "chat.completion",
+        tenant,
+        "p",
+    );
+    let job = match store.create_or_replay(job).await.unwrap() {
+        Intake::Created(job) => job.id,
+        other => panic!("{other:?}"),
+    };
+    started(store, &start_for(job, 0, "a", false)).await
+}
+
+/// Makes the database refuse every change of an attempt of tenant `a-refused` (a trigger
+/// made for the test). `a-refused` sorts first, so that a pass over the tenants meets it
+/// before the others.
+async fn refuse_attempt_changes_of_a_refused(db: &TestDatabase) {
+    db.exec(
+        "CREATE FUNCTION refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+         IF NEW.tenant = 'a-refused' THEN RAISE EXCEPTION 'refused for the test'; END IF; \
+         RETURN NEW; END $$",
+    )
+    .await
+    .unwrap();
+    db.exec(
+        "CREATE TRIGGER refuse_change BEFORE UPDATE ON attempts \
+         FOR EACH ROW EXECUTE FUNCTION refuse_change()",
+    )
+    .await
+    .unwrap();
+}
+
+/// A heartbeat on Citus renews its leases tenant by tenant: a tenant whose renewal fails
+/// (here refused by a trigger made for the test, and met first) keeps no other tenant's
+/// leases from being renewed; the heartbeat then answers the error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tenant_whose_lease_renewal_fails_keeps_no_other_from_renewal() {
+    let db = TestDatabase::create(Backend::Citus).await;
+    let store = db.open_store().await;
+    for tenant in ["a-refused", "b-fine", "c-fine"] {
+        started_of(&*store, tenant).await;
+    }
+    db.exec("UPDATE attempts SET lease_expires_at = now() + interval '5 seconds'")
+        .await
+        .unwrap();
+    refuse_attempt_changes_of_a_refused(&db).await;
+    let beat = store
+        .heartbeat("test-worker", Duration::from_secs(600))
+        .await;
+    assert!(
+        beat.as_ref()
+            .is_err_and(|e| format!("{e:?}").contains("refused for the test")),
+        "the refused tenant's renewal is answered: {beat:?}"
+    );
+    assert_eq!(
+        db.scalar(
+            "SELECT count(*) FROM attempts WHERE tenant IN ('b-fine', 'c-fine') \
+             AND lease_expires_at > now() + interval '500 seconds'"
+        )
+        .await,
+        2,
+        "the other tenants' leases were renewed"
+    );
+    assert_eq!(
+        db.scalar(
+            "SELECT count(*) FROM attempts WHERE tenant = 'a-refused' \
+             AND lease_expires_at < now() + interval '60 seconds'"
+        )
+        .await,
+        1
+    );
+}
+
+/// Claims of `unknown` attempts on Citus run tenant by tenant: a tenant whose claim fails
+/// (refused by a trigger made for the test, and met first: its attempt due longest) costs
+/// only its own attempts; the others' are claimed and answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tenant_whose_unknown_claim_fails_costs_only_its_attempts() {
+    let db = TestDatabase::create(Backend::Citus).await;
+    let store = db.open_store().await;
+    let mut fine = Vec::new();
+    for tenant in ["a-refused", "b-fine", "c-fine"] {
+        let attempt = started_of(&*store, tenant).await;
+        assert!(
+            store
+                .mark_unknown(attempt, &json!({"reason": "deadline"}), UnknownBy::Worker)
+                .await
+                .unwrap()
+        );
+        if tenant != "a-refused" {
+            fine.push(attempt);
+        }
+    }
+    fine.sort();
+    db.exec("UPDATE attempts SET reconcile_at = now() - interval '1 second'")
+        .await
+        .unwrap();
+    db.exec(
+        "UPDATE attempts SET reconcile_at = now() - interval '1 minute' \
+         WHERE tenant = 'a-refused'",
+    )
+    .await
+    .unwrap();
+    refuse_attempt_changes_of_a_refused(&db).await;
+    let claimed = store
+        .claim_unknown(10, Duration::from_secs(30))
+        .await
+        .expect("the other tenants' attempts are claimed");
+    let mut ids: Vec<Uuid> = claimed.iter().map(|a| a.id).collect();
+    ids.sort();
+    assert_eq!(ids, fine);
+    assert_eq!(
+        db.scalar(
+            "SELECT count(*) FROM attempts WHERE tenant = 'a-refused' AND reconcile_checks = 0"
+        )
+        .await,
+        1,
+        "the refused tenant's attempt was not claimed"
+    );
 }

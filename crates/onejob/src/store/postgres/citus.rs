@@ -14,12 +14,16 @@
 //!   multi-shard `FOR UPDATE`): the statements that claim work (first attempts, unknown
 //!   attempts, heartbeats, retention) run once per tenant, each on one shard; a batch of
 //!   first attempts is one transaction per tenant, a few tenants at once
-//!   ([`start_first_of_tenant`]); group commits of acknowledgements and completions are one
-//!   transaction per tenant (`grouped.rs`).
+//!   ([`start_first_of_tenant`]), and a worker node down costs only its tenants' jobs (the
+//!   read of which tenants have due jobs goes shard by shard when the read across the shards
+//!   fails: `DUE_FIRST_BY_SHARD`; a tenant whose transaction fails is left out); group
+//!   commits of acknowledgements and completions are one transaction per tenant
+//!   (`grouped.rs`).
 //! * **Intake** group-commits per tenant: the submissions of one tenant in a batch share a
 //!   transaction on the tenant's shard, a statement each (the insert that does nothing on
-//!   conflict, the read-back by key, the event); the one batch statement of a single
-//!   PostgreSQL spans tenants, which Citus cannot plan.
+//!   conflict, the read-back by key, the event), by the group commit SQLite's intake shares
+//!   (`statements.rs`'s `submit_together`); the one batch statement of a single PostgreSQL
+//!   spans tenants, which Citus cannot plan.
 //! * **Wake-ups.** The dispatch trigger's `pg_notify` fires on the worker node holding the
 //!   shard, where no onejob node listens: on Citus the store notifies the coordinator's
 //!   channel itself after each change that made a job due.
@@ -37,6 +41,7 @@ use crate::store::{
     batch::{Batcher, WriteBatch},
     bound::Bound,
     rows,
+    statements::submit_together,
     tenants::Tenants,
 };
 
@@ -148,6 +153,23 @@ async fn is_distributed(connection: &mut PgConnection, table: &str) -> Result<bo
 pub(super) const DUE_FIRST: &str = "SELECT tenant FROM jobs WHERE dispatch_at <= now() \
      AND state = 'pending' AND attempts = 0 AND kind = ANY($2) ORDER BY dispatch_at LIMIT $1";
 
+/// [`DUE_FIRST`] shard by shard, for when a worker node is down (Citus fails a statement
+/// across the shards when one of them cannot be reached): Citus's `run_command_on_shards`
+/// runs the read on each shard over a connection of its own and reports a shard it could
+/// not reach as failed instead of failing the whole; the tenants of the shards that
+/// answered are returned, oldest job first. `$1` the limit, `$2` the kinds → `tenant`. The
+/// command is text (bound values cannot reach it): the kinds go in as one quoted literal,
+/// its `%` doubled for the shard name's `format`, the limit as an integer.
+pub(super) const DUE_FIRST_BY_SHARD: &str = "SELECT e.tenant \
+     FROM run_command_on_shards('jobs', \
+       'SELECT coalesce(json_agg(t), ''[]'') FROM (SELECT tenant, dispatch_at FROM %s \
+        WHERE dispatch_at <= now() AND state = ''pending'' AND attempts = 0 AND kind = ANY(' \
+       || replace(quote_literal($2::text[]), '%', '%%') \
+       || '::text[]) ORDER BY dispatch_at LIMIT ' || $1::bigint || ') t') AS r, \
+     json_to_recordset(CASE WHEN r.success THEN r.result::json ELSE '[]' END) \
+       AS e (tenant text, dispatch_at timestamptz) \
+     ORDER BY e.dispatch_at LIMIT $1";
+
 /// One tenant's first starts, step 1 of 3 (router: every table named with `tenant = $1`):
 /// locks up to `$3` of the tenant's due jobs that never had an attempt, of the kinds `$2`,
 /// skipping those another transaction holds, the conditions checked again on the locked row;
@@ -198,7 +220,8 @@ const START_EVENTS: &str = "INSERT INTO job_events (job_id, attempt_id, kind, de
 const TENANTS_AT_ONCE: usize = 4;
 
 /// Starts a batch of first attempts on Citus, shard by shard: the due new jobs' tenants are
-/// read across the shards ([`DUE_FIRST`]), then each tenant's share is started in one
+/// read across the shards ([`DUE_FIRST`]; when that fails, a worker node down say, shard by
+/// shard, those that answer: [`DUE_FIRST_BY_SHARD`]), then each tenant's share is started in one
 /// transaction on its shard ([`start_first_of_tenant`]), [`TENANTS_AT_ONCE`] tenants at a
 /// time. A tenant whose transaction fails (its worker node down, say) costs only its own
 /// jobs: the others' starts are returned, and the error only when no tenant's went through.
@@ -208,7 +231,16 @@ pub(super) async fn start_first(
 ) -> Result<Vec<(JobRecord, AttemptRecord)>, StoreError> {
     store.statistics.poke();
     let kinds: Vec<Option<&str>> = batch.kinds.iter().map(|k| Some(k.kind.as_str())).collect();
-    let due = read_all(store, DUE_FIRST, args![batch.limit, &kinds[..]]).await?;
+    let due = match read_all(store, DUE_FIRST, args![batch.limit, &kinds[..]]).await {
+        Ok(due) => due,
+        Err(error) => {
+            tracing::warn!(
+                error = %error,
+                "reading the due first starts across the shards failed: reading them shard by shard"
+            );
+            read_all(store, DUE_FIRST_BY_SHARD, args![batch.limit, &kinds[..]]).await?
+        }
+    };
     // Each tenant with how many of its jobs were due, oldest first.
     let mut shares: Vec<(String, u32)> = Vec::new();
     for row in &due {
@@ -382,8 +414,9 @@ pub(super) fn intake_batcher(
     Batcher::spawn(WRITERS, MAX_BATCH, write)
 }
 
-/// Writes a batch tenant by tenant; a tenant's transaction that fails is written again
-/// submission by submission, so that only the failing one fails.
+/// Writes a batch tenant by tenant, each tenant's share in one transaction on its shard by
+/// intake's group commit written once ([`submit_together`]: a share that fails is written
+/// again submission by submission, so that only the failing one fails).
 async fn write_batch(
     pool: &PgPool,
     bound: &Bound,
@@ -404,61 +437,22 @@ async fn write_batch(
             let key = |at: usize| (&jobs[at].key_hash.0, &jobs[at].owner.user);
             key(a).cmp(&key(b))
         });
-        let together = async {
-            let mut tx = Tx::<PgStore>::begin(pool, bound).await?;
-            let mut written = Vec::with_capacity(members.len());
-            for &at in &members {
-                written.push(write_one(&mut tx, &jobs[at]).await?);
-            }
-            tx.commit().await?;
-            Ok::<_, StoreError>(written)
-        }
-        .await;
-        match together {
-            Ok(written) => {
-                for (at, intake) in members.into_iter().zip(written) {
-                    results[at] = Some(Ok(intake));
-                }
-            }
-            Err(error) if error.is_retryable() || members.len() == 1 => {
-                for at in members {
-                    results[at] = Some(Err(error.clone()));
-                }
-            }
-            Err(_) => {
-                for at in members {
-                    let alone = async {
-                        let mut tx = Tx::<PgStore>::begin(pool, bound).await?;
-                        let intake = write_one(&mut tx, &jobs[at]).await?;
-                        tx.commit().await?;
-                        Ok(intake)
-                    }
-                    .await;
-                    results[at] = Some(alone);
-                }
-            }
+        let share: Vec<&NewJob> = members.iter().map(|&at| &jobs[at]).collect();
+        let written = submit_together::<PgStore>(pool, bound, INSERT_JOB, &share).await;
+        for (at, result) in members.into_iter().zip(written) {
+            results[at] = Some(result);
         }
     }
     results.into_iter().flatten().collect()
 }
 
-/// One submission in `tx` ([`Tx::submit_one`]), its tenant remembered so that every
-/// statement names it.
-async fn write_one(tx: &mut Tx<PgStore>, job: &NewJob) -> Result<Intake, StoreError> {
-    tx.remember(job.id, Some(job.owner.tenant.clone()));
-    tx.submit_one(INSERT_JOB, job).await
-}
-
-/// One event: `$1` job id, `$2` attempt id or NULL, `$3` kind, `$4` actor or NULL, `$5`
-/// detail, `$6` the job's tenant. On the tenant's shard alone; refused by the event log's
-/// foreign key when the job is gone (deleted by retention since the event was queued),
-/// which the writer counts as written: the job's log went with it.
-const INSERT_EVENT: &str = "INSERT INTO job_events (job_id, attempt_id, kind, actor, detail, tenant) \
-     VALUES ($1, $2, $3, $4, $5, $6)";
-
 /// The relaxed writer's events on Citus ([`super::relaxed`]): one statement each, each on
-/// its job's shard, one result per event (an event without its tenant is refused: every
-/// queued event is a replay's, which carries it).
+/// its job's shard (the dialect's `insert_event`, as a transaction's event is written: `$1`
+/// job id, `$2` attempt id or NULL, `$3` kind, `$4` actor or NULL, `$5` detail, `$6` the
+/// job's tenant), one result per event (an event without its tenant is refused: every
+/// queued event is a replay's, which carries it). An event refused by the event log's
+/// foreign key, its job gone (deleted by retention since the event was queued), counts as
+/// written: the job's log went with it.
 pub(super) async fn write_events(
     connection: &mut PgConnection,
     events: &[NewEvent],
@@ -472,7 +466,7 @@ pub(super) async fn write_events(
             ))));
             continue;
         };
-        let written = sqlx::query(INSERT_EVENT)
+        let written = sqlx::query(PgStore::SQL.insert_event)
             .bind(event.job_id)
             .bind(event.attempt_id)
             .bind(event.kind.as_str())

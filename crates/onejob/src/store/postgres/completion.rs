@@ -33,7 +33,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::{
-    PgStore,
+    PgStore, Variant,
     connections::{Hosts, side_pool, tcp},
 };
 use crate::store::{
@@ -120,8 +120,9 @@ pub(super) async fn complete_only_attempts(
     writer: &Writer<PgStore>,
     offers: &[OnlyAttempt<'_>],
 ) -> Result<Option<Vec<bool>>, StoreError> {
-    if writer.is_per_tenant() {
-        return Ok(None);
+    match writer.variant() {
+        Variant::Citus => return Ok(None),
+        Variant::Single => {}
     }
     let attempts: Vec<Uuid> = offers.iter().map(|o| o.attempt_id).collect();
     let outputs: Vec<&Value> = offers.iter().map(|o| o.output).collect();
@@ -154,7 +155,7 @@ mod tests {
     use sqlx::{Executor, PgPool, SqlSafeStr};
     use uuid::Uuid;
 
-    use super::{COMPLETE_ONLY_ATTEMPTS, complete_only_attempts};
+    use super::{COMPLETE_ONLY_ATTEMPTS, Variant, complete_only_attempts};
     use crate::store::{
         bound::{Bound, WRITE_TIMEOUT},
         grouped::Writer,
@@ -223,7 +224,12 @@ mod tests {
     async fn only_an_open_only_attempt_wins_and_the_rest_is_left_untouched() {
         let (_, options) = fresh!("onejob_unit_only_attempts_guards").await;
         let pool = PgPool::connect_with(options).await.unwrap();
-        let writer = Writer::<PgStore>::new(pool.clone(), Bound::within(WRITE_TIMEOUT), None);
+        let writer = Writer::<PgStore>::new(
+            pool.clone(),
+            Bound::within(WRITE_TIMEOUT),
+            None,
+            Variant::Single,
+        );
         let open = jobs(&pool, "running", 1).await;
         let resolved = jobs(&pool, "failed", 1).await;
         let second = jobs(&pool, "running", 2).await;

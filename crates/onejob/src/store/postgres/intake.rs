@@ -549,7 +549,7 @@ pub(super) async fn insert_events<'c>(
 mod tests {
     use sqlx::{Connection, Executor, PgConnection, PgPool};
 
-    use super::{intake_pool, statistics};
+    use super::{super::Variant, intake_pool, statistics};
     use crate::store::{
         Intake, NewJob, Store,
         bound::{Bound, WRITE_TIMEOUT},
@@ -726,7 +726,8 @@ mod tests {
         add_jobs_of_one_owner_planned_through_their_index(&mut db).await;
 
         let pool = PgPool::connect_with(options).await.unwrap();
-        let watch = statistics::Watch::new(pool.clone(), Bound::within(WRITE_TIMEOUT));
+        let watch =
+            statistics::Watch::new(pool.clone(), Bound::within(WRITE_TIMEOUT), Variant::Single);
         let intake = intake_pool(&pool, None, watch);
         drop(intake.acquire().await.unwrap());
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);

@@ -48,33 +48,12 @@ const PROBE_WITHIN: Duration = Duration::from_secs(2);
 /// cannot commit, without probing.
 const STALLED_RECENTLY: Duration = Duration::from_secs(3);
 
-/// The variant of the PostgreSQL dialect a store speaks, found when it connects
-/// ([`PgStore::connect`]). Every choice the PostgreSQL store makes differently on Citus (the
-/// schema's distribution, intake, first starts, group commits, retention, the relaxed
-/// writer's events, the statistics watch, wake-ups) is made on this one value, with a
-/// `match` wherever the two differ in what runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Variant {
-    /// One PostgreSQL server (a primary, with standbys or not): work that spans tenants runs
-    /// as one statement, and the dispatch trigger's `NOTIFY` reaches every node.
-    Single,
-    /// A Citus coordinator ([`citus`]): the job tables distributed by tenant, work that spans
-    /// tenants runs shard by shard, and the store sends the wake-ups itself.
-    Citus,
-}
-
-impl Variant {
-    /// The variant of a database that has the `citus` extension, or has not.
-    fn with_citus(installed: bool) -> Self {
-        if installed { Self::Citus } else { Self::Single }
-    }
-
-    /// Whether this is Citus: for the settings that are a plain switch (one transaction per
-    /// tenant in group commits, the shards' statistics).
-    pub(crate) fn is_citus(self) -> bool {
-        self == Self::Citus
-    }
-}
+/// The variant of the PostgreSQL dialect a store speaks ([`Variant`]), found when it
+/// connects ([`PgStore::connect`]). Every choice the PostgreSQL store makes differently on
+/// Citus (the schema's distribution, intake, first starts, group commits, retention, the
+/// relaxed writer's events, the statistics watch, wake-ups) is made on this one value,
+/// with a `match` wherever the two differ in what runs.
+pub(crate) use super::dialect::Variant;
 
 /// A [`Store`] on PostgreSQL.
 #[derive(Debug, Clone)]
@@ -112,9 +91,12 @@ impl PgStore {
     /// `target_session_attrs` (`any`, `read-write`, `primary`): the store then uses the
     /// first host whose session matches and follows a failover ([`connections`]).
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self, StoreError> {
-        let (connected, citus) = connections::connect(url, options, async |probe| {
+        let (connected, variant) = connections::connect(url, options, async |probe| {
             warn_without_autovacuum(probe).await;
-            citus::installed(probe).await
+            Ok(match citus::installed(probe).await? {
+                true => Variant::Citus,
+                false => Variant::Single,
+            })
         })
         .await?;
         let connections::Connected {
@@ -125,7 +107,7 @@ impl PgStore {
         } = connected;
         Ok(Self {
             _tunnel: tunnel,
-            ..Self::following(pool, hosts, options, bound, Variant::with_citus(citus))
+            ..Self::following(pool, hosts, options, bound, variant)
         })
     }
 
@@ -153,10 +135,8 @@ impl PgStore {
         variant: Variant,
     ) -> Self {
         let writer = match variant {
-            Variant::Citus => {
-                Writer::<Self>::new(pool.clone(), bound.clone(), None).per_tenant(true)
-            }
-            Variant::Single => Writer::<Self>::new(pool.clone(), bound.clone(), None)
+            Variant::Citus => Writer::<Self>::new(pool.clone(), bound.clone(), None, variant),
+            Variant::Single => Writer::<Self>::new(pool.clone(), bound.clone(), None, variant)
                 .at_once_on(completion::at_once_pool(&pool, hosts.as_ref())),
         };
         let tenants = Arc::new(Tenants::default());
@@ -169,8 +149,7 @@ impl PgStore {
             wake.sender(),
             variant,
         );
-        let statistics =
-            statistics::Watch::new(pool.clone(), bound.clone()).on_citus(variant.is_citus());
+        let statistics = statistics::Watch::new(pool.clone(), bound.clone(), variant);
         Self {
             services: Arc::new(Services::start(
                 pool.clone(),
@@ -213,7 +192,7 @@ impl PgStore {
 
     /// Whether the database is a Citus cluster's coordinator ([`citus`]).
     pub fn is_citus(&self) -> bool {
-        self.variant.is_citus()
+        self.variant == Variant::Citus
     }
 }
 
@@ -233,8 +212,8 @@ async fn warn_without_autovacuum(connection: &mut PgConnection) {
 }
 
 impl Backend for PgStore {
-    fn distributed(&self) -> bool {
-        self.variant.is_citus()
+    fn variant(&self) -> Variant {
+        self.variant
     }
 
     fn tenants(&self) -> Option<&Tenants> {
@@ -327,16 +306,18 @@ impl Backend for PgStore {
         &self,
         batch: &FirstAttempts,
     ) -> Result<Vec<(JobRecord, AttemptRecord)>, StoreError> {
-        if self.variant == Variant::Citus {
-            return citus::start_first(self, batch).await;
+        match self.variant {
+            Variant::Citus => citus::start_first(self, batch).await,
+            Variant::Single => {
+                self.statistics.poke();
+                Bounded::acquire(&self.pool, &self.bound)
+                    .await?
+                    .run("a statement", async |connection| {
+                        first::start_first(connection, batch).await
+                    })
+                    .await
+            }
         }
-        self.statistics.poke();
-        Bounded::acquire(&self.pool, &self.bound)
-            .await?
-            .run("a statement", async |connection| {
-                first::start_first(connection, batch).await
-            })
-            .await
     }
 
     async fn complete_only_attempts(

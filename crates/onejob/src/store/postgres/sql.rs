@@ -199,7 +199,7 @@ pub(super) const SQL: Sql = Sql {
                    WHERE id IN (SELECT id FROM attempts WHERE worker = $1 \
                    AND state IN ('starting', 'running') FOR UPDATE SKIP LOCKED)",
     live_tenants: "SELECT DISTINCT tenant FROM attempts WHERE worker = $1 \
-                   AND state IN ('starting', 'running')",
+                   AND state IN ('starting', 'running') ORDER BY tenant",
     renew_tenant_leases: "UPDATE attempts SET lease_expires_at = now() + make_interval(secs => $2) \
                           WHERE tenant = $3 AND id IN (SELECT id FROM attempts WHERE tenant = $3 \
                           AND worker = $1 AND state IN ('starting', 'running') \

@@ -42,6 +42,7 @@ use std::{
 
 use sqlx::PgPool;
 
+use super::Variant;
 use crate::store::{
     StoreError,
     bound::{Bound, Bounded},
@@ -119,8 +120,8 @@ struct Sizes {
 /// when none is left.
 #[derive(Clone)]
 pub(super) struct Watch {
-    /// Whether the database is a Citus coordinator: the shards' statistics are read.
-    citus: bool,
+    /// The variant of the dialect: on Citus the shards' statistics are read.
+    variant: Variant,
     analyzer: PgPool,
     /// The bound of its statements.
     bound: Bound,
@@ -159,20 +160,24 @@ impl Watch {
     pub(super) const ENOUGH: i64 = 1000;
 
     /// A watch that has tables analyzed on a connection of `analyzer`, its statements
-    /// bounded by `bound` (an `ANALYZE` by [`ANALYZE_WITHIN`]).
-    pub(super) fn new(analyzer: PgPool, bound: Bound) -> Self {
+    /// bounded by `bound` (an `ANALYZE` by [`ANALYZE_WITHIN`]), on a database of `variant`
+    /// (on Citus it reads the shards' statistics and goes on once the tables are settled).
+    pub(super) fn new(analyzer: PgPool, bound: Bound, variant: Variant) -> Self {
         Self {
-            citus: false,
+            variant,
             analyzer,
             bound,
             state: Arc::default(),
         }
     }
 
-    /// This watch, reading the shards' statistics when `citus` (the database is a Citus
-    /// coordinator).
-    pub(super) fn on_citus(self, citus: bool) -> Self {
-        Self { citus, ..self }
+    /// Whether it keeps watching a table described by enough rows (on Citus, where a
+    /// shard may still be empty and fill later: see the module doc).
+    fn watches_settled(&self) -> bool {
+        match self.variant {
+            Variant::Citus => true,
+            Variant::Single => false,
+        }
     }
 
     /// If a check is due, makes it in the background on a connection of the analyzer's
@@ -206,7 +211,7 @@ impl Watch {
                 let state = self.lock();
                 (state.done[at], state.refused[at])
             };
-            if refused || (done && !self.citus) {
+            if refused || (done && !self.watches_settled()) {
                 continue;
             }
             if size.believed >= Self::ENOUGH as f64 {
@@ -258,8 +263,16 @@ impl Watch {
     /// against the rows it holds counted up to [`Self::ENOUGH`]; on Citus, its shards'
     /// ([`CITUS_SIZES`]).
     async fn sizes(&self) -> Result<[Sizes; 3], StoreError> {
+        match self.variant {
+            Variant::Citus => self.shards_sizes().await,
+            Variant::Single => self.tables_sizes().await,
+        }
+    }
+
+    /// [`Watch::sizes`] on Citus: the shards' ([`CITUS_SIZES`]).
+    async fn shards_sizes(&self) -> Result<[Sizes; 3], StoreError> {
         let mut connection = Bounded::acquire(&self.analyzer, &self.bound).await?;
-        if self.citus {
+        {
             let rows: Vec<(f64, bool)> = connection
                 .run("a statement", async |connection| {
                     Ok(sqlx::query_as(CITUS_SIZES)
@@ -275,8 +288,13 @@ impl Watch {
                 )));
             };
             let size = |(believed, stale)| Sizes { believed, stale };
-            return Ok([size(jobs), size(attempts), size(events)]);
+            Ok([size(jobs), size(attempts), size(events)])
         }
+    }
+
+    /// [`Watch::sizes`] on one PostgreSQL: the tables' ([`SIZES`]).
+    async fn tables_sizes(&self) -> Result<[Sizes; 3], StoreError> {
+        let mut connection = Bounded::acquire(&self.analyzer, &self.bound).await?;
         let (jobs, jobs_held, attempts, attempts_held, events, events_held): (
             f64,
             i64,
@@ -313,7 +331,7 @@ impl Watch {
         } else {
             Self::EVERY
         };
-        if (settled && (!self.citus || state.refused.iter().all(|refused| *refused)))
+        if (settled && (!self.watches_settled() || state.refused.iter().all(|refused| *refused)))
             || state.running
             || state
                 .checked

@@ -1,8 +1,10 @@
 //! Intake on SQLite: create-or-replay with group commit (see the PostgreSQL twin for the
 //! shape). SQLite has one writer, so the batch runs on the process's writing connection in
 //! one `BEGIN IMMEDIATE` transaction: a statement per submission, one commit (one fsync)
-//! for all. A failing statement rolls back only itself in SQLite, so one bad submission
-//! fails alone while the others commit.
+//! for all, by intake's group commit written once (`statements.rs`'s `submit_together`,
+//! which Citus shares): if a submission's statements fail, the batch is rolled back and
+//! each submission written alone, so that one bad submission fails alone while the
+//! others commit.
 
 use std::sync::Arc;
 
@@ -15,6 +17,7 @@ use crate::store::{
     backend::Tx,
     batch::{Batcher, EVENT_QUEUE, WriteBatch},
     bound::Bound,
+    statements::submit_together,
 };
 
 /// Most submissions one intake transaction carries.
@@ -79,49 +82,12 @@ async fn begin(writer: &SqlitePool) -> Result<Tx<SqliteStore>, StoreError> {
     Tx::begin(writer, &Bound::unbounded()).await
 }
 
+/// The batch in one transaction on the writer, by intake's group commit written once
+/// ([`submit_together`]): a batch that fails is written again submission by submission, so
+/// that only the failing one fails.
 async fn write_batch(writer: &SqlitePool, jobs: Vec<NewJob>) -> Vec<Result<Intake, StoreError>> {
-    let mut tx = match begin(writer).await {
-        Ok(tx) => tx,
-        Err(error) => return vec![Err(error); jobs.len()],
-    };
-    let mut results = Vec::with_capacity(jobs.len());
-    for job in &jobs {
-        match tx.submit_one(INSERT_JOB, job).await {
-            Ok(written) => results.push(Ok(written)),
-            // Its statements may have failed halfway (its job inserted, its `created` event
-            // not): drop the whole transaction rather than commit that, and write each
-            // submission alone, so that only the failing one fails.
-            Err(_) => {
-                let _ = tx.rollback().await;
-                return write_each_alone(writer, &jobs).await;
-            }
-        }
-    }
-    if let Err(error) = tx.commit().await {
-        return vec![Err(error); jobs.len()];
-    }
-    results
-}
-
-/// Writes each submission in a transaction of its own: one whose statements fail is rolled
-/// back whole and answered with its error; the others commit.
-async fn write_each_alone(writer: &SqlitePool, jobs: &[NewJob]) -> Vec<Result<Intake, StoreError>> {
-    let mut results = Vec::with_capacity(jobs.len());
-    for job in jobs {
-        let written = async {
-            let mut tx = begin(writer).await?;
-            match tx.submit_one(INSERT_JOB, job).await {
-                Ok(written) => tx.commit().await.map(|()| written),
-                Err(error) => {
-                    let _ = tx.rollback().await;
-                    Err(error)
-                }
-            }
-        }
-        .await;
-        results.push(written);
-    }
-    results
+    let jobs: Vec<&NewJob> = jobs.iter().collect();
+    submit_together::<SqliteStore>(writer, &Bound::unbounded(), INSERT_JOB, &jobs).await
 }
 
 #[cfg(test)]

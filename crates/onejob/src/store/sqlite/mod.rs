@@ -20,7 +20,7 @@ use sqlx::{
 use super::{
     AttemptRecord, FirstAttempts, Intake, JobRecord, NewEvent, NewJob, Store, StoreError,
     StoreOptions, Woken, WorkSignal,
-    backend::{Arg, Backend},
+    backend::{Arg, Backend, Variant},
     batch::Batcher,
     bound::Bound,
     engine::Services,
@@ -84,7 +84,12 @@ impl SqliteStore {
             .await?;
         let wake = WorkSignal::default();
         let bound = Bound::unbounded();
-        let grouped = Writer::<Self>::new(writer.clone(), bound.clone(), Some(wake.clone()));
+        let grouped = Writer::<Self>::new(
+            writer.clone(),
+            bound.clone(),
+            Some(wake.clone()),
+            Variant::Single,
+        );
         Ok(Self {
             services: Arc::new(Services::start(
                 pool.clone(),
