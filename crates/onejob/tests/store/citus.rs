@@ -609,19 +609,7 @@ async fn a_tenant_whose_first_starts_fail_costs_only_its_jobs() {
         ids.sort();
         ids
     };
-    db.exec(
-        "CREATE FUNCTION refuse_attempt() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
-         IF NEW.tenant = 'refused' THEN RAISE EXCEPTION 'refused for the test'; END IF; \
-         RETURN NEW; END $$",
-    )
-    .await
-    .unwrap();
-    db.exec(
-        "CREATE TRIGGER refuse_attempt BEFORE INSERT ON attempts \
-         FOR EACH ROW EXECUTE FUNCTION refuse_attempt()",
-    )
-    .await
-    .unwrap();
+    refuse_attempts_of(&db, "refused", "INSERT").await;
 
     let started = store
         .start_first_attempts(&first_batch(100))
@@ -657,7 +645,7 @@ async fn a_tenant_whose_first_starts_fail_costs_only_its_jobs() {
         0
     );
 
-    db.exec("DROP TRIGGER refuse_attempt ON attempts")
+    db.exec("DROP TRIGGER refuse_attempts ON attempts")
         .await
         .unwrap();
     let later = store
@@ -700,23 +688,29 @@ async fn started_of(store: &dyn Store, tenant: &str) -> Uuid {
     started(store, &start_for(job, 0, "a", false)).await
 }
 
-/// Makes the database refuse every change of an attempt of tenant `a-refused` (a trigger
-/// made for the test). `a-refused` sorts first, so that a pass over the tenants meets it
-/// before the others.
+/// Makes the database refuse every `on` (`INSERT` or `UPDATE`) of an attempt of `tenant`, with
+/// the error "refused for the test": a trigger `refuse_attempts` made for the test.
+async fn refuse_attempts_of(db: &TestDatabase, tenant: &str, on: &str) {
+    db.exec_sql(format!(
+        "CREATE FUNCTION refuse_attempts() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+         IF NEW.tenant = '{tenant}' THEN RAISE EXCEPTION 'refused for the test'; END IF; \
+         RETURN NEW; END $$"
+    ))
+    .await
+    .unwrap();
+    db.exec_sql(format!(
+        "CREATE TRIGGER refuse_attempts BEFORE {on} ON attempts \
+         FOR EACH ROW EXECUTE FUNCTION refuse_attempts()"
+    ))
+    .await
+    .unwrap();
+}
+
+/// Makes the database refuse every change of an attempt of tenant `a-refused`
+/// ([`refuse_attempts_of`]). `a-refused` sorts first, so that a pass over the tenants meets
+/// it before the others.
 async fn refuse_attempt_changes_of_a_refused(db: &TestDatabase) {
-    db.exec(
-        "CREATE FUNCTION refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
-         IF NEW.tenant = 'a-refused' THEN RAISE EXCEPTION 'refused for the test'; END IF; \
-         RETURN NEW; END $$",
-    )
-    .await
-    .unwrap();
-    db.exec(
-        "CREATE TRIGGER refuse_change BEFORE UPDATE ON attempts \
-         FOR EACH ROW EXECUTE FUNCTION refuse_change()",
-    )
-    .await
-    .unwrap();
+    refuse_attempts_of(db, "a-refused", "UPDATE").await;
 }
 
 /// A heartbeat on Citus renews its leases tenant by tenant: a tenant whose renewal fails

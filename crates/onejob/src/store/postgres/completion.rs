@@ -44,9 +44,11 @@ use crate::store::{
     transitions::OnlyAttempt,
 };
 
-/// `$1` attempt ids, `$2` outputs, `$3` the `won` events' actors, `$4` their details → `id`
-/// of each attempt that won.
-const COMPLETE_ONLY_ATTEMPTS: &str = "\
+/// The statement's text, as a macro so that a test can prepare it under a name
+/// (`concat!`: SQL is never built by formatting).
+macro_rules! complete_only_attempts_sql {
+    () => {
+        "\
     WITH offered AS (\
       SELECT o.attempt_id, o.output, o.actor, o.detail, a.job_id, a.tenant, \
       count(*) OVER (PARTITION BY a.job_id) AS offers \
@@ -77,7 +79,13 @@ const COMPLETE_ONLY_ATTEMPTS: &str = "\
       SELECT o.job_id, o.attempt_id, 'won', o.actor, o.detail, o.tenant \
       FROM ended e JOIN alone o ON o.attempt_id = e.id ORDER BY o.job_id\
     ) \
-    SELECT e.id FROM ended e JOIN swapped s ON s.id = e.job_id";
+    SELECT e.id FROM ended e JOIN swapped s ON s.id = e.job_id"
+    };
+}
+
+/// `$1` attempt ids, `$2` outputs, `$3` the `won` events' actors, `$4` their details → `id`
+/// of each attempt that won.
+const COMPLETE_ONLY_ATTEMPTS: &str = complete_only_attempts_sql!();
 
 /// The sessions the statement runs on: one per group writer, each keeping one generic plan
 /// of it, made of key lookups only ([`AT_ONCE_SESSIONS`]).
@@ -303,10 +311,10 @@ mod tests {
     #[tokio::test]
     async fn its_generic_plan_looks_every_row_up_by_its_key() {
         let (mut db, _) = fresh!("onejob_unit_only_attempts_plan").await;
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "PREPARE complete(uuid[], jsonb[], text[], jsonb[]) AS {COMPLETE_ONLY_ATTEMPTS}"
-        )))
-        .execute(&mut db)
+        db.execute(concat!(
+            "PREPARE complete(uuid[], jsonb[], text[], jsonb[]) AS ",
+            complete_only_attempts_sql!()
+        ))
         .await
         .unwrap();
         for (setting, value) in super::AT_ONCE_SESSIONS {
