@@ -113,7 +113,7 @@ pub(super) fn at_once_pool(pool: &PgPool, hosts: Option<&Arc<Hosts>>) -> PgPool 
 
 /// The settings of [`at_once_pool`]'s sessions: one generic plan, kept, and that plan made
 /// of key lookups only (no sequential scan, hash or merge join: every row the statement
-/// touches it finds by its key, one or two per group).
+/// touches it finds by its key, whatever the tables' size).
 const AT_ONCE_SESSIONS: &[(&str, &str)] = &[
     ("plan_cache_mode", "force_generic_plan"),
     ("enable_seqscan", "off"),
