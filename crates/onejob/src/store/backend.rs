@@ -55,6 +55,7 @@ use super::{
     engine::Services,
     grouped::{Fence, Writer},
     settled::Settled,
+    spanning::ByShard,
     tenants::Tenants,
     transitions::{Ack, Offer, OnlyAttempt},
 };
@@ -91,6 +92,12 @@ pub(crate) trait Backend: Dialect {
     /// knowing them spares a lookup across shards (`tenants.rs`); `None` where it would
     /// spare nothing.
     fn tenants(&self) -> Option<&Tenants> {
+        None
+    }
+
+    /// The reads spanning every tenant spelled shard by shard, run when the read across the
+    /// shards fails (a node down: `spanning.rs`); `None` where the database is one node.
+    fn by_shard(&self) -> Option<&'static ByShard> {
         None
     }
 

@@ -9,11 +9,27 @@ use uuid::Uuid;
 
 use super::{
     AttemptRecord, JobRecord, StoreError, Woken,
-    backend::{Backend, Variant, read_all, read_one, read_optional, write, write_all},
+    backend::{Backend, Row, Variant, read_all, read_optional, write, write_all},
     grouped::Fence,
     records::storable_text,
     rows,
+    spanning::{ByShard, read_spanning},
 };
+
+/// The ids of rows with `id` and `tenant` (due jobs), each one's tenant noted where the
+/// store keeps them ([`Backend::tenants`]): the statements that follow about the job then
+/// name its tenant (on Citus, they run on its shard alone).
+fn noting_tenants<B: Backend>(store: &B, rows: &[Row<B>]) -> Result<Vec<Uuid>, StoreError> {
+    rows.iter()
+        .map(|row| {
+            let id = B::uuid(row, "id")?;
+            if store.tenants().is_some() {
+                store.note_tenant(id, &B::text(row, "tenant")?);
+            }
+            Ok(id)
+        })
+        .collect()
+}
 
 /// The worker's statements outside [`super::Transitions`].
 #[async_trait]
@@ -108,22 +124,35 @@ pub trait Dispatch: Send + Sync {
 #[async_trait]
 impl<B: Backend> Dispatch for B {
     async fn due_jobs(&self, limit: u32) -> Result<Vec<Uuid>, StoreError> {
-        rows::ids::<B>(&read_all(self, B::SQL.due_jobs, args![limit]).await?)
+        let due = read_spanning(self, B::SQL.due_jobs, |r| r.due_jobs, args![limit]).await?;
+        noting_tenants(self, &due)
     }
 
     async fn due_others(&self, limit: u32, kinds: &[String]) -> Result<Vec<Uuid>, StoreError> {
         let kinds: Vec<Option<&str>> = kinds.iter().map(|k| Some(k.as_str())).collect();
-        let due = read_all(self, B::SQL.due_others, args![limit, &kinds[..]]).await?;
-        rows::ids::<B>(&due)
+        let args = args![limit, &kinds[..]];
+        let due = read_spanning(self, B::SQL.due_others, |r| r.due_others, args).await?;
+        noting_tenants(self, &due)
     }
 
     async fn job_for_dispatch(&self, id: Uuid) -> Result<Option<JobRecord>, StoreError> {
-        let row = read_optional(self, B::SQL.job_by_id, args![id]).await?;
+        // Where the tenant was noted (a due job's, say), the read names it: on Citus it then
+        // runs on the job's shard alone.
+        let row = match self.tenant_of(id) {
+            Some(tenant) => read_optional(self, B::SQL.job_in_tenant, args![id, &tenant]).await?,
+            None => read_optional(self, B::SQL.job_by_id, args![id]).await?,
+        };
         row.as_ref().map(rows::job::<B>).transpose()
     }
 
     async fn job_attempts(&self, job_id: Uuid) -> Result<Vec<AttemptRecord>, StoreError> {
-        let attempts = read_all(self, B::SQL.job_attempts, args![job_id]).await?;
+        let attempts = match self.tenant_of(job_id) {
+            Some(tenant) => {
+                let args = args![job_id, &tenant];
+                read_all(self, B::SQL.job_attempts_in_tenant, args).await?
+            }
+            None => read_all(self, B::SQL.job_attempts, args![job_id]).await?,
+        };
         rows::all::<B, _>(&attempts, rows::attempt::<B>)
     }
 
@@ -143,29 +172,43 @@ impl<B: Backend> Dispatch for B {
 
     async fn heartbeat(&self, worker: &str, lease: Duration) -> Result<Vec<Uuid>, StoreError> {
         if self.variant() == Variant::Citus {
-            // Tenant by tenant, each renewal on its shard, each its own transaction; a
-            // tenant whose renewal fails does not keep the others' from being renewed (the
-            // first error is answered once every tenant was tried).
-            let tenants = read_all(self, B::SQL.live_tenants, args![worker]).await?;
-            let mut failed = None;
+            // Tenant by tenant, each renewal (and the read of its cancelled jobs) on its
+            // shard, each its own transaction; a tenant whose renewal fails (its worker node
+            // down, say) does not keep the others' from being renewed: their cancelled
+            // attempts are answered, the error only when no tenant's renewal went through.
+            let live = |r: &ByShard| r.live_tenants;
+            let tenants = read_spanning(self, B::SQL.live_tenants, live, args![worker]).await?;
+            let (mut cancelled, mut renewed_any, mut failed) = (Vec::new(), false, None);
             for row in &tenants {
                 let tenant = B::text(row, "tenant")?;
                 let renewed = async {
                     let mut tx = self.begin().await?;
                     tx.execute(B::SQL.renew_tenant_leases, args![worker, lease, &tenant])
                         .await?;
-                    tx.commit().await
+                    let sql = B::SQL.cancelled_tenant_leases;
+                    let cancelled = tx.all(sql, args![worker, &tenant]).await?;
+                    tx.commit().await?;
+                    rows::ids::<B>(&cancelled)
                 }
                 .await;
-                if let Err(error) = renewed {
-                    failed.get_or_insert(error);
+                match renewed {
+                    Ok(ids) => {
+                        for id in &ids {
+                            self.note_tenant(*id, &tenant);
+                        }
+                        cancelled.extend(ids);
+                        renewed_any = true;
+                    }
+                    Err(error) => {
+                        tracing::warn!(%tenant, error = %error, "renewing a tenant's leases failed");
+                        failed.get_or_insert(error);
+                    }
                 }
             }
-            if let Some(error) = failed {
-                return Err(error);
-            }
-            let cancelled = read_all(self, B::SQL.cancelled_leases, args![worker]).await?;
-            return rows::ids::<B>(&cancelled);
+            return match failed {
+                Some(error) if !renewed_any => Err(error),
+                _ => Ok(cancelled),
+            };
         }
         let mut tx = self.begin().await?;
         tx.execute(B::SQL.renew_leases, args![worker, lease])
@@ -184,7 +227,9 @@ impl<B: Backend> Dispatch for B {
             // Tenant by tenant, each claim on its shard, until the limit is reached. A tenant
             // whose claim fails costs only its own attempts: those claimed are answered (they
             // are this worker's now, under lease), the error only when none was.
-            let tenants = read_all(self, B::SQL.unknown_due_tenants, args![limit]).await?;
+            let due = |r: &ByShard| r.unknown_due_tenants;
+            let tenants =
+                read_spanning(self, B::SQL.unknown_due_tenants, due, args![limit]).await?;
             let mut claimed = Vec::new();
             let mut failed = None;
             for row in &tenants {
@@ -206,7 +251,13 @@ impl<B: Backend> Dispatch for B {
                 }
                 .await;
                 match batch {
-                    Ok(batch) => claimed.extend(batch),
+                    Ok(batch) => {
+                        for attempt in &batch {
+                            self.note_tenant(attempt.id, &tenant);
+                            self.note_tenant(attempt.job_id, &tenant);
+                        }
+                        claimed.extend(batch);
+                    }
                     Err(error) => {
                         failed.get_or_insert(error);
                     }
@@ -244,10 +295,17 @@ impl<B: Backend> Dispatch for B {
     }
 
     async fn expired_attempts(&self, grace: Duration) -> Result<Vec<(Uuid, String)>, StoreError> {
-        let expired = read_all(self, B::SQL.expired_attempts, args![grace]).await?;
+        let by_shard = |r: &ByShard| r.expired_attempts;
+        let expired = read_spanning(self, B::SQL.expired_attempts, by_shard, args![grace]).await?;
         expired
             .iter()
-            .map(|row| Ok((B::uuid(row, "id")?, B::text(row, "provider")?)))
+            .map(|row| {
+                let id = B::uuid(row, "id")?;
+                if self.tenants().is_some() {
+                    self.note_tenant(id, &B::text(row, "tenant")?);
+                }
+                Ok((id, B::text(row, "provider")?))
+            })
             .collect()
     }
 
@@ -262,8 +320,12 @@ impl<B: Backend> Dispatch for B {
     }
 
     async fn next_due_in(&self) -> Result<Option<Duration>, StoreError> {
-        let row = read_one(self, B::SQL.next_due_in, args![]).await?;
-        let seconds = B::opt_float(&row, "seconds")?;
+        let next = |r: &ByShard| r.next_due_in;
+        let rows = read_spanning(self, B::SQL.next_due_in, next, args![]).await?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let seconds = B::opt_float(row, "seconds")?;
         Ok(seconds.map(|s| Duration::from_secs_f64(s.max(0.0))))
     }
 

@@ -38,6 +38,7 @@ mod records;
 mod retention;
 mod rows;
 mod settled;
+mod spanning;
 pub mod sqlite;
 mod statements;
 mod tenants;

@@ -204,7 +204,7 @@ statements! {
     events_after,
 
     // Dispatch.
-    /// `$1` limit → `id` of jobs due now, oldest dispatch time first.
+    /// `$1` limit → `id, tenant` of jobs due now, oldest dispatch time first.
     due_jobs,
     /// `$1` limit, `$2` kinds → the same, leaving out new jobs of those kinds (`pending`,
     /// never attempted), which batches of first attempts start.
@@ -223,7 +223,9 @@ statements! {
     renew_tenant_leases,
     /// `$1` worker → `id` of its live attempts whose job was cancelled.
     cancelled_leases,
-    /// `$1` grace seconds → `id, provider` of live attempts whose lease expired or whose
+    /// `$1` worker, `$2` tenant: `cancelled_leases` for that tenant's attempts alone.
+    cancelled_tenant_leases,
+    /// `$1` grace seconds → `id, provider, tenant` of live attempts whose lease expired or whose
     /// deadline passed more than the grace ago.
     expired_attempts,
     /// `$1` limit, `$2` lease seconds → attempt columns of `unknown` attempts due for

@@ -4,7 +4,9 @@
 //! requires for it to hold per shard); the hot path on one shard; the shards' statistics;
 //! and the batches of first starts, which run tenant by tenant: side by side, with one
 //! tenant's starts failing, and with a worker node stopped (on a cluster of the test's
-//! own). The rest of the behaviour on Citus is the rest of the suite's `citus` runs.
+//! own); heartbeats and claims with one tenant failing; and the reads spanning tenants with
+//! a worker node stopped. The rest of the behaviour on Citus is the rest of the suite's
+//! `citus` runs.
 
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
@@ -129,9 +131,10 @@ async fn every_key_of_the_job_tables_names_the_tenant() {
 
 /// The hot path of one job runs on one shard, statement by statement: intake, a replay,
 /// its attempt's start, acknowledgement and result, a replay of the settled job, and the
-/// owner's reads. The database is set to refuse every statement Citus would run on more
-/// than one shard (`citus.multi_task_query_log_level = error`); the same store's scan of
-/// due work across tenants is refused, which shows that the setting bites.
+/// owner's reads; and another node's reads of a due job it found, and of its attempts. The
+/// database is set to refuse every statement Citus would run on more than one shard
+/// (`citus.multi_task_query_log_level = error`); a count of the jobs is refused, which shows
+/// that the setting bites.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_hot_path_of_one_job_runs_on_one_shard() {
     let db = TestDatabase::create(Backend::Citus).await;
@@ -241,13 +244,33 @@ async fn the_hot_path_of_one_job_runs_on_one_shard() {
     let kinds: Vec<EventKind> = events.iter().map(|e| e.kind).collect();
     assert_eq!(kinds, [EventKind::Created, EventKind::AttemptStarted]);
     // The setting refuses a statement across shards.
-    let across = store.due_jobs(10).await;
+    let mut conn = PgConnection::connect(&db.url).await.unwrap();
+    let across = sqlx::query_scalar::<_, i64>("SELECT count(*) FROM jobs")
+        .fetch_one(&mut conn)
+        .await;
     assert!(
         across
             .as_ref()
             .is_err_and(|e| format!("{e:?}").contains("multi-task query")),
         "a scan of every shard ran: {across:?}"
     );
+    // Another node's worker finds a due job (the read across the shards is refused here, so
+    // it reads shard by shard) and notes its tenant: its reads of the job and its attempts
+    // then run on the job's shard.
+    let other = db.open_store().await;
+    let retried = match store
+        .create_or_replay(new_job("hot-due", "hot"))
+        .await
+        .unwrap()
+    {
+        Intake::Created(job) => job.id,
+        other => panic!("{other:?}"),
+    };
+    let due = other.due_jobs(10).await.expect("due jobs, shard by shard");
+    assert_eq!(due, vec![retried]);
+    let job = other.job_for_dispatch(retried).await.unwrap().unwrap();
+    assert_eq!(job.id, retried);
+    assert_eq!(other.job_attempts(retried).await.unwrap(), vec![]);
 }
 
 /// The plan of `explain` (an `EXPLAIN`), one line of it a line.
@@ -412,6 +435,52 @@ async fn concurrent_first_starts_start_every_job_once() {
 /// Tenants tried until enough are found on each worker node.
 const CANDIDATES: usize = 32;
 
+/// A Citus cluster of a test's own (the process's shared one serves the tests running beside
+/// it: a test that stops a worker node needs its own), with a migrated database and a store
+/// on it.
+struct OwnCluster {
+    cluster: CitusCluster,
+    url: String,
+    store: Arc<dyn Store>,
+    /// For each of the two worker nodes, tenants whose shards it holds.
+    tenants: Vec<Vec<String>>,
+}
+
+impl OwnCluster {
+    /// A coordinator and two workers, and `per_node` tenants on each worker.
+    async fn start(per_node: usize) -> OwnCluster {
+        let cluster = tokio::task::spawn_blocking(|| CitusCluster::start(2))
+            .await
+            .unwrap();
+        let name = format!("onejob_test_{}", Uuid::new_v4().simple());
+        cluster.create_database(&name).await;
+        let url = cluster.url(&name);
+        let store = onejob::store::open(&url, &StoreOptions::default())
+            .await
+            .expect("open the store on the cluster");
+        store.migrate().await.expect("migrate (distribute)");
+        let candidates: Vec<String> = (0..CANDIDATES).map(|i| format!("tenant-{i}")).collect();
+        let mut tenants = Vec::new();
+        for node in 0..2 {
+            let on_node = cluster
+                .tenants_on_worker(&name, "jobs", node, &candidates)
+                .await;
+            assert!(
+                on_node.len() >= per_node,
+                "{} of {CANDIDATES} tenants on worker {node}",
+                on_node.len()
+            );
+            tenants.push(on_node[..per_node].to_vec());
+        }
+        OwnCluster {
+            cluster,
+            url,
+            store,
+            tenants,
+        }
+    }
+}
+
 /// A Citus worker node stopped while first attempts start costs only its tenants' jobs. On
 /// a cluster of this test's own (the process's shared one serves the tests running beside
 /// it), two tenants whose shards are on worker 0 and two on worker 1 have three new jobs
@@ -424,31 +493,13 @@ const CANDIDATES: usize = 32;
 async fn a_worker_node_down_costs_only_its_tenants_first_starts() {
     const PER_TENANT: usize = 3;
     const TENANTS_PER_NODE: usize = 2;
-    let cluster = tokio::task::spawn_blocking(|| CitusCluster::start(2))
-        .await
-        .unwrap();
-    let name = format!("onejob_test_{}", Uuid::new_v4().simple());
-    cluster.create_database(&name).await;
-    let url = cluster.url(&name);
-    let store = onejob::store::open(&url, &StoreOptions::default())
-        .await
-        .expect("open the store on the cluster");
-    store.migrate().await.expect("migrate (distribute)");
-
-    let candidates: Vec<String> = (0..CANDIDATES).map(|i| format!("tenant-{i}")).collect();
-    let mut on_node = Vec::new();
-    for node in 0..2 {
-        let tenants = cluster
-            .tenants_on_worker(&name, "jobs", node, &candidates)
-            .await;
-        assert!(
-            tenants.len() >= TENANTS_PER_NODE,
-            "{} of {CANDIDATES} tenants on worker {node}",
-            tenants.len()
-        );
-        on_node.push(tenants[..TENANTS_PER_NODE].to_vec());
-    }
-    let (down, up) = (on_node[0].clone(), on_node[1].clone());
+    let OwnCluster {
+        cluster,
+        url,
+        store,
+        tenants,
+    } = OwnCluster::start(TENANTS_PER_NODE).await;
+    let (down, up) = (tenants[0].clone(), tenants[1].clone());
     let jobs_of = |tenants: &[String]| {
         let store = store.clone();
         let tenants = tenants.to_vec();
@@ -577,6 +628,202 @@ async fn a_worker_node_down_costs_only_its_tenants_first_starts() {
     let _ = conn.close().await;
 }
 
+/// A Citus worker node stopped costs only its tenants the reads that span every tenant:
+/// which jobs are due, when the next is, whose leases lapsed, which attempts are `unknown`
+/// and due for a check, which attempts a heartbeat renews. On a cluster of this test's own,
+/// a tenant whose shards are on worker 0 and one on worker 1 each have a due new job, a live
+/// attempt, a live attempt of a cancelled job, an attempt whose lease lapsed and an `unknown`
+/// attempt due for its check. With worker 0 stopped as a crash would (`immediate`), a second
+/// store (another onejob node: it noted no tenant yet) finds worker 1's tenant's share of
+/// each and none of worker 0's (each read across the shards fails as a whole today), renews
+/// its leases (an outage longer than a lease would otherwise turn the live node's attempts
+/// `unknown`) and answers its cancelled attempt, and then follows each up on that tenant's
+/// shard: the due job and its attempts read, the lapsed attempt made `unknown`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_node_down_costs_only_its_tenants_reads_spanning_tenants() {
+    let OwnCluster {
+        cluster,
+        url,
+        store,
+        tenants,
+    } = OwnCluster::start(1).await;
+    let (down, up) = (tenants[0][0].as_str(), tenants[1][0].as_str());
+    let mut conn = PgConnection::connect(&url).await.unwrap();
+    let mut shares = Vec::new();
+    for tenant in [down, up] {
+        let share = Share {
+            due: created_in(&*store, tenant, "due").await,
+            live: started_in(&*store, tenant, "live").await,
+            cancelled: started_in(&*store, tenant, "cancelled").await,
+            lapsed: started_in(&*store, tenant, "lapsed").await,
+            unknown: started_in(&*store, tenant, "unknown").await,
+        };
+        assert!(
+            store
+                .mark_unknown(
+                    share.unknown.1,
+                    &json!({"reason": "deadline"}),
+                    UnknownBy::Worker
+                )
+                .await
+                .unwrap()
+        );
+        for (sql, id) in [
+            (
+                "UPDATE jobs SET state = 'cancelled' WHERE tenant = $1 AND id = $2",
+                share.cancelled.0,
+            ),
+            (
+                "UPDATE attempts SET lease_expires_at = now() + interval '10 minutes' \
+                 WHERE tenant = $1 AND state IN ('starting', 'running') AND id <> $2",
+                share.lapsed.1,
+            ),
+            (
+                "UPDATE attempts SET lease_expires_at = now() - interval '1 second' \
+                 WHERE tenant = $1 AND id = $2",
+                share.lapsed.1,
+            ),
+            (
+                "UPDATE attempts SET reconcile_at = now() - interval '1 second' \
+                 WHERE tenant = $1 AND id = $2",
+                share.unknown.1,
+            ),
+        ] {
+            sqlx::query(sql)
+                .bind(tenant)
+                .bind(id)
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
+        shares.push(share);
+    }
+    let up_share = &shares[1];
+    // Another node: whatever it follows up, it learned the tenant from the read.
+    let other = onejob::store::open(&url, &StoreOptions::default())
+        .await
+        .expect("a second store on the cluster");
+
+    tokio::task::block_in_place(|| cluster.stop_worker(0));
+    let hour = Duration::from_secs(3_600);
+    assert_eq!(
+        other
+            .due_jobs(100)
+            .await
+            .expect("due jobs with worker 0 down"),
+        vec![up_share.due],
+        "the live node's tenant's due job, none of the stopped node's"
+    );
+    assert_eq!(
+        other
+            .due_others(100, &[])
+            .await
+            .expect("due others with worker 0 down"),
+        vec![up_share.due]
+    );
+    let job = other
+        .job_for_dispatch(up_share.due)
+        .await
+        .expect("the due job read on its shard")
+        .expect("the due job");
+    assert_eq!((job.state, job.attempts), (JobState::Pending, 0));
+    assert_eq!(other.job_attempts(up_share.due).await.unwrap(), vec![]);
+    assert_eq!(
+        other
+            .next_due_in()
+            .await
+            .expect("the next due job with worker 0 down"),
+        Some(Duration::ZERO)
+    );
+
+    let expired = other
+        .expired_attempts(hour)
+        .await
+        .expect("lapsed leases with worker 0 down");
+    assert_eq!(
+        expired,
+        vec![(up_share.lapsed.1, "a".to_owned())],
+        "the live node's tenant's lapsed attempt, none of the stopped node's"
+    );
+    let why = json!({"reason": "lease expired"});
+    assert!(
+        other
+            .mark_unknown(up_share.lapsed.1, &why, UnknownBy::Rescuer { grace: hour })
+            .await
+            .expect("the lapsed attempt made unknown on its shard"),
+    );
+
+    let claimed = other
+        .claim_unknown(10, Duration::from_secs(30))
+        .await
+        .expect("claims of unknown attempts with worker 0 down");
+    let claimed: Vec<Uuid> = claimed.iter().map(|a| a.id).collect();
+    assert!(
+        claimed.contains(&up_share.unknown.1)
+            && !claimed.contains(&shares[0].unknown.1)
+            && claimed
+                .iter()
+                .all(|id| [up_share.unknown.1, up_share.lapsed.1].contains(id)),
+        "the live node's tenant's unknown attempts, none of the stopped node's: {claimed:?}"
+    );
+    let job = other
+        .job_for_dispatch(up_share.unknown.0)
+        .await
+        .expect("the claimed attempt's job read on its shard");
+    assert!(job.is_some());
+
+    let cancelled = other
+        .heartbeat("test-worker", hour)
+        .await
+        .expect("a heartbeat with worker 0 down");
+    assert_eq!(
+        cancelled,
+        vec![up_share.cancelled.1],
+        "the live node's tenant's cancelled attempt"
+    );
+    let renewed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM attempts WHERE tenant = $1 AND id = ANY($2) \
+         AND lease_expires_at > now() + interval '50 minutes'",
+    )
+    .bind(up)
+    .bind(vec![up_share.live.1, up_share.cancelled.1])
+    .fetch_one(&mut conn)
+    .await
+    .expect("a read of the live node's shard");
+    assert_eq!(renewed, 2, "the live node's tenant's leases were renewed");
+    let _ = conn.close().await;
+}
+
+/// One tenant's jobs in [`a_worker_node_down_costs_only_its_tenants_reads_spanning_tenants`],
+/// each a job id, with its attempt's id where it has one.
+struct Share {
+    due: Uuid,
+    live: (Uuid, Uuid),
+    cancelled: (Uuid, Uuid),
+    lapsed: (Uuid, Uuid),
+    unknown: (Uuid, Uuid),
+}
+
+/// A new job of `tenant` with key `key`.
+async fn created_in(store: &dyn Store, tenant: &str, key: &str) -> Uuid {
+    let owner = Principal::new(tenant, "user");
+    match store
+        .create_or_replay(new_job_of(owner, "chat.completion", key, "p"))
+        .await
+        .unwrap()
+    {
+        Intake::Created(job) => job.id,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A job of `tenant` with key `key` and one attempt started on `a` by `test-worker`: the job's
+/// id and the attempt's.
+async fn started_in(store: &dyn Store, tenant: &str, key: &str) -> (Uuid, Uuid) {
+    let job = created_in(store, tenant, key).await;
+    (job, started(store, &start_for(job, 0, "a", false)).await)
+}
+
 /// A tenant whose first starts fail costs only its own jobs in a batch of first starts: a
 /// trigger made for the test refuses every attempt of tenant `refused` (its transaction has
 /// made the jobs `running` by then, and rolls that back). The batch starts the jobs of the
@@ -675,17 +922,7 @@ async fn a_tenant_whose_first_starts_fail_costs_only_its_jobs() {
 
 /// A job of `tenant` (its user `user`) with one attempt started by `test-worker`.
 async fn started_of(store: &dyn Store, tenant: &str) -> Uuid {
-    let job = new_job_of(
-        Principal::new(tenant, "user"),
-        "chat.completion",
-        tenant,
-        "p",
-    );
-    let job = match store.create_or_replay(job).await.unwrap() {
-        Intake::Created(job) => job.id,
-        other => panic!("{other:?}"),
-    };
-    started(store, &start_for(job, 0, "a", false)).await
+    started_in(store, tenant, tenant).await.1
 }
 
 /// Makes the database refuse every `on` (`INSERT` or `UPDATE`) of an attempt of `tenant`, with
@@ -715,17 +952,13 @@ async fn refuse_attempt_changes_of_a_refused(db: &TestDatabase) {
 
 /// A heartbeat on Citus renews its leases tenant by tenant: a tenant whose renewal fails
 /// (here refused by a trigger made for the test, and met first) keeps no other tenant's
-/// leases from being renewed; the heartbeat then answers the error.
+/// leases from being renewed, nor its cancelled attempts from being answered; the heartbeat
+/// answers the error only when no tenant's renewal went through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_tenant_whose_lease_renewal_fails_keeps_no_other_from_renewal() {
     let db = TestDatabase::create(Backend::Citus).await;
     let store = db.open_store().await;
-    for tenant in ["a-refused", "b-fine", "c-fine"] {
-        started_of(&*store, tenant).await;
-    }
-    db.exec("UPDATE attempts SET lease_expires_at = now() + interval '5 seconds'")
-        .await
-        .unwrap();
+    started_of(&*store, "a-refused").await;
     refuse_attempt_changes_of_a_refused(&db).await;
     let beat = store
         .heartbeat("test-worker", Duration::from_secs(600))
@@ -733,7 +966,33 @@ async fn a_tenant_whose_lease_renewal_fails_keeps_no_other_from_renewal() {
     assert!(
         beat.as_ref()
             .is_err_and(|e| format!("{e:?}").contains("refused for the test")),
-        "the refused tenant's renewal is answered: {beat:?}"
+        "with no tenant renewed, the refusal is answered: {beat:?}"
+    );
+
+    let mut cancelled = None;
+    for tenant in ["b-fine", "c-fine"] {
+        let attempt = started_of(&*store, tenant).await;
+        if tenant == "c-fine" {
+            cancelled = Some(attempt);
+        }
+    }
+    db.exec("UPDATE jobs SET state = 'cancelled' WHERE tenant = 'c-fine'")
+        .await
+        .unwrap();
+    db.exec(
+        "UPDATE attempts SET lease_expires_at = now() + interval '5 seconds' \
+             WHERE tenant <> 'a-refused'",
+    )
+    .await
+    .unwrap();
+    let beat = store
+        .heartbeat("test-worker", Duration::from_secs(600))
+        .await
+        .expect("the other tenants' renewals go through");
+    assert_eq!(
+        beat,
+        vec![cancelled.unwrap()],
+        "the renewed tenants' cancelled attempts are answered"
     );
     assert_eq!(
         db.scalar(

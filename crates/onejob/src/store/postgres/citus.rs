@@ -16,7 +16,7 @@
 //!   first attempts is one transaction per tenant, a few tenants at once
 //!   ([`start_first_of_tenant`]), and a worker node down costs only its tenants' jobs (the
 //!   read of which tenants have due jobs goes shard by shard when the read across the shards
-//!   fails: `DUE_FIRST_BY_SHARD`; a tenant whose transaction fails is left out); group
+//!   fails: `by_shard.rs`; a tenant whose transaction fails is left out); group
 //!   commits of acknowledgements and completions are one transaction per tenant
 //!   (`grouped.rs`).
 //! * **Intake** group-commits per tenant: the submissions of one tenant in a batch share a
@@ -34,7 +34,7 @@ use futures::{FutureExt, StreamExt};
 use sqlx::{Executor, PgConnection, PgPool, types::Json};
 use uuid::Uuid;
 
-use super::{PgStore, relaxed::Relaxed, statistics::Watch};
+use super::{PgStore, by_shard, relaxed::Relaxed, statistics::Watch};
 use crate::store::{
     AttemptRecord, FirstAttempts, Intake, JobRecord, NewEvent, NewJob, Pruned, StoreError,
     backend::{Dialect, Tx, read_all},
@@ -153,23 +153,6 @@ async fn is_distributed(connection: &mut PgConnection, table: &str) -> Result<bo
 pub(super) const DUE_FIRST: &str = "SELECT tenant FROM jobs WHERE dispatch_at <= now() \
      AND state = 'pending' AND attempts = 0 AND kind = ANY($2) ORDER BY dispatch_at LIMIT $1";
 
-/// [`DUE_FIRST`] shard by shard, for when a worker node is down (Citus fails a statement
-/// across the shards when one of them cannot be reached): Citus's `run_command_on_shards`
-/// runs the read on each shard over a connection of its own and reports a shard it could
-/// not reach as failed instead of failing the whole; the tenants of the shards that
-/// answered are returned, oldest job first. `$1` the limit, `$2` the kinds → `tenant`. The
-/// command is text (bound values cannot reach it): the kinds go in as one quoted literal,
-/// its `%` doubled for the shard name's `format`, the limit as an integer.
-pub(super) const DUE_FIRST_BY_SHARD: &str = "SELECT e.tenant \
-     FROM run_command_on_shards('jobs', \
-       'SELECT coalesce(json_agg(t), ''[]'') FROM (SELECT tenant, dispatch_at FROM %s \
-        WHERE dispatch_at <= now() AND state = ''pending'' AND attempts = 0 AND kind = ANY(' \
-       || replace(quote_literal($2::text[]), '%', '%%') \
-       || '::text[]) ORDER BY dispatch_at LIMIT ' || $1::bigint || ') t') AS r, \
-     json_to_recordset(CASE WHEN r.success THEN r.result::json ELSE '[]' END) \
-       AS e (tenant text, dispatch_at timestamptz) \
-     ORDER BY e.dispatch_at LIMIT $1";
-
 /// One tenant's first starts, step 1 of 3 (router: every table named with `tenant = $1`):
 /// locks up to `$3` of the tenant's due jobs that never had an attempt, of the kinds `$2`,
 /// skipping those another transaction holds, the conditions checked again on the locked row;
@@ -238,7 +221,7 @@ pub(super) async fn start_first(
                 error = %error,
                 "reading the due first starts across the shards failed: reading them shard by shard"
             );
-            read_all(store, DUE_FIRST_BY_SHARD, args![batch.limit, &kinds[..]]).await?
+            read_all(store, by_shard::DUE_FIRST, args![batch.limit, &kinds[..]]).await?
         }
     };
     // Each tenant with how many of its jobs were due, oldest first.

@@ -17,11 +17,13 @@ use super::{
     bound::{Bound, Bounded, WRITE_TIMEOUT},
     engine::Services,
     grouped::Writer,
+    spanning::ByShard,
     tenants::Tenants,
     transitions::OnlyAttempt,
 };
 use connections::Hosts;
 
+mod by_shard;
 pub mod citus;
 mod completion;
 mod connections;
@@ -219,6 +221,13 @@ impl Backend for PgStore {
     fn tenants(&self) -> Option<&Tenants> {
         match self.variant {
             Variant::Citus => Some(&*self.tenants),
+            Variant::Single => None,
+        }
+    }
+
+    fn by_shard(&self) -> Option<&'static ByShard> {
+        match self.variant {
+            Variant::Citus => Some(&by_shard::BY_SHARD),
             Variant::Single => None,
         }
     }

@@ -184,8 +184,8 @@ pub(super) const SQL: Sql = Sql {
          ORDER BY id LIMIT $3"
     ),
 
-    due_jobs: "SELECT id FROM jobs WHERE dispatch_at <= now() ORDER BY dispatch_at LIMIT $1",
-    due_others: "SELECT id FROM jobs WHERE dispatch_at <= now() \
+    due_jobs: "SELECT id, tenant FROM jobs WHERE dispatch_at <= now() ORDER BY dispatch_at LIMIT $1",
+    due_others: "SELECT id, tenant FROM jobs WHERE dispatch_at <= now() \
                  AND NOT (state = 'pending' AND attempts = 0 AND kind = ANY($2)) \
                  ORDER BY dispatch_at LIMIT $1",
     owned_attempts: "SELECT a.id FROM attempts a \
@@ -208,7 +208,11 @@ pub(super) const SQL: Sql = Sql {
                        JOIN jobs j ON j.id = a.job_id AND j.tenant = a.tenant \
                        WHERE a.worker = $1 AND a.state IN ('starting', 'running') \
                        AND j.state = 'cancelled'",
-    expired_attempts: "SELECT id, provider FROM attempts WHERE state IN ('starting', 'running') \
+    cancelled_tenant_leases: "SELECT a.id FROM attempts a \
+                              JOIN jobs j ON j.id = a.job_id AND j.tenant = a.tenant \
+                              WHERE a.tenant = $2 AND j.tenant = $2 AND a.worker = $1 \
+                              AND a.state IN ('starting', 'running') AND j.state = 'cancelled'",
+    expired_attempts: "SELECT id, provider, tenant FROM attempts WHERE state IN ('starting', 'running') \
                        AND (lease_expires_at < now() \
                        OR deadline_at < now() - make_interval(secs => $1)) \
                        ORDER BY started_at LIMIT 100",

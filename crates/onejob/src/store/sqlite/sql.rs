@@ -313,12 +313,12 @@ pub(super) const SQL: Sql = Sql {
     ),
 
     due_jobs: concat!(
-        "SELECT id FROM jobs WHERE dispatch_at <= ",
+        "SELECT id, tenant FROM jobs WHERE dispatch_at <= ",
         now!(),
         " ORDER BY dispatch_at LIMIT ?1"
     ),
     due_others: concat!(
-        "SELECT id FROM jobs WHERE dispatch_at <= ",
+        "SELECT id, tenant FROM jobs WHERE dispatch_at <= ",
         now!(),
         " AND NOT (state = 'pending' AND attempts = 0 \
          AND kind IN (SELECT value FROM json_each(?2))) ORDER BY dispatch_at LIMIT ?1"
@@ -348,8 +348,12 @@ pub(super) const SQL: Sql = Sql {
                        JOIN jobs j ON j.id = a.job_id AND j.tenant = a.tenant \
                        WHERE a.worker = ?1 AND a.state IN ('starting', 'running') \
                        AND j.state = 'cancelled'",
+    cancelled_tenant_leases: "SELECT a.id FROM attempts a \
+                              JOIN jobs j ON j.id = a.job_id AND j.tenant = a.tenant \
+                              WHERE a.tenant = ?2 AND a.worker = ?1 \
+                              AND a.state IN ('starting', 'running') AND j.state = 'cancelled'",
     expired_attempts: concat!(
-        "SELECT id, provider FROM attempts WHERE state IN ('starting', 'running') \
+        "SELECT id, provider, tenant FROM attempts WHERE state IN ('starting', 'running') \
          AND (lease_expires_at < ",
         now!(),
         " OR deadline_at < ",
