@@ -46,6 +46,59 @@ macro_rules! certificate_columns {
     };
 }
 
+/// The columns a new attempt is inserted with, in the order of [`first_attempt_values!`].
+macro_rules! new_attempt_columns {
+    () => {
+        "id, job_id, number, provider, state, hedge, worker, lease_expires_at, deadline_at, \
+         upstream_key, tenant"
+    };
+}
+
+/// PostgreSQL's values of a job's first attempt, in the order of [`new_attempt_columns!`],
+/// from SQL expressions of its id, its job's id, its provider, its worker, its lease and its
+/// timeout (seconds) and its tenant: number 1, `starting`, no hedge, the upstream key
+/// `onejob:<job id>`. Written once for PostgreSQL's three statements that start first
+/// attempts by the batch (intake's, the batch of first starts', Citus's per tenant).
+macro_rules! first_attempt_values {
+    ($id:literal, $job:literal, $provider:literal, $worker:literal, $lease:literal,
+     $timeout:literal, $tenant:literal) => {
+        concat!(
+            $id,
+            ", ",
+            $job,
+            ", 1, ",
+            $provider,
+            ", 'starting', false, ",
+            $worker,
+            ", now() + make_interval(secs => ",
+            $lease,
+            "), now() + make_interval(secs => ",
+            $timeout,
+            "), 'onejob:' || ",
+            $job,
+            ", ",
+            $tenant
+        )
+    };
+}
+
+/// PostgreSQL's detail of an `attempt_started` event from SQL expressions of the attempt's
+/// number, provider and whether it hedges: what the store's other paths write from Rust
+/// (`records.rs`, `transitions.rs`).
+macro_rules! attempt_started_detail {
+    ($number:literal, $provider:literal, $hedge:literal) => {
+        concat!(
+            "jsonb_build_object('number', ",
+            $number,
+            ", 'provider', ",
+            $provider,
+            ", 'hedge', ",
+            $hedge,
+            ")"
+        )
+    };
+}
+
 /// Declares [`Sql`] with its fields, and (for tests) the list of all of them.
 macro_rules! statements {
     ($($(#[$doc:meta])* $name:ident,)*) => {

@@ -178,13 +178,19 @@ const START_JOBS: &str = concat!(
 /// jobs' own shard and inserted into the colocated one (Citus pushes the whole statement
 /// down to that shard); the table's alias keeps Citus's deparsed `RETURNING` valid.
 const START_ATTEMPTS: &str = concat!(
-    "INSERT INTO attempts AS a (id, job_id, number, provider, state, hedge, worker, \
-       lease_expires_at, deadline_at, upstream_key, tenant) \
-     SELECT $2[array_position($3, j.id)], j.id, 1, $5[array_position($4, j.kind)], \
-       'starting', false, $7, now() + make_interval(secs => $8), \
-       now() + make_interval(secs => $6[array_position($4, j.kind)]), 'onejob:' || j.id, \
-       j.tenant \
-     FROM jobs j WHERE j.tenant = $1 AND j.id = ANY($3) RETURNING ",
+    "INSERT INTO attempts AS a (",
+    new_attempt_columns!(),
+    ") SELECT ",
+    first_attempt_values!(
+        "$2[array_position($3, j.id)]",
+        "j.id",
+        "$5[array_position($4, j.kind)]",
+        "$7",
+        "$8",
+        "$6[array_position($4, j.kind)]",
+        "j.tenant"
+    ),
+    " FROM jobs j WHERE j.tenant = $1 AND j.id = ANY($3) RETURNING ",
     "a.id, a.job_id, a.number, a.provider, a.state, a.hedge, a.task_id, a.worker, \
      a.lease_expires_at, a.deadline_at, a.started_at, a.acknowledged_at, a.finished_at, \
      a.unknown_since, a.upstream_key, a.key_spent, a.error, a.reconcile_checks"
@@ -194,10 +200,12 @@ const START_ATTEMPTS: &str = concat!(
 /// `$3` their attempts, `$4` their providers. Its rows are made on the coordinator (which
 /// draws the events' ids from its sequence, as for every event) and sent to the tenant's
 /// shard alone.
-const START_EVENTS: &str = "INSERT INTO job_events (job_id, attempt_id, kind, detail, tenant) \
-     SELECT u.job_id, u.attempt_id, 'attempt_started', \
-       jsonb_build_object('number', 1, 'provider', u.provider, 'hedge', false), $1 \
-     FROM unnest($2::uuid[], $3::uuid[], $4::text[]) AS u (job_id, attempt_id, provider)";
+const START_EVENTS: &str = concat!(
+    "INSERT INTO job_events (job_id, attempt_id, kind, detail, tenant) \
+     SELECT u.job_id, u.attempt_id, 'attempt_started', ",
+    attempt_started_detail!("1", "u.provider", "false"),
+    ", $1 FROM unnest($2::uuid[], $3::uuid[], $4::text[]) AS u (job_id, attempt_id, provider)"
+);
 
 /// How many tenants' first starts run at once (each a transaction on its own connection).
 const TENANTS_AT_ONCE: usize = 4;

@@ -32,20 +32,27 @@ const START_FIRST: &str = concat!(
        version = version + 1, dispatch_at = NULL, updated_at = now() \
        FROM numbered WHERE jobs.id = numbered.id AND jobs.tenant = numbered.tenant \
        RETURNING jobs.id), \
-     inserted AS (INSERT INTO attempts (id, job_id, number, provider, state, hedge, worker, \
-       lease_expires_at, deadline_at, upstream_key, tenant) \
-       SELECT ids.id, numbered.id, 1, numbered.provider, 'starting', false, $5, \
-       now() + make_interval(secs => $6), now() + make_interval(secs => numbered.timeout), \
-       'onejob:' || numbered.id, numbered.tenant \
-       FROM started JOIN numbered ON numbered.id = started.id \
+     inserted AS (INSERT INTO attempts (",
+    new_attempt_columns!(),
+    ") SELECT ",
+    first_attempt_values!(
+        "ids.id",
+        "numbered.id",
+        "numbered.provider",
+        "$5",
+        "$6",
+        "numbered.timeout",
+        "numbered.tenant"
+    ),
+    " FROM started JOIN numbered ON numbered.id = started.id \
        JOIN unnest($7::uuid[]) WITH ORDINALITY AS ids (id, n) ON ids.n = numbered.n \
        RETURNING tenant, ",
     attempt_columns!(),
     "), \
      logged AS (INSERT INTO job_events (job_id, attempt_id, kind, detail, tenant) \
-       SELECT job_id, id, 'attempt_started', \
-       jsonb_build_object('number', number, 'provider', provider, 'hedge', hedge), tenant \
-       FROM inserted) \
+       SELECT job_id, id, 'attempt_started', ",
+    attempt_started_detail!("number", "provider", "hedge"),
+    ", tenant FROM inserted) \
      SELECT ",
     attempt_columns!(),
     " FROM inserted"

@@ -387,20 +387,22 @@ macro_rules! intake_sql {
                $16::float8[], $17::float8[]) AS f (job_id, tenant, attempt_id, provider, worker, lease, timeout) \
                WHERE f.attempt_id IS NOT NULL AND f.job_id IN (SELECT id FROM inserted)\
              ), started AS (\
-               INSERT INTO attempts (id, job_id, number, provider, state, hedge, worker, \
-                 lease_expires_at, deadline_at, upstream_key, tenant) \
-               SELECT attempt_id, job_id, 1, provider, 'starting', false, worker, \
-                 now() + make_interval(secs => lease), now() + make_interval(secs => timeout), \
-                 'onejob:' || job_id, tenant FROM firsts\
+               INSERT INTO attempts (",
+            new_attempt_columns!(),
+            ") SELECT ",
+            first_attempt_values!(
+                "attempt_id", "job_id", "provider", "worker", "lease", "timeout", "tenant"
+            ),
+            " FROM firsts\
              ), logged AS (\
                INSERT INTO job_events (job_id, attempt_id, kind, actor, detail, tenant) \
                SELECT event.job_id, event.attempt_id, event.kind, event.actor, event.detail, event.tenant \
                FROM (SELECT created.*, 0 AS step FROM unnest($1::uuid[], $8::uuid[], $9::text[], $10::text[], \
                  $11::jsonb[], $2::text[]) AS created (job_id, attempt_id, kind, actor, detail, tenant) \
                  WHERE created.job_id IN (SELECT id FROM inserted) \
-               UNION ALL SELECT job_id, attempt_id, 'attempt_started', NULL, \
-                 jsonb_build_object('number', 1, 'provider', provider, 'hedge', false), tenant, 1 \
-                 FROM firsts) AS event \
+               UNION ALL SELECT job_id, attempt_id, 'attempt_started', NULL, ",
+            attempt_started_detail!("1", "provider", "false"),
+            ", tenant, 1 FROM firsts) AS event \
                ORDER BY event.step, event.job_id\
              ), found AS (\
                SELECT job.* FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[]) \
