@@ -35,6 +35,14 @@ pub(crate) enum Variant {
     Citus,
 }
 
+impl Variant {
+    /// On Citus, how many tenants' transactions one batch that spans tenants runs at once,
+    /// each on a connection of its own (intake's batch, a group commit, the first starts'
+    /// batch): each is a few round trips from the coordinator to its shard's worker node,
+    /// which in turn would leave the batch's other tenants waiting.
+    pub(crate) const TENANTS_AT_ONCE: usize = 4;
+}
+
 /// A row of dialect `B`.
 pub(crate) type Row<B> = <<B as Dialect>::Db as Database>::Row;
 

@@ -27,7 +27,7 @@ use std::{
     time::Duration,
 };
 
-use futures::FutureExt;
+use futures::{FutureExt, StreamExt};
 use sqlx::Pool;
 use uuid::Uuid;
 
@@ -252,9 +252,10 @@ async fn write_generally<B: Backend, C: Change<B>>(
     finish(store, &changes, outs.into_iter().map(Ok).collect())
 }
 
-/// Writes a group as one group per tenant among its changes, in turn: reads the attempts'
-/// tenants first (without a lock), then each tenant's changes share a transaction. An
-/// attempt not found is written alone (which reports it).
+/// Writes a group as one group per tenant among its changes: reads the attempts' tenants
+/// first (without a lock), then each tenant's changes share a transaction,
+/// [`Variant::TENANTS_AT_ONCE`] tenants at a time. An attempt not found is written alone
+/// (which reports it).
 async fn write_per_tenant<B: Backend, C: Change<B>>(
     store: &Writer<B>,
     changes: Vec<C>,
@@ -300,22 +301,34 @@ async fn write_per_tenant<B: Backend, C: Change<B>>(
         }
     }
     let mut slots: Vec<Option<C>> = changes.into_iter().map(Some).collect();
+    let groups: Vec<(Vec<usize>, Vec<C>)> = groups
+        .into_iter()
+        .map(|(_, members)| {
+            let group = members
+                .iter()
+                .map(|&at| slots[at].take().expect("each change in one group"))
+                .collect();
+            (members, group)
+        })
+        .collect();
+    // One tenant's group: together, as on one server (its statements name the tenant, so
+    // they run on its shard); a few tenants' groups at once, each on its own connection
+    // (tenants share no row, so their transactions never wait for each other).
+    let single = Writer {
+        variant: Variant::Single,
+        ..store.clone()
+    };
+    let single = &single;
+    let written: Vec<_> =
+        futures::stream::iter(groups)
+            .map(|(members, group)| async move {
+                (members, Box::pin(write_generally(single, group)).await)
+            })
+            .buffer_unordered(Variant::TENANTS_AT_ONCE)
+            .collect()
+            .await;
     let mut outs: Vec<Option<Result<C::Out, StoreError>>> = slots.iter().map(|_| None).collect();
-    for (_, members) in groups {
-        let group: Vec<C> = members
-            .iter()
-            .map(|&at| slots[at].take().expect("each change in one group"))
-            .collect();
-        let written = Box::pin(write_generally(
-            // One tenant's group: together, as on one server (its statements name the
-            // tenant, so they run on its shard).
-            &Writer {
-                variant: Variant::Single,
-                ..store.clone()
-            },
-            group,
-        ))
-        .await;
+    for (members, written) in written {
         for (at, out) in members.into_iter().zip(written) {
             outs[at] = Some(out);
         }

@@ -34,7 +34,7 @@ use futures::{FutureExt, StreamExt};
 use sqlx::{Executor, PgConnection, PgPool, types::Json};
 use uuid::Uuid;
 
-use super::{PgStore, by_shard, relaxed::Relaxed, statistics::Watch};
+use super::{PgStore, Variant, by_shard, relaxed::Relaxed, statistics::Watch};
 use crate::store::{
     AttemptRecord, FirstAttempts, Intake, JobRecord, NewEvent, NewJob, Pruned, StoreError,
     backend::{Dialect, Tx, read_all},
@@ -207,13 +207,10 @@ const START_EVENTS: &str = concat!(
     ", $1 FROM unnest($2::uuid[], $3::uuid[], $4::text[]) AS u (job_id, attempt_id, provider)"
 );
 
-/// How many tenants' first starts run at once (each a transaction on its own connection).
-const TENANTS_AT_ONCE: usize = 4;
-
 /// Starts a batch of first attempts on Citus, shard by shard: the due new jobs' tenants are
 /// read across the shards ([`DUE_FIRST`]; when that fails, a worker node down say, shard by
 /// shard, those that answer: [`DUE_FIRST_BY_SHARD`]), then each tenant's share is started in one
-/// transaction on its shard ([`start_first_of_tenant`]), [`TENANTS_AT_ONCE`] tenants at a
+/// transaction on its shard ([`start_first_of_tenant`]), [`Variant::TENANTS_AT_ONCE`] tenants at a
 /// time. A tenant whose transaction fails (its worker node down, say) costs only its own
 /// jobs: the others' starts are returned, and the error only when no tenant's went through.
 pub(super) async fn start_first(
@@ -250,7 +247,7 @@ pub(super) async fn start_first(
             let started = start_first_of_tenant(store, &tenant, &share).await;
             (tenant, started)
         })
-        .buffered(TENANTS_AT_ONCE)
+        .buffered(Variant::TENANTS_AT_ONCE)
         .collect()
         .await;
     let mut started = Vec::with_capacity(due.len());
@@ -407,7 +404,9 @@ pub(super) fn intake_batcher(
 
 /// Writes a batch tenant by tenant, each tenant's share in one transaction on its shard by
 /// intake's group commit written once ([`submit_together`]: a share that fails is written
-/// again submission by submission, so that only the failing one fails).
+/// again submission by submission, so that only the failing one fails),
+/// [`Variant::TENANTS_AT_ONCE`] tenants at a time. Tenants share no row, so their
+/// transactions never wait for each other.
 async fn write_batch(
     pool: &PgPool,
     bound: &Bound,
@@ -416,20 +415,34 @@ async fn write_batch(
     let mut tenants: Vec<&str> = jobs.iter().map(|j| j.owner.tenant.as_str()).collect();
     tenants.sort_unstable();
     tenants.dedup();
+    // Each tenant's submissions, in the order of their keys, as one PostgreSQL's batch
+    // statement inserts: two batches that share keys then wait for each other's inserts in
+    // one order, never in a cycle.
+    let shares: Vec<Vec<usize>> = tenants
+        .into_iter()
+        .map(|tenant| {
+            let mut members: Vec<usize> = (0..jobs.len())
+                .filter(|&at| jobs[at].owner.tenant == tenant)
+                .collect();
+            members.sort_by(|&a, &b| {
+                let key = |at: usize| (&jobs[at].key_hash.0, &jobs[at].owner.user);
+                key(a).cmp(&key(b))
+            });
+            members
+        })
+        .collect();
+    let jobs = &jobs;
+    let written: Vec<_> = futures::stream::iter(shares)
+        .map(|members| async move {
+            let share: Vec<&NewJob> = members.iter().map(|&at| &jobs[at]).collect();
+            let written = submit_together::<PgStore>(pool, bound, INSERT_JOB, &share).await;
+            (members, written)
+        })
+        .buffer_unordered(Variant::TENANTS_AT_ONCE)
+        .collect()
+        .await;
     let mut results: Vec<Option<Result<Intake, StoreError>>> = jobs.iter().map(|_| None).collect();
-    for tenant in tenants {
-        // In the order of their keys, as one PostgreSQL's batch statement inserts: two
-        // batches that share keys then wait for each other's inserts in one order, never in a
-        // cycle.
-        let mut members: Vec<usize> = (0..jobs.len())
-            .filter(|&at| jobs[at].owner.tenant == tenant)
-            .collect();
-        members.sort_by(|&a, &b| {
-            let key = |at: usize| (&jobs[at].key_hash.0, &jobs[at].owner.user);
-            key(a).cmp(&key(b))
-        });
-        let share: Vec<&NewJob> = members.iter().map(|&at| &jobs[at]).collect();
-        let written = submit_together::<PgStore>(pool, bound, INSERT_JOB, &share).await;
+    for (members, written) in written {
         for (at, result) in members.into_iter().zip(written) {
             results[at] = Some(result);
         }
