@@ -94,7 +94,8 @@ pub(super) const SQL: Sql = Sql {
     job_attempts: concat!(
         "SELECT ",
         attempt_columns!(),
-        " FROM attempts WHERE job_id = $1 ORDER BY number"
+        " FROM attempts WHERE tenant = (SELECT tenant FROM jobs WHERE id = $1) AND job_id = $1 \
+         ORDER BY number"
     ),
     job_attempts_in_tenant: concat!(
         "SELECT ",

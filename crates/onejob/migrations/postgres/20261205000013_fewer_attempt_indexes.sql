@@ -1,0 +1,12 @@
+-- One index fewer to write for every attempt.
+--
+-- `attempts_by_job (job_id, number)` served the reads of a job's attempts by the job's id
+-- alone. Since the tenant is in every key (`20261205000011_tenant_keys.sql`), the unique
+-- index of `attempts_number_per_job (tenant, job_id, number)` serves every read that names
+-- the tenant, and the one read that did not (a job's attempts by its id, for the worker)
+-- now takes the tenant from the job's own row. An attempt's insert and each change of its
+-- state (none of which is a HOT update: they change indexed columns) wrote an entry into
+-- it too; it held 41 bytes per job besides.
+--
+-- A plain DROP INDEX: it takes the table's lock for a moment, without reading the table.
+DROP INDEX attempts_by_job;
