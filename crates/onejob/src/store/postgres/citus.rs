@@ -17,10 +17,11 @@
 //!   ([`start_first_of_tenant`]), and a worker node down costs only its tenants' jobs (the
 //!   read of which tenants have due jobs goes shard by shard when the read across the shards
 //!   fails: `by_shard.rs`; a tenant whose transaction fails is left out); group
-//!   commits of acknowledgements and completions are one transaction per tenant
-//!   (`grouped.rs`).
+//!   commits of acknowledgements and completions are one transaction per tenant, a few
+//!   tenants at once (`grouped.rs`). The other reads that span tenants go shard by shard
+//!   too when a node is down (`spanning.rs`).
 //! * **Intake** group-commits per tenant: the submissions of one tenant in a batch share a
-//!   transaction on the tenant's shard, a statement each (the insert that does nothing on
+//!   transaction on the tenant's shard (a few tenants at once), a statement each (the insert that does nothing on
 //!   conflict, the read-back by key, the event), by the group commit SQLite's intake shares
 //!   (`statements.rs`'s `submit_together`); the one batch statement of a single PostgreSQL
 //!   spans tenants, which Citus cannot plan.
@@ -209,9 +210,9 @@ const START_EVENTS: &str = concat!(
 
 /// Starts a batch of first attempts on Citus, shard by shard: the due new jobs' tenants are
 /// read across the shards ([`DUE_FIRST`]; when that fails, a worker node down say, shard by
-/// shard, those that answer: [`DUE_FIRST_BY_SHARD`]), then each tenant's share is started in one
-/// transaction on its shard ([`start_first_of_tenant`]), [`Variant::TENANTS_AT_ONCE`] tenants at a
-/// time. A tenant whose transaction fails (its worker node down, say) costs only its own
+/// shard, those that answer: [`by_shard::DUE_FIRST`]), then each tenant's share is started in
+/// one transaction on its shard ([`start_first_of_tenant`]), [`Variant::TENANTS_AT_ONCE`]
+/// tenants at a time. A tenant whose transaction fails (its worker node down, say) costs only its own
 /// jobs: the others' starts are returned, and the error only when no tenant's went through.
 pub(super) async fn start_first(
     store: &PgStore,
