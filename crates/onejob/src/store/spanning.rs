@@ -17,6 +17,9 @@ use super::{
 /// of the same name), from the shards that answered.
 #[derive(Debug)]
 pub(crate) struct ByShard {
+    /// The tenants of the due jobs that never had an attempt (Citus's first starts:
+    /// `postgres/citus.rs`'s `DUE_FIRST`).
+    pub(crate) due_first: &'static str,
     /// `due_jobs`.
     pub(crate) due_jobs: &'static str,
     /// `due_others`.

@@ -1013,6 +1013,52 @@ async fn a_tenant_whose_lease_renewal_fails_keeps_no_other_from_renewal() {
     );
 }
 
+/// Completions of attempts of many tenants at once on Citus, which a group commit writes a
+/// few tenants' transactions at a time: each caller is answered about its own attempt and
+/// each job gets its own attempt's output; a tenant whose completion fails (refused by a
+/// trigger made for the test) costs only its own job, and the others win.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn completions_of_many_tenants_at_once_each_keep_their_own_answer() {
+    let db = TestDatabase::create(Backend::Citus).await;
+    let store = db.open_store().await;
+    // The refused tenant in the middle: the first caller's change is likely written alone,
+    // the others together.
+    let mut tenants: Vec<String> = (0..11).map(|i| format!("tenant-{i}")).collect();
+    tenants.insert(6, "a-refused".to_owned());
+    let mut started = Vec::new();
+    for tenant in &tenants {
+        started.push(started_in(&*store, tenant, "many").await);
+    }
+    refuse_attempt_changes_of_a_refused(&db).await;
+    let outcomes = join_all(started.iter().zip(&tenants).map(|((_, attempt), tenant)| {
+        let store = store.clone();
+        async move {
+            store
+                .complete_attempt(*attempt, &json!({"answer": tenant}), &Resolution::worker())
+                .await
+        }
+    }))
+    .await;
+    for (((job, _), tenant), outcome) in started.iter().zip(&tenants).zip(outcomes) {
+        let owner = Principal::new(tenant.as_str(), "user");
+        let read = store.job(&owner, *job).await.unwrap().unwrap();
+        if tenant == "a-refused" {
+            assert!(
+                outcome
+                    .as_ref()
+                    .is_err_and(|e| format!("{e:?}").contains("refused for the test")),
+                "the refused tenant's completion answers its error: {outcome:?}"
+            );
+            assert_eq!(read.state, JobState::Running);
+            assert_eq!(read.result, None);
+        } else {
+            assert_eq!(outcome.unwrap(), Completion::Won, "{tenant}");
+            assert_eq!(read.state, JobState::Succeeded, "{tenant}");
+            assert_eq!(read.result, Some(json!({"answer": tenant})), "{tenant}");
+        }
+    }
+}
+
 /// Claims of `unknown` attempts on Citus run tenant by tenant: a tenant whose claim fails
 /// (refused by a trigger made for the test, and met first: its attempt due longest) costs
 /// only its own attempts; the others' are claimed and answered.

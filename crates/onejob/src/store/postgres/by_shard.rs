@@ -42,22 +42,19 @@ macro_rules! by_shard {
     };
 }
 
-/// The tenants of the due jobs that never had an attempt (`citus.rs`'s `DUE_FIRST`), shard
-/// by shard: `$1` the limit, `$2` the kinds → `tenant`, a row per job, oldest first.
-pub(super) const DUE_FIRST: &str = by_shard!(
-    table: "jobs",
-    args: "$1::text, $2::text",
-    read: "SELECT tenant, dispatch_at FROM %%s WHERE dispatch_at <= now() \
-           AND state = ''pending'' AND attempts = 0 AND kind = ANY(%2$s::text[]) \
-           ORDER BY dispatch_at LIMIT %1$s::bigint",
-    columns: "tenant text, dispatch_at timestamptz",
-    select: "e.tenant",
-    then: "ORDER BY e.dispatch_at LIMIT $1",
-);
-
 /// The reads spanning every tenant, shard by shard, as the PostgreSQL store's statements of
-/// the same names (`sql.rs`) read them across the shards.
+/// the same names (`sql.rs`; `citus.rs` for `due_first`) read them across the shards.
 pub(super) const BY_SHARD: ByShard = ByShard {
+    due_first: by_shard!(
+        table: "jobs",
+        args: "$1::text, $2::text",
+        read: "SELECT tenant, dispatch_at FROM %%s WHERE dispatch_at <= now() \
+               AND state = ''pending'' AND attempts = 0 AND kind = ANY(%2$s::text[]) \
+               ORDER BY dispatch_at LIMIT %1$s::bigint",
+        columns: "tenant text, dispatch_at timestamptz",
+        select: "e.tenant",
+        then: "ORDER BY e.dispatch_at LIMIT $1",
+    ),
     due_jobs: by_shard!(
         table: "jobs",
         args: "$1::text",

@@ -16,7 +16,7 @@
 //!   first attempts is one transaction per tenant, a few tenants at once
 //!   ([`start_first_of_tenant`]), and a worker node down costs only its tenants' jobs (the
 //!   read of which tenants have due jobs goes shard by shard when the read across the shards
-//!   fails: `by_shard.rs`; a tenant whose transaction fails is left out); group
+//!   fails: `spanning.rs`; a tenant whose transaction fails is left out); group
 //!   commits of acknowledgements and completions are one transaction per tenant, a few
 //!   tenants at once (`grouped.rs`). The other reads that span tenants go shard by shard
 //!   too when a node is down (`spanning.rs`).
@@ -35,13 +35,14 @@ use futures::{FutureExt, StreamExt};
 use sqlx::{Executor, PgConnection, PgPool, types::Json};
 use uuid::Uuid;
 
-use super::{PgStore, Variant, by_shard, relaxed::Relaxed, statistics::Watch};
+use super::{PgStore, Variant, relaxed::Relaxed, statistics::Watch};
 use crate::store::{
     AttemptRecord, FirstAttempts, Intake, JobRecord, NewEvent, NewJob, Pruned, StoreError,
-    backend::{Dialect, Tx, read_all},
+    backend::{Dialect, Tx},
     batch::{Batcher, WriteBatch},
     bound::Bound,
     rows,
+    spanning::read_spanning,
     statements::submit_together,
     tenants::Tenants,
 };
@@ -210,7 +211,7 @@ const START_EVENTS: &str = concat!(
 
 /// Starts a batch of first attempts on Citus, shard by shard: the due new jobs' tenants are
 /// read across the shards ([`DUE_FIRST`]; when that fails, a worker node down say, shard by
-/// shard, those that answer: [`by_shard::DUE_FIRST`]), then each tenant's share is started in
+/// shard, those that answer: `spanning.rs`), then each tenant's share is started in
 /// one transaction on its shard ([`start_first_of_tenant`]), [`Variant::TENANTS_AT_ONCE`]
 /// tenants at a time. A tenant whose transaction fails (its worker node down, say) costs only its own
 /// jobs: the others' starts are returned, and the error only when no tenant's went through.
@@ -220,16 +221,8 @@ pub(super) async fn start_first(
 ) -> Result<Vec<(JobRecord, AttemptRecord)>, StoreError> {
     store.statistics.poke();
     let kinds: Vec<Option<&str>> = batch.kinds.iter().map(|k| Some(k.kind.as_str())).collect();
-    let due = match read_all(store, DUE_FIRST, args![batch.limit, &kinds[..]]).await {
-        Ok(due) => due,
-        Err(error) => {
-            tracing::warn!(
-                error = %error,
-                "reading the due first starts across the shards failed: reading them shard by shard"
-            );
-            read_all(store, by_shard::DUE_FIRST, args![batch.limit, &kinds[..]]).await?
-        }
-    };
+    let args = args![batch.limit, &kinds[..]];
+    let due = read_spanning(store, DUE_FIRST, |r| r.due_first, args).await?;
     // Each tenant with how many of its jobs were due, oldest first.
     let mut shares: Vec<(String, u32)> = Vec::new();
     for row in &due {
