@@ -332,7 +332,12 @@ impl<B: Backend> Tx<B> {
         attempt_id: Uuid,
         task_id: Option<&str>,
     ) -> Result<AttemptState, StoreError> {
-        let task_id = task_id.map(storable_text);
+        // Without a task id there is nothing to store: the state is read, not the row
+        // rewritten with what it holds (an update writes a new row version all the same).
+        let Some(task_id) = task_id else {
+            return self.attempt_state(attempt_id).await;
+        };
+        let task_id = Some(storable_text(task_id));
         let tenant = self.attempt_tenant(attempt_id).await?;
         let values = args![attempt_id, task_id.as_deref(), &tenant];
         let row = self.one(B::SQL.keep_task_id, values).await?;
@@ -598,12 +603,31 @@ impl<B: Backend> Tx<B> {
         attempt_ids: &[Uuid],
         task_ids: &[Option<&str>],
     ) -> Result<HashMap<Uuid, AttemptState>, StoreError> {
-        let task_ids: Vec<_> = task_ids.iter().map(|t| t.map(storable_text)).collect();
+        // Attempts without a task id (every synchronous request's acknowledgement) have
+        // nothing to store: their states are read, not their rows rewritten as they are.
+        let (with, without): (Vec<_>, Vec<_>) = attempt_ids
+            .iter()
+            .zip(task_ids)
+            .partition(|(_, task_id)| task_id.is_some());
+        let mut states = HashMap::with_capacity(attempt_ids.len());
+        if !without.is_empty() {
+            let ids: Vec<Uuid> = without.iter().map(|(id, _)| **id).collect();
+            states.extend(self.attempt_states_of(&ids).await?);
+        }
+        if with.is_empty() {
+            return Ok(states);
+        }
+        let attempt_ids: Vec<Uuid> = with.iter().map(|(id, _)| **id).collect();
+        let attempt_ids = &attempt_ids[..];
+        let task_ids: Vec<_> = with.iter().map(|(_, t)| t.map(storable_text)).collect();
         let task_ids: Vec<Option<&str>> = task_ids.iter().map(|t| t.as_deref()).collect();
         let tenants = self.tenants_of(attempt_ids);
         let tenants: Vec<Option<&str>> = tenants.iter().map(|t| Some(t.as_str())).collect();
         let values = args![attempt_ids, &task_ids[..], &tenants[..]];
-        id_states::<B>(&self.all(B::SQL.keep_task_ids, values).await?)
+        states.extend(id_states::<B>(
+            &self.all(B::SQL.keep_task_ids, values).await?,
+        )?);
+        Ok(states)
     }
 
     /// The acknowledged attempts become `running`.

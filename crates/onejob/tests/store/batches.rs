@@ -29,6 +29,7 @@ backend_tests!(
     a_job_another_starter_took_first_is_left_to_it,
     two_attempts_of_a_job_finishing_together_have_one_winner,
     acknowledgements_made_together_answer_each_as_alone,
+    an_acknowledgement_without_a_task_id_writes_its_attempt_once,
     one_by_one_claims_see_what_batches_leave,
     a_job_started_at_intake_is_committed_with_its_first_attempt_and_never_due,
 );
@@ -405,6 +406,88 @@ async fn acknowledgements_made_together_answer_each_as_alone(backend: Backend) {
         // Stored whatever the attempt's state, as a lone acknowledgement stores it.
         assert_eq!(job[0].task_id, Some(format!("task-{attempt}")));
     }
+}
+
+/// An acknowledgement without a task id (a synchronous request's, recorded once it has
+/// been in flight a while, so the one of nearly every call to a slow provider) writes its
+/// attempt's row once, to make it `running`: alone or with others, with or without task
+/// ids beside it, it reads the attempt's state instead of rewriting the row with the task
+/// id it already has (a second row version, for nothing). Counted by a trigger made for
+/// the test (on PostgreSQL and SQLite).
+async fn an_acknowledgement_without_a_task_id_writes_its_attempt_once(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let store = db.open_store().await;
+    let count: &[&str] = match backend {
+        Backend::Sqlite => &[
+            "CREATE TABLE attempt_writes (attempt_id TEXT NOT NULL)",
+            "CREATE TRIGGER count_attempt_writes AFTER UPDATE ON attempts \
+             BEGIN INSERT INTO attempt_writes VALUES (NEW.id); END",
+        ],
+        Backend::Postgres => &[
+            "CREATE TABLE attempt_writes (attempt_id uuid NOT NULL)",
+            "CREATE FUNCTION count_attempt_writes() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN INSERT INTO attempt_writes VALUES (NEW.id); RETURN NULL; END $$",
+            "CREATE TRIGGER count_attempt_writes AFTER UPDATE ON attempts \
+             FOR EACH ROW EXECUTE FUNCTION count_attempt_writes()",
+        ],
+        // A trigger on a shard cannot write to another table of the cluster: the rows are
+        // checked, not counted.
+        Backend::Citus => &[],
+    };
+    let mut attempts = Vec::new();
+    for i in 0..13 {
+        let job_id = created(&*store, &format!("ack-once-{i}")).await;
+        attempts.push(started(&*store, &start_for(job_id, 0, "a", false)).await);
+    }
+    for &sql in count {
+        db.exec(sql).await.unwrap();
+    }
+    // One alone, then twelve at once: every other one with a task id.
+    let task = |at: usize| (at % 2 == 1).then(|| format!("task-{at}"));
+    assert_eq!(
+        store
+            .acknowledge_attempt(attempts[0], None, None)
+            .await
+            .unwrap(),
+        Acknowledged::Running
+    );
+    let acks = attempts
+        .iter()
+        .copied()
+        .enumerate()
+        .skip(1)
+        .map(|(at, attempt)| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let task = task(at);
+                store
+                    .acknowledge_attempt(attempt, task.as_deref(), None)
+                    .await
+            })
+        });
+    for acknowledged in join_all(acks).await.into_iter().map(Result::unwrap) {
+        assert_eq!(acknowledged.unwrap(), Acknowledged::Running);
+    }
+    for (at, &attempt) in attempts.iter().enumerate() {
+        let job = store
+            .job_attempts(job_of(&*store, attempt).await)
+            .await
+            .unwrap();
+        assert_eq!(job[0].state, AttemptState::Running);
+        assert_eq!(job[0].task_id, task(at));
+    }
+    if backend == Backend::Citus {
+        return;
+    }
+    let without = attempts.iter().step_by(2).count() as i64;
+    let with = attempts.len() as i64 - without;
+    let writes = db.scalar("SELECT count(*) FROM attempt_writes").await;
+    let most = without + 2 * with;
+    assert!(
+        writes <= most,
+        "{writes} writes of attempt rows for {without} acknowledgements without a task id and \
+         {with} with one: at most {most} (one each, and one more for a task id)"
+    );
 }
 
 /// The job of an attempt.
