@@ -180,6 +180,20 @@ pub(crate) trait Backend: Dialect {
         let _ = (writer, offers);
         std::future::ready(Ok(None))
     }
+
+    /// Acknowledges attempts still `starting` (no task id to store, no hedge to schedule)
+    /// in one statement that is its own transaction, each only if, under its job's lock,
+    /// the job is not cancelled and the attempt is still `starting`: the attempt becomes
+    /// `running`. Answers, attempt by attempt, whether it did; one that did not was left
+    /// untouched (the general rule then decides it, `transitions.rs`). `None` where the
+    /// database makes none this way, through `writer` (SQLite; a distributed database).
+    fn acknowledge_starting(
+        writer: &Writer<Self>,
+        attempts: &[Uuid],
+    ) -> impl Future<Output = Result<Option<Vec<bool>>, StoreError>> + Send {
+        let _ = (writer, attempts);
+        std::future::ready(Ok(None))
+    }
 }
 
 /// A write transaction of backend `B` ([`Tx::begin`]); dropped without a commit, it rolls

@@ -593,6 +593,39 @@ impl<B: Backend> Change<B> for Ack {
     fn makes_due(&self, out: &Acknowledged) -> bool {
         self.hedge_after.is_some() && *out == Acknowledged::Running
     }
+
+    /// The acknowledgements with no task id to store and no hedge to schedule, one per
+    /// attempt, made at once where the backend can ([`Backend::acknowledge_starting`]):
+    /// each runs if its attempt is still `starting` and its job not cancelled; the others,
+    /// left untouched, go the general way.
+    async fn at_once(
+        writer: &Writer<B>,
+        changes: &[Self],
+    ) -> Result<Vec<Option<Acknowledged>>, StoreError> {
+        let mut outs: Vec<Option<Acknowledged>> = changes.iter().map(|_| None).collect();
+        let mut seen = HashSet::new();
+        let mut offered = Vec::new();
+        let mut offered_at = Vec::new();
+        for (at, ack) in changes.iter().enumerate() {
+            if ack.task_id.is_some() || ack.hedge_after.is_some() || !seen.insert(ack.attempt_id) {
+                continue;
+            }
+            offered.push(ack.attempt_id);
+            offered_at.push(at);
+        }
+        if offered.is_empty() {
+            return Ok(outs);
+        }
+        let Some(running) = B::acknowledge_starting(writer, &offered).await? else {
+            return Ok(outs);
+        };
+        for (at, running) in offered_at.into_iter().zip(running) {
+            if running {
+                outs[at] = Some(Acknowledged::Running);
+            }
+        }
+        Ok(outs)
+    }
 }
 
 /// An output offered as a job's result ([`Transitions::complete_attempt`]), grouped with

@@ -117,7 +117,7 @@ pub(super) fn at_once_pool(pool: &PgPool, hosts: Option<&Arc<Hosts>>) -> PgPool 
 /// The settings of [`at_once_pool`]'s sessions: one generic plan, kept, and that plan made
 /// of key lookups only (no sequential scan, hash or merge join: every row the statement
 /// touches it finds by its key, whatever the tables' size).
-const AT_ONCE_SESSIONS: &[(&str, &str)] = &[
+pub(super) const AT_ONCE_SESSIONS: &[(&str, &str)] = &[
     ("plan_cache_mode", "force_generic_plan"),
     ("enable_seqscan", "off"),
     ("enable_hashjoin", "off"),
@@ -166,11 +166,9 @@ mod tests {
     use sqlx::{Executor, PgPool, SqlSafeStr};
     use uuid::Uuid;
 
-    use super::{COMPLETE_ONLY_ATTEMPTS, Variant, complete_only_attempts};
+    use super::{COMPLETE_ONLY_ATTEMPTS, complete_only_attempts};
     use crate::store::{
-        bound::{Bound, WRITE_TIMEOUT},
-        grouped::Writer,
-        postgres::{PgStore, fresh},
+        postgres::{as_at_once_session, assert_looks_up_by_keys, fresh, group_writer},
         transitions::OnlyAttempt,
     };
 
@@ -235,12 +233,7 @@ mod tests {
     async fn only_an_open_only_attempt_wins_and_the_rest_is_left_untouched() {
         let (_, options) = fresh!("onejob_unit_only_attempts_guards").await;
         let pool = PgPool::connect_with(options).await.unwrap();
-        let writer = Writer::<PgStore>::new(
-            pool.clone(),
-            Bound::within(WRITE_TIMEOUT),
-            None,
-            Variant::Single,
-        );
+        let writer = group_writer(&pool);
         let open = jobs(&pool, "running", 1).await;
         let resolved = jobs(&pool, "failed", 1).await;
         let second = jobs(&pool, "running", 2).await;
@@ -322,14 +315,7 @@ mod tests {
         ))
         .await
         .unwrap();
-        for (setting, value) in super::AT_ONCE_SESSIONS {
-            sqlx::query("SELECT set_config($1, $2, false)")
-                .bind(setting)
-                .bind(value)
-                .execute(&mut db)
-                .await
-                .unwrap();
-        }
+        as_at_once_session(&mut db).await;
         let enough = super::super::statistics::Watch::ENOUGH as i32;
         for (filled, from, to) in [(enough, 1, enough), (5000, enough + 1, 5000)] {
             {
@@ -363,29 +349,7 @@ mod tests {
             .fetch_all(&mut db)
             .await
             .unwrap();
-            let plan = plan.join("\n");
-            for table in ["attempts", "jobs"] {
-                assert!(
-                    !plan.contains(&format!("Seq Scan on {table}")),
-                    "filled {filled}: a sequential scan of {table}:\n{plan}"
-                );
-            }
-            // A join filter: a nested loop that compares each row of one side with every row
-            // of the other (two of the statement's own results, quadratic in the group).
-            assert!(
-                !plan.contains("Join Filter"),
-                "filled {filled}: a join of every row with every other:\n{plan}"
-            );
-            let lines: Vec<&str> = plan.lines().collect();
-            for (at, line) in lines.iter().enumerate() {
-                if line.contains("Index Scan") || line.contains("Index Only Scan") {
-                    let condition = lines.get(at + 1).copied().unwrap_or_default();
-                    assert!(
-                        condition.contains("Index Cond") && condition.contains("id ="),
-                        "filled {filled}: an index read without a key:\n{plan}"
-                    );
-                }
-            }
+            assert_looks_up_by_keys(&plan.join("\n"), &format!("filled {filled}"));
         }
     }
 }

@@ -8,6 +8,7 @@
 use std::{sync::Arc, time::Duration};
 
 use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
 
 use super::{
     AttemptRecord, FirstAttempts, Intake, JobRecord, NewEvent, NewJob, StoreError, StoreOptions,
@@ -23,6 +24,7 @@ use super::{
 };
 use connections::Hosts;
 
+mod acknowledgement;
 mod by_shard;
 pub mod citus;
 mod completion;
@@ -335,18 +337,31 @@ impl Backend for PgStore {
     ) -> Result<Option<Vec<bool>>, StoreError> {
         completion::complete_only_attempts(writer, offers).await
     }
+
+    async fn acknowledge_starting(
+        writer: &Writer<Self>,
+        attempts: &[Uuid],
+    ) -> Result<Option<Vec<bool>>, StoreError> {
+        acknowledgement::acknowledge_starting(writer, attempts).await
+    }
 }
 
 #[cfg(test)]
-pub(super) use testing::{fresh, fresh_database};
+pub(super) use testing::{
+    as_at_once_session, assert_looks_up_by_keys, fresh, fresh_database, group_writer,
+};
 
 /// Fresh databases for the unit tests that need PostgreSQL.
 #[cfg(test)]
 mod testing {
     use sqlx::{Connection, Executor, PgConnection, PgPool, postgres::PgConnectOptions};
 
-    use super::PgStore;
-    use crate::store::Store;
+    use super::{PgStore, Variant};
+    use crate::store::{
+        Store,
+        bound::{Bound, WRITE_TIMEOUT},
+        grouped::Writer,
+    };
 
     /// [`fresh_database`] on a database of this name (a literal: database names cannot be bound).
     macro_rules! fresh {
@@ -379,6 +394,56 @@ mod testing {
         let store = PgStore::from_pool(PgPool::connect_with(options.clone()).await.unwrap());
         store.migrate().await.unwrap();
         (PgConnection::connect_with(&options).await.unwrap(), options)
+    }
+
+    /// A group writer on `pool`, as the single PostgreSQL's store makes it, with no wake-up
+    /// of its own: its one-statement writes run on `pool` itself.
+    pub(crate) fn group_writer(pool: &PgPool) -> Writer<PgStore> {
+        Writer::new(
+            pool.clone(),
+            Bound::within(WRITE_TIMEOUT),
+            None,
+            Variant::Single,
+        )
+    }
+
+    /// Sets `db`'s session up as the at-once pool's sessions are
+    /// ([`super::completion::AT_ONCE_SESSIONS`]).
+    pub(crate) async fn as_at_once_session(db: &mut PgConnection) {
+        for (setting, value) in super::completion::AT_ONCE_SESSIONS {
+            sqlx::query("SELECT set_config($1, $2, false)")
+                .bind(setting)
+                .bind(value)
+                .execute(&mut *db)
+                .await
+                .unwrap();
+        }
+    }
+
+    /// Asserts that `plan` (an `EXPLAIN`'s lines joined) finds every row by its key: no
+    /// sequential scan, no index read without a condition on an id, and no join filter (a
+    /// nested loop comparing each row of one side with every row of the other: two of the
+    /// statement's own results joined, quadratic in their size). `what` names the plan in
+    /// the failure.
+    pub(crate) fn assert_looks_up_by_keys(plan: &str, what: &str) {
+        assert!(
+            !plan.contains("Seq Scan"),
+            "{what}: a sequential scan:\n{plan}"
+        );
+        assert!(
+            !plan.contains("Join Filter"),
+            "{what}: a join filter:\n{plan}"
+        );
+        let lines: Vec<&str> = plan.lines().collect();
+        for (at, line) in lines.iter().enumerate() {
+            if line.contains("Index Scan") || line.contains("Index Only Scan") {
+                let condition = lines.get(at + 1).copied().unwrap_or_default();
+                assert!(
+                    condition.contains("Index Cond") && condition.contains("id ="),
+                    "{what}: an index read without a key:\n{plan}"
+                );
+            }
+        }
     }
 
     pub(crate) use fresh;
