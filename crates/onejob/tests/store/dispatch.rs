@@ -677,13 +677,7 @@ async fn the_heartbeat_renews_only_the_workers_live_attempts(backend: Backend) {
     let mut all = vec![starting, running, theirs];
     all.sort();
     assert_eq!(expired, all);
-    assert!(
-        store
-            .heartbeat("test-worker", Duration::from_secs(3_600))
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    renew_for_an_hour(&*store).await;
     let expired: Vec<Uuid> = store
         .expired_attempts(Duration::from_secs(3_600))
         .await
@@ -705,6 +699,58 @@ async fn the_heartbeat_renews_only_the_workers_live_attempts(backend: Backend) {
         .unwrap();
     assert_eq!(attempts.len(), 1);
     assert_eq!(attempts[0].id, unknown);
+}
+
+/// On PostgreSQL a heartbeat renews each lease in place (a HOT update: a new version of the
+/// row on its page, no new entry in any index), since the lease is in no index: read from
+/// the page itself (`pageinspect`), where each version written by a HOT update carries
+/// `HEAP_ONLY_TUPLE`. With `attempts_live_leases` (keyed on the lease) every renewal wrote
+/// an entry into each of the table's indexes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_heartbeat_renews_each_lease_in_place_on_postgres() {
+    let db = TestDatabase::create(Backend::Postgres).await;
+    let store = db.open_store().await;
+    db.exec("CREATE EXTENSION IF NOT EXISTS pageinspect")
+        .await
+        .unwrap();
+    let mut live = Vec::new();
+    for key in ["in-place-1", "in-place-2", "in-place-3"] {
+        let job_id = created(&*store, key).await;
+        live.push(started(&*store, &start_for(job_id, 0, "a", false)).await);
+    }
+    // One of them running (acknowledged: a change of state, which is not in place).
+    store
+        .acknowledge_attempt(live[0], None, None)
+        .await
+        .unwrap();
+    const IN_PLACE: &str = "SELECT count(*) FROM heap_page_items(get_raw_page('attempts', 0)) \
+                            WHERE t_infomask2 & 32768 <> 0";
+    let before = db.scalar(IN_PLACE).await;
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM attempts WHERE (ctid::text::point)[0] <> 0")
+            .await,
+        0,
+        "the few attempts of this test share the table's first page"
+    );
+    renew_for_an_hour(&*store).await;
+    assert_eq!(
+        db.scalar(IN_PLACE).await - before,
+        live.len() as i64,
+        "every renewed lease is a HOT update"
+    );
+}
+
+/// `test-worker`'s heartbeat, renewing its live attempts' leases for an hour; none of them
+/// is of a cancelled job.
+async fn renew_for_an_hour(store: &dyn Store) {
+    let cancelled = store
+        .heartbeat("test-worker", Duration::from_secs(3_600))
+        .await
+        .unwrap();
+    assert!(
+        cancelled.is_empty(),
+        "attempts of cancelled jobs: {cancelled:?}"
+    );
 }
 
 /// The fence holds only for a `starting` attempt: once running, unknown or ended, it is not

@@ -1,0 +1,13 @@
+-- One index fewer to write for every attempt, and lease renewals in place.
+--
+-- `attempts_live_leases (lease_expires_at) WHERE state IN ('starting', 'running')` served
+-- no read: the one query over every worker's live attempts (the lease reaper's expired
+-- ones) asks for a lease *or* a deadline that ran out, which no range of one column
+-- answers, so it reads the live attempts whole, and `attempts_by_worker` holds the same
+-- rows (the same predicate) for that. An attempt's insert and its acknowledgement each
+-- wrote an entry into it, and since the lease was a key, no renewal of a lease could be a
+-- HOT update: the heartbeat wrote a new entry into every index of `attempts` for every live
+-- attempt it renewed. The lease is now in no index.
+--
+-- A plain DROP INDEX: it takes the table's lock for a moment, without reading the table.
+DROP INDEX attempts_live_leases;
