@@ -602,7 +602,6 @@ impl<B: Backend> Change<B> for Ack {
         writer: &Writer<B>,
         changes: &[Self],
     ) -> Result<Vec<Option<Acknowledged>>, StoreError> {
-        let mut outs: Vec<Option<Acknowledged>> = changes.iter().map(|_| None).collect();
         let mut seen = HashSet::new();
         let mut offered = Vec::new();
         let mut offered_at = Vec::new();
@@ -613,18 +612,17 @@ impl<B: Backend> Change<B> for Ack {
             offered.push(ack.attempt_id);
             offered_at.push(at);
         }
-        if offered.is_empty() {
-            return Ok(outs);
-        }
-        let Some(running) = B::acknowledge_starting(writer, &offered).await? else {
-            return Ok(outs);
+        let running = if offered.is_empty() {
+            None
+        } else {
+            B::acknowledge_starting(writer, &offered).await?
         };
-        for (at, running) in offered_at.into_iter().zip(running) {
-            if running {
-                outs[at] = Some(Acknowledged::Running);
-            }
-        }
-        Ok(outs)
+        Ok(made_at(
+            changes.len(),
+            &offered_at,
+            running,
+            Acknowledged::Running,
+        ))
     }
 }
 
@@ -892,7 +890,6 @@ impl<B: Backend> Change<B> for Offer {
         writer: &Writer<B>,
         changes: &[Self],
     ) -> Result<Vec<Option<Completion>>, StoreError> {
-        let mut outs: Vec<Option<Completion>> = changes.iter().map(|_| None).collect();
         let mut jobs = HashSet::new();
         let mut attempts = HashSet::new();
         let mut offered = Vec::new();
@@ -917,19 +914,32 @@ impl<B: Backend> Change<B> for Offer {
             });
             offered_at.push(at);
         }
-        if offered.is_empty() {
-            return Ok(outs);
-        }
-        let Some(won) = B::complete_only_attempts(writer, &offered).await? else {
-            return Ok(outs);
+        let won = if offered.is_empty() {
+            None
+        } else {
+            B::complete_only_attempts(writer, &offered).await?
         };
-        for (at, won) in offered_at.into_iter().zip(won) {
-            if won {
-                outs[at] = Some(Completion::Won);
-            }
-        }
-        Ok(outs)
+        Ok(made_at(changes.len(), &offered_at, won, Completion::Won))
     }
+}
+
+/// The outputs of a group of `len` changes after a backend's one-statement write
+/// ([`Change::at_once`]) of those at `offered_at`: `out` where it made the change (`made`,
+/// one per offered change), `None` (left to the general way) everywhere else, and
+/// everywhere when the backend made none at once (`made` is `None`).
+fn made_at<T: Clone>(
+    len: usize,
+    offered_at: &[usize],
+    made: Option<Vec<bool>>,
+    out: T,
+) -> Vec<Option<T>> {
+    let mut outs = vec![None; len];
+    for (&at, made) in offered_at.iter().zip(made.unwrap_or_default()) {
+        if made {
+            outs[at] = Some(out.clone());
+        }
+    }
+    outs
 }
 
 /// An offer of the output of what may be its job's only attempt, made at once with others
