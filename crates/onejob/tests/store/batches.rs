@@ -490,6 +490,74 @@ async fn an_acknowledgement_without_a_task_id_writes_its_attempt_once(backend: B
     );
 }
 
+/// A write the database refuses for one attempt of a group (a trigger made for the test
+/// refuses any update of an attempt on provider `refused`) fails that acknowledgement alone:
+/// on PostgreSQL the group's one-statement acknowledgement fails as a whole, and every
+/// acknowledgement of the group is then made the general way, where the refused one fails
+/// and the others run. Not on Citus, which makes no acknowledgement at once.
+mod refused {
+    use super::*;
+
+    onejob_fixtures::backend_tests!(a_refused_acknowledgement_fails_alone_in_its_group);
+
+    async fn a_refused_acknowledgement_fails_alone_in_its_group(backend: Backend) {
+        let db = TestDatabase::create(backend).await;
+        let store = db.open_store().await;
+        let mut attempts = Vec::new();
+        for i in 0..12 {
+            let job_id = created(&*store, &format!("refused-{i}")).await;
+            let provider = if i == 5 { "refused" } else { "a" };
+            attempts.push(started(&*store, &start_for(job_id, 0, provider, false)).await);
+        }
+        let refuse: &[&str] = match backend {
+            Backend::Sqlite => &["CREATE TRIGGER refuse_one BEFORE UPDATE ON attempts \
+                 WHEN OLD.provider = 'refused' \
+                 BEGIN SELECT RAISE(ABORT, 'refused by the test'); END"],
+            _ => &[
+                "CREATE FUNCTION refuse_one() RETURNS trigger LANGUAGE plpgsql AS $$ \
+                 BEGIN RAISE EXCEPTION 'refused by the test'; END $$",
+                "CREATE TRIGGER refuse_one BEFORE UPDATE ON attempts FOR EACH ROW \
+                 WHEN (OLD.provider = 'refused') EXECUTE FUNCTION refuse_one()",
+            ],
+        };
+        for &sql in refuse {
+            db.exec(sql).await.unwrap();
+        }
+        let acks = attempts.iter().copied().map(|attempt| {
+            let store = store.clone();
+            tokio::spawn(async move { store.acknowledge_attempt(attempt, None, None).await })
+        });
+        for (at, acknowledged) in join_all(acks)
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .enumerate()
+        {
+            if at == 5 {
+                assert!(acknowledged.is_err(), "{backend:?}: the refused one fails");
+            } else {
+                assert_eq!(
+                    acknowledged.unwrap(),
+                    Acknowledged::Running,
+                    "{backend:?}: attempt {at}"
+                );
+            }
+        }
+        for (at, &attempt) in attempts.iter().enumerate() {
+            let job = store
+                .job_attempts(job_of(&*store, attempt).await)
+                .await
+                .unwrap();
+            let expected = if at == 5 {
+                AttemptState::Starting
+            } else {
+                AttemptState::Running
+            };
+            assert_eq!(job[0].state, expected, "{backend:?}: attempt {at}");
+        }
+    }
+}
+
 /// The job of an attempt.
 async fn job_of(store: &dyn Store, attempt: Uuid) -> Uuid {
     store

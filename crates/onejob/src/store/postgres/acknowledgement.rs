@@ -159,6 +159,54 @@ mod tests {
         assert_eq!(again, Some(vec![false]));
     }
 
+    /// A cancellation that commits while the statement waits on the job's lock is seen by
+    /// it: the lock re-reads the job's newest row (PostgreSQL's `READ COMMITTED` re-check of
+    /// a row updated while it waited) and the attempt is left `starting`, for the general
+    /// rule to end it `cancelled`, never made `running` for a job that was cancelled first.
+    #[tokio::test]
+    async fn a_cancellation_committed_while_it_waits_on_the_job_is_seen() {
+        let (mut db, options) = fresh!("onejob_unit_acknowledge_starting_race").await;
+        let pool = PgPool::connect_with(options).await.unwrap();
+        let writer = group_writer(&pool);
+        let attempt = job(&pool, "running", &["starting"]).await[0];
+        let mut canceller = sqlx::Connection::begin(&mut db).await.unwrap();
+        sqlx::query(
+            "UPDATE jobs SET state = 'cancelled', version = version + 1 \
+             WHERE id = (SELECT job_id FROM attempts WHERE id = $1)",
+        )
+        .bind(attempt)
+        .execute(&mut *canceller)
+        .await
+        .unwrap();
+        let acknowledging = tokio::spawn({
+            let writer = writer.clone();
+            async move { acknowledge_starting(&writer, &[attempt]).await }
+        });
+        // Until the statement waits on the job's lock, the canceller's.
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                 AND wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE OF j%'",
+            )
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            if waiting == 1 {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the statement never waited on the job's lock"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        canceller.commit().await.unwrap();
+        let ran = acknowledging.await.unwrap().unwrap();
+        assert_eq!(ran, Some(vec![false]));
+        assert_eq!(state(&pool, attempt).await, ("starting".into(), false));
+    }
+
     /// The plan the sessions of the at-once pool keep, made from the statistics of as many
     /// running jobs as the statistics watch has them analyzed up to (`Watch::ENOUGH`, after
     /// which it keeps its plans) and again of 5,000, looks each attempt and each job up by
