@@ -1,18 +1,23 @@
 #!/usr/bin/env python3
 """A/B of two onejob binaries on this machine (run it through bench/ab.sh).
 
-Runs bench/harness.py once per (round, side), alternating which binary goes first in each
-round (before/after, then after/before, ...), each time with the same parts: intake (new keys
-and replays, PostgreSQL, 8 and 32 clients), dispatch p50, e2e jobs/s and the worked part
-(onejob only, one worker process, queued then worked, a fixed concurrency, no sweep), with
-counts cut to keep a round near two minutes per binary (--worked-jobs 5,000, --e2e-jobs 2,000,
---dispatch-jobs 500; intake 5,000 per phase). Each
+Runs bench/harness.py once per (round, side), which binary goes first in ABBA order
+(before/after, after/before, after/before, before/after, ...), each time with the same parts:
+intake (new keys and replays, PostgreSQL, 8 and 32 clients), dispatch p50, e2e jobs/s and the
+worked part (onejob only, one worker process, queued then worked, a fixed concurrency, no
+sweep), with counts cut to keep a round near two minutes per binary (--worked-jobs 5,000,
+--e2e-jobs 2,000, --dispatch-jobs 500; intake 5,000 per phase). Each
 harness run writes into its own results directory under --out; then prints, per metric, the
 median of each side, after/before as a ratio of medians, and the spread as the lowest and
 highest after/before ratio of the rounds (each round's pair was measured minutes apart).
 
     bench/ab.py BEFORE AFTER [--rounds 3] [--out DIR] [--fake BINARY] [--worked-concurrency 64]
+    bench/ab.py BEFORE AFTER --worked-defaults [--rounds 4] [--worked-jobs 20000]
     bench/ab.py --summarize DIR
+
+--worked-defaults measures only the worked part, as bench/run.sh's defaults rows do: onejob
+at its defaults (nothing set) with 1 and 2 worker processes, queued, --worked-jobs each
+(default 20,000 there), rounds in ABBA order.
 """
 
 from __future__ import annotations
@@ -37,7 +42,12 @@ METRICS = {
     "intake replay 32 clients (req/s)": ("intake", lambda r: r["replay"]["rps"] if r["clients"] == 32 else None, True),
     "e2e (jobs/s)": ("e2e", lambda r: r["jobs_per_s"], True),
     "dispatch p50 (ms)": ("dispatch", lambda r: r["from_201_ms"]["p50"], False),
-    "worked, queued (jobs/s)": ("worked", lambda r: r["jobs_per_s"] if r.get("stage") == "measured" else None, True),
+    "worked, queued (jobs/s)": ("worked", lambda r: r["jobs_per_s"] if r.get("stage") == "measured"
+                                and not r.get("contender", "").endswith("-default") else None, True),
+    "worked at the defaults, 1 process (jobs/s)": (
+        "worked", lambda r: r["jobs_per_s"] if r.get("contender") == "onejob-1w-default" else None, True),
+    "worked at the defaults, 2 processes (jobs/s)": (
+        "worked", lambda r: r["jobs_per_s"] if r.get("contender") == "onejob-2w-default" else None, True),
 }
 
 
@@ -73,7 +83,7 @@ def summarize(out: pathlib.Path) -> dict:
         table[metric] = {"before": mb, "after": ma, "after_over_before": ma / mb if mb else None,
                          "per_round_ratios": per_round, "higher_is_better": higher,
                          "before_runs": [b for b, _ in pairs], "after_runs": [a for _, a in pairs]}
-    print(f"A/B {meta.get('before')} -> {meta.get('after')}: {len(rounds)} rounds, alternating order; "
+    print(f"A/B {meta.get('before')} -> {meta.get('after')}: {len(rounds)} rounds, ABBA order; "
           f"load average per run in {out}/*/")
     print(f"{'metric':36} {'before':>10} {'after':>10} {'after/before':>13}  spread (per round)")
     for metric, t in table.items():
@@ -94,7 +104,10 @@ def main() -> None:
     p.add_argument("--out", default=os.environ.get("BENCH_AB_OUT", "/var/cache/onejob/ab/results"))
     p.add_argument("--fake", help="onejob-fake binary (default: the one next to BEFORE, else run.sh's build)")
     p.add_argument("--worked-concurrency", type=int, default=64, help="[worker] concurrency of the worked part")
-    p.add_argument("--worked-jobs", type=int, default=5000, help="jobs per worked run (the worked part's own default is 20,000)")
+    p.add_argument("--worked-jobs", type=int, help="jobs per worked run (default 5,000; with --worked-defaults 20,000, "
+                   "the worked part's own default)")
+    p.add_argument("--worked-defaults", action="store_true",
+                   help="only the worked part, onejob at its defaults with 1 and 2 worker processes")
     p.add_argument("--e2e-jobs", type=int, default=2000)
     p.add_argument("--dispatch-jobs", type=int, default=500)
     p.add_argument("--summarize", metavar="DIR", help="only print the summary of an earlier A/B in DIR")
@@ -114,13 +127,20 @@ def main() -> None:
     (out / "ab.json").write_text(json.dumps({"before": str(before), "after": str(after), "fake": fake,
                                              "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}) + "\n")
     machine = BENCH / "results" / "machine.json"
-    harness = [sys.executable, str(BENCH / "harness.py"), "--parts", "intake,dispatch,e2e,worked", "--runs", "1",
-               "--clients", "8,32", "--backends", "postgres", "--no-report",
-               "--worked-contenders", "onejob-1w", "--worked-modes", "queued", "--worked-jobs", str(opts.worked_jobs),
-               "--e2e-jobs", str(opts.e2e_jobs), "--dispatch-jobs", str(opts.dispatch_jobs),
-               "--worked-best", json.dumps({"onejob-1w": {"concurrency": opts.worked_concurrency}})]
+    if opts.worked_defaults:
+        harness = [sys.executable, str(BENCH / "harness.py"), "--parts", "worked", "--runs", "1", "--no-report",
+                   "--worked-contenders", "onejob-1w-default,onejob-2w-default", "--worked-modes", "queued",
+                   "--worked-jobs", str(opts.worked_jobs or 20000)]
+    else:
+        harness = [sys.executable, str(BENCH / "harness.py"), "--parts", "intake,dispatch,e2e,worked", "--runs", "1",
+                   "--clients", "8,32", "--backends", "postgres", "--no-report",
+                   "--worked-contenders", "onejob-1w", "--worked-modes", "queued",
+                   "--worked-jobs", str(opts.worked_jobs or 5000),
+                   "--e2e-jobs", str(opts.e2e_jobs), "--dispatch-jobs", str(opts.dispatch_jobs),
+                   "--worked-best", json.dumps({"onejob-1w": {"concurrency": opts.worked_concurrency}})]
     for i in range(opts.rounds):
-        order = [("before", before), ("after", after)] if i % 2 == 0 else [("after", after), ("before", before)]
+        # ABBA: before first in rounds 0 and 3, after first in rounds 1 and 2, and so on.
+        order = [("before", before), ("after", after)] if i % 4 in (0, 3) else [("after", after), ("before", before)]
         for side, binary in order:
             results = out / f"{side}-{i}"
             results.mkdir()
