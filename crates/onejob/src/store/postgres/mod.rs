@@ -348,7 +348,8 @@ impl Backend for PgStore {
 
 #[cfg(test)]
 pub(super) use testing::{
-    as_at_once_session, assert_looks_up_by_keys, fresh, fresh_database, group_writer,
+    as_at_once_session, assert_looks_up_by_keys, assert_no_key_gaps, fresh, fresh_database,
+    group_writer,
 };
 
 /// Fresh databases for the unit tests that need PostgreSQL.
@@ -421,11 +422,11 @@ mod testing {
     }
 
     /// Asserts that `plan` (an `EXPLAIN`'s lines joined) finds every row by its key: no
-    /// sequential scan, no index read without a condition on an id, and no join filter (a
-    /// nested loop comparing each row of one side with every row of the other: two of the
-    /// statement's own results joined, quadratic in their size). `what` names the plan in
-    /// the failure.
-    pub(crate) fn assert_looks_up_by_keys(plan: &str, what: &str) {
+    /// sequential scan, no join filter (a nested loop comparing each row of one side with
+    /// every row of the other: two of the statement's own results joined, quadratic in their
+    /// size), every index read bound by a condition, and none by a gap in its key
+    /// ([`assert_no_key_gaps`]). `what` names the plan in the failure.
+    pub(crate) async fn assert_looks_up_by_keys(db: &mut PgConnection, plan: &str, what: &str) {
         assert!(
             !plan.contains("Seq Scan"),
             "{what}: a sequential scan:\n{plan}"
@@ -434,16 +435,72 @@ mod testing {
             !plan.contains("Join Filter"),
             "{what}: a join filter:\n{plan}"
         );
-        let lines: Vec<&str> = plan.lines().collect();
-        for (at, line) in lines.iter().enumerate() {
-            if line.contains("Index Scan") || line.contains("Index Only Scan") {
-                let condition = lines.get(at + 1).copied().unwrap_or_default();
-                assert!(
-                    condition.contains("Index Cond") && condition.contains("id ="),
-                    "{what}: an index read without a key:\n{plan}"
-                );
-            }
+        for (index, condition) in index_reads(plan) {
+            assert!(
+                condition.contains("Index Cond"),
+                "{what}: {index} read without a key:\n{plan}"
+            );
         }
+        assert_no_key_gaps(db, plan, None, what).await;
+    }
+
+    /// Asserts that every index read of `plan` (of `table`'s indexes only, when given) that
+    /// has a condition binds, by equality, a leading part of its index's key (read from
+    /// `db`'s catalog) that names a row or a job: `tenant` and `id` in `(tenant, job_id, id)`
+    /// leave `job_id` unbound, and the read goes through every entry of the tenant, more as
+    /// its jobs grow.
+    pub(crate) async fn assert_no_key_gaps(
+        db: &mut PgConnection,
+        plan: &str,
+        table: Option<&str>,
+        what: &str,
+    ) {
+        for (index, condition) in index_reads(plan) {
+            if !condition.contains("Index Cond") {
+                continue;
+            }
+            let key: Vec<String> = sqlx::query_scalar(
+                "SELECT a.attname::text FROM pg_index i, \
+                 unnest(i.indkey) WITH ORDINALITY AS k (attnum, n) \
+                 JOIN pg_attribute a ON a.attnum = k.attnum \
+                 WHERE i.indexrelid = $1::regclass AND a.attrelid = i.indrelid \
+                 AND ($2::text IS NULL OR i.indrelid = $2::regclass) ORDER BY k.n",
+            )
+            .bind(index)
+            .bind(table)
+            .fetch_all(&mut *db)
+            .await
+            .unwrap();
+            if key.is_empty() {
+                continue;
+            }
+            let bound: Vec<&String> = key
+                .iter()
+                .filter(|column| condition.contains(&format!("({column} = ")))
+                .collect();
+            let leading: Vec<&String> = key.iter().take(bound.len()).collect();
+            assert!(
+                bound == leading && bound.iter().any(|column| column.ends_with("id")),
+                "{what}: {index} {key:?} read by {bound:?}, not by a leading part of its key \
+                 that names a row:\n{plan}"
+            );
+        }
+    }
+
+    /// The index reads of `plan`: each index's name and the line after it (its condition,
+    /// when it has one).
+    fn index_reads(plan: &str) -> Vec<(&str, &str)> {
+        let lines: Vec<&str> = plan.lines().collect();
+        lines
+            .iter()
+            .enumerate()
+            .filter(|(_, line)| line.contains("Index Scan") || line.contains("Index Only Scan"))
+            .filter_map(|(at, line)| {
+                let (_, index) = line.split_once(" using ")?;
+                let index = index.split_whitespace().next()?;
+                Some((index, lines.get(at + 1).copied().unwrap_or_default()))
+            })
+            .collect()
     }
 
     pub(crate) use fresh;
