@@ -58,8 +58,14 @@ pub enum Ending {
 }
 
 /// How long a synchronous request is in flight before its acknowledgement is recorded on
-/// its own; a provider that answers sooner is acknowledged by its answer.
-const ACK_AFTER: Duration = Duration::from_millis(25);
+/// its own; a provider that answers sooner is acknowledged by its answer, in the one write
+/// that records it. Until then the attempt reads `starting`: nothing else tells the two
+/// apart (the guard, the rescuer and the reconciler treat them alike), and a cancellation
+/// reaches a request in flight through the heartbeat, a third of the lease (10 s by
+/// default), so a quarter of a second loses nothing and spares the write for every answer
+/// within it (on a loaded machine, many answers of even a fast provider take longer than
+/// a few milliseconds to be read).
+const ACK_AFTER: Duration = Duration::from_millis(250);
 
 /// First wait between status polls; it grows by half each time up to [`MAX_POLL`].
 const FIRST_POLL: Duration = Duration::from_millis(50);
