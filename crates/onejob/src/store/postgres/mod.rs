@@ -487,16 +487,19 @@ mod testing {
         }
     }
 
-    /// The index reads of `plan`: each index's name and the line after it (its condition,
-    /// when it has one).
+    /// The index reads of `plan` (`Index Scan using i`, `Index Only Scan using i`, `Bitmap
+    /// Index Scan on i`): each index's name and the line after it (its condition, when it
+    /// has one).
     fn index_reads(plan: &str) -> Vec<(&str, &str)> {
         let lines: Vec<&str> = plan.lines().collect();
         lines
             .iter()
             .enumerate()
-            .filter(|(_, line)| line.contains("Index Scan") || line.contains("Index Only Scan"))
             .filter_map(|(at, line)| {
-                let (_, index) = line.split_once(" using ")?;
+                let (_, index) = line
+                    .split_once("Index Scan using ")
+                    .or_else(|| line.split_once("Index Only Scan using "))
+                    .or_else(|| line.split_once("Bitmap Index Scan on "))?;
                 let index = index.split_whitespace().next()?;
                 Some((index, lines.get(at + 1).copied().unwrap_or_default()))
             })
