@@ -84,6 +84,18 @@ impl LiveStream {
         self.lock().attempt
     }
 
+    /// Whether a caller who wished for it is relayed this stream rather than answered from
+    /// the job read as `finished` or not: whenever an attempt streams (or streamed) into it,
+    /// also when that attempt's answer already finished the job before the caller looked
+    /// (the stream keeps every chunk); not when the attempt ended without an answer and the
+    /// job is finished anyway (by another attempt's answer, or failed), which is then the
+    /// caller's answer.
+    pub fn relays(&self, finished: bool) -> bool {
+        let progress = self.lock();
+        progress.attempt.is_some()
+            && !(finished && matches!(progress.end, Some(StreamEnd::Failed(_))))
+    }
+
     /// Waits until an attempt streams into it.
     pub async fn started(&self) -> Uuid {
         loop {
@@ -301,5 +313,35 @@ mod tests {
         let other = KeyHash([2; 32]);
         drop(streams.want(&owner(), &other));
         assert!(streams.is_empty());
+    }
+
+    #[test]
+    fn a_stream_is_relayed_once_an_attempt_took_it_unless_it_failed_a_finished_job() {
+        let streams = LiveStreams::default();
+        let key = KeyHash([3; 32]);
+        let wanted = streams.want(&owner(), &key);
+        assert!(!wanted.stream().relays(false), "no attempt streams yet");
+        let sink = streams.start(&owner(), &key, Uuid::now_v7()).unwrap();
+        assert!(wanted.stream().relays(false));
+        sink.push(json!(1));
+        sink.end(StreamEnd::Done);
+        assert!(
+            wanted.stream().relays(true),
+            "the attempt's answer finished the job before its caller looked: still relayed"
+        );
+        let failed = KeyHash([4; 32]);
+        let wanted = streams.want(&owner(), &failed);
+        streams
+            .start(&owner(), &failed, Uuid::now_v7())
+            .unwrap()
+            .end(StreamEnd::Failed("lost".into()));
+        assert!(
+            wanted.stream().relays(false),
+            "the failure is the caller's news"
+        );
+        assert!(
+            !wanted.stream().relays(true),
+            "the finished job's own answer is the caller's"
+        );
     }
 }

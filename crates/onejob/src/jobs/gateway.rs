@@ -323,6 +323,18 @@ impl ChatCalls {
             .settled(owner, job, watcher, deadline, wanted.as_ref())
             .await?;
         let job = match settled {
+            Settled::Live => {
+                let wanted = wanted.expect("a live stream was wished for");
+                return Ok(ChatAnswer {
+                    job_id,
+                    replayed,
+                    request_id: request_id.as_deref().map(str::to_owned),
+                    outcome: ChatOutcome::Live(LiveStream {
+                        wanted,
+                        include_usage: delivery.include_usage,
+                    }),
+                });
+            }
             Settled::Job(job) => *job,
             // Won in this process while the call waited: answered as it was written.
             Settled::Won(result) => {
@@ -345,16 +357,6 @@ impl ChatCalls {
             request_id: request_id.as_deref().map(str::to_owned),
             outcome: ChatOutcome::NotDone(job.state),
         };
-        if let Some(wanted) = wanted
-            && wanted.stream().attempt().is_some()
-            && !job.state.is_terminal()
-        {
-            answer.outcome = ChatOutcome::Live(LiveStream {
-                wanted,
-                include_usage: delivery.include_usage,
-            });
-            return Ok(answer);
-        }
         answer.outcome = match job.state {
             JobState::Succeeded => {
                 let completion = job.result.unwrap_or(Value::Null);
@@ -415,11 +417,15 @@ impl ChatCalls {
         stream: Option<&Wanted>,
     ) -> Result<(Settled, Option<Arc<str>>), StoreError> {
         let mut request_id = None;
+        // An attempt streaming for the caller is relayed from its first chunk, also when its
+        // answer finished the job before the caller looked (on a busy machine a quick stream
+        // can end before the waiting caller runs again).
+        let live = |finished: bool| stream.is_some_and(|s| s.stream().relays(finished));
         loop {
-            if job.state.is_terminal() || job.state == JobState::Unknown {
-                return Ok((Settled::Job(Box::new(job)), request_id));
+            if live(job.state.is_terminal()) {
+                return Ok((Settled::Live, request_id));
             }
-            if stream.is_some_and(|s| s.stream().attempt().is_some()) {
+            if job.state.is_terminal() || job.state == JobState::Unknown {
                 return Ok((Settled::Job(Box::new(job)), request_id));
             }
             let started = async {
@@ -433,6 +439,9 @@ impl ChatCalls {
             tokio::select! {
                 won = watcher.changed(job.id) => if let Some(won) = won {
                     request_id = won.request_id.or(request_id);
+                    if live(true) {
+                        return Ok((Settled::Live, request_id));
+                    }
                     if let Some(result) = won.result {
                         return Ok((Settled::Won(result), request_id));
                     }
@@ -440,7 +449,12 @@ impl ChatCalls {
                 () = tokio::time::sleep(POLL) => {}
                 () = started => {}
                 () = tokio::time::sleep_until(deadline) => {
-                    return Ok((Settled::Job(Box::new(job)), request_id));
+                    let settled = if live(false) {
+                        Settled::Live
+                    } else {
+                        Settled::Job(Box::new(job))
+                    };
+                    return Ok((settled, request_id));
                 }
             }
             let id = job.id;
@@ -453,6 +467,8 @@ impl ChatCalls {
 
 /// Where waiting for a job ended.
 enum Settled {
+    /// An attempt streams (or streamed) for the caller: relayed live from its first chunk.
+    Live,
     /// The job, as read.
     Job(Box<JobRecord>),
     /// The result its attempt won in this process while the call waited.

@@ -31,6 +31,7 @@ backend_tests!(
     keyless_calls_are_refused_unless_allowed,
     two_concurrent_streams_get_the_same_live_chunks_from_one_upstream_call,
     a_stream_asked_after_completion_replays_the_stored_answer,
+    a_quick_stream_is_relayed_in_pieces_even_when_it_ends_before_its_caller_looks,
     a_live_stream_carries_the_usage_chunk_only_when_asked,
     a_client_that_disconnects_does_not_cancel_the_job,
     a_stream_whose_attempt_breaks_off_ends_with_an_error_naming_the_job,
@@ -612,6 +613,59 @@ async fn two_concurrent_streams_get_the_same_live_chunks_from_one_upstream_call(
         .wait_job(&job_id, WITHIN, |j| j["state"] == "succeeded")
         .await;
     assert_eq!(job["result"]["choices"][0]["message"]["content"], text);
+}
+
+/// The pieces of content a stream's chunks carry, the empty ones left out.
+fn content_pieces(events: &[String]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .filter(|piece| !piece.is_empty())
+        .collect()
+}
+
+/// A provider that streams at once: on a busy machine an attempt can stream its whole
+/// answer and win the job before its waiting caller runs again. The caller is still relayed
+/// the attempt's chunks, not the stored answer in one piece (a LiteLLM stream once came as
+/// one chunk that way).
+async fn a_quick_stream_is_relayed_in_pieces_even_when_it_ends_before_its_caller_looks(
+    backend: Backend,
+) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, gateway).await;
+    // Many at once, a few times over: on 2 cores most runs of the earlier code had some
+    // stream ended before its caller looked.
+    const CALLS: usize = 200;
+    const ROUNDS: usize = 3;
+    for round in 0..ROUNDS {
+        let calls = (0..CALLS).map(|n| {
+            let app = &app;
+            async move {
+                let text = format!("quick stream {round}.{n}: a fox");
+                let key = format!("quick:{round}.{n}");
+                let response = app.chat(Some(&key), &streaming(&text)).await;
+                assert_eq!(response.status(), 200);
+                (text, events(response).await)
+            }
+        });
+        for (text, events) in futures::future::join_all(calls).await {
+            assert_eq!(
+                events.last().map(String::as_str),
+                Some("[DONE]"),
+                "{events:?}"
+            );
+            let pieces = content_pieces(&events);
+            assert!(pieces.len() > 2, "relayed in pieces: {pieces:?}");
+            assert!(pieces.concat().contains(&text), "{pieces:?}");
+        }
+    }
+    assert_eq!(chat_side_effects(&fakes), (CALLS * ROUNDS) as u64);
 }
 
 async fn a_stream_asked_after_completion_replays_the_stored_answer(backend: Backend) {
