@@ -17,6 +17,7 @@ pub mod exit;
 mod jobs;
 mod keys;
 mod migrate;
+mod open_files;
 mod openapi;
 mod remote;
 mod serve;
@@ -110,12 +111,17 @@ pub fn run() -> anyhow::Result<ExitCode> {
     let with = |chosen: &Chosen| -> anyhow::Result<tokio::runtime::Runtime> {
         let runtime = start(Some(chosen.config.log_format), DEFAULT_FILTER)?;
         chosen.announce();
+        open_files::raise(chosen.config.worker.concurrency);
         Ok(runtime)
     };
     let plain = || start(None, DEFAULT_FILTER);
     match cli.command {
         // The demo tells its own story on stdout; its logs stay quiet unless asked for.
-        Command::Demo(args) => done(start(None, "warn")?, demo::run(args)),
+        Command::Demo(args) => {
+            let runtime = start(None, "warn")?;
+            open_files::raise(crate::config::WorkerConfig::default().concurrency);
+            done(runtime, demo::run(args))
+        }
         Command::Serve(args) => {
             let chosen = choose(&args.config, args.database.as_deref(), Runner::Serve)?;
             done(with(&chosen)?, serve::run(args, chosen))
