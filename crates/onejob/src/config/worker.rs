@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 #[serde(deny_unknown_fields)]
 pub struct WorkerConfig {
     /// Attempts one process runs at once. An attempt mostly waits on its provider, so the
-    /// default (256) keeps a small machine busy; against a provider with a rate limit, size
+    /// default (512) keeps a small machine busy; against a provider with a rate limit, size
     /// it by Little's law: the requests per second the provider allows you, times how many
     /// seconds an answer takes.
     #[serde(default = "default_concurrency")]
@@ -43,7 +43,7 @@ impl Default for WorkerConfig {
 }
 
 fn default_concurrency() -> usize {
-    256
+    512
 }
 
 fn default_lease() -> Duration {
