@@ -190,10 +190,12 @@ def api_key(url: str) -> str:
 def pg_snapshot(db: str) -> dict:
     """Cluster-wide WAL counters (pg_stat_wal) and transaction ids assigned (the next xid: one
     per writing transaction), other databases' traffic included, and this database's commit
-    count (read-only statements count as commits too), read from the `postgres` database so
-    that the read itself is not counted."""
+    count (read-only statements count as commits too) and rows inserted, updated and deleted
+    (tables' own rows, not index entries), read from the `postgres` database so that the
+    read itself is not counted."""
     row = psql("postgres", "SELECT json_build_object('wal_records', w.wal_records, 'wal_bytes', w.wal_bytes, "
                "'wal_write', w.wal_write, 'wal_sync', w.wal_sync, 'xact_commit', d.xact_commit, "
+               "'rows_written', d.tup_inserted + d.tup_updated + d.tup_deleted, "
                "'xact_rollback', d.xact_rollback, 'next_xid', pg_snapshot_xmax(pg_current_snapshot())::text::bigint) "
                f"FROM pg_stat_wal w, pg_stat_database d WHERE d.datname = '{db}'")
     return json.loads(row) if row else {}
@@ -206,7 +208,7 @@ def pg_delta(before: dict, after: dict, jobs: int) -> dict:
     d = {k: after[k] - before[k] for k in before}
     return {
         "commits": d["xact_commit"], "wal_syncs": d["wal_sync"], "wal_bytes": int(d["wal_bytes"]),
-        "write_xacts": d["next_xid"],
+        "write_xacts": d["next_xid"], "rows_written": d["rows_written"],
         "jobs_per_write_xact": jobs / d["next_xid"] if d["next_xid"] else None,
         "commits_per_job": d["xact_commit"] / jobs,
         "jobs_per_commit": jobs / d["xact_commit"] if d["xact_commit"] else None,

@@ -666,8 +666,8 @@ class Report:
         if measured:
             self.w(f"Best setting of each contender (from the sweep below), measured in {st['runs']} interleaved round(s):")
             self.w()
-            self.w("| mode | contender | setting | jobs/s (median) | runs | / best peer | / same work | write xacts per job | WAL syncs per job | WAL bytes per job | load avg (1 min) |")
-            self.w("|---|---|---|---|---|---|---|---|---|---|---|")
+            self.w("| mode | contender | setting | jobs/s (median) | runs | / best peer | / same work | write xacts per job | rows written per job | WAL syncs per job | WAL bytes per job | load avg (1 min) |")
+            self.w("|---|---|---|---|---|---|---|---|---|---|---|---|")
             for mode in st["worked_modes"]:
                 rows = group([r for r in measured if r["mode"] == mode], "contender")
                 peer_best = max((med([r["jobs_per_s"] for r in rs]) or 0 for (c,), rs in rows.items()
@@ -682,7 +682,7 @@ class Report:
                            f"{spread([r['jobs_per_s'] for r in rs])} | "
                            f"{ratio(jps, peer_best, 3) if cont.startswith('onejob') else '–'} | "
                            f"{ratio(jps, http_best, 3) if cont.startswith('onejob') and http_best else '–'} | "
-                           f"{fmt(per('write_xacts'), 2)} | "
+                           f"{fmt(per('write_xacts'), 2)} | {fmt(per('rows_written'), 1)} | "
                            f"{fmt(per('wal_syncs'), 2)} | {fmt(per('wal_bytes'))} | {spread([r['loadavg'][0] for r in rs], 2)} |")
             self.w()
             slowing = [r for r in measured if r["contender"].startswith("onejob") and r["mode"] == "queued"
@@ -711,8 +711,10 @@ class Report:
                 self.w(f"| {WORKED_NAMES.get(r['contender'], r['contender'])} | {b}{knobs(r['settings'])}{b} | "
                        f"{b}{fmt(r['jobs_per_s'])}{b} | {r['loadavg'][0]:.2f} |")
             self.w()
-        self.w("*write xacts*: transaction ids assigned (one per writing transaction, cluster-wide); *WAL syncs*: "
-               "`pg_stat_wal.wal_sync` (cluster-wide: other databases' traffic included); both per job over the "
+        self.w("*write xacts*: transaction ids assigned (one per writing transaction, cluster-wide); *rows "
+               "written*: this database's rows inserted, updated and deleted (`pg_stat_database`: table rows, not "
+               "index entries; a peer that deletes a finished job counts the delete); *WAL syncs*: "
+               "`pg_stat_wal.wal_sync` (cluster-wide: other databases' traffic included); all per job over the "
                "measured phase.")
         self.w()
 

@@ -403,11 +403,12 @@ impl ChatCalls {
         Ok(kind)
     }
 
-    /// The job once it is finished or unknown (told by `watcher`, subscribed before the job
-    /// could change), or (at `deadline`, or once `stream` has an
-    /// attempt streaming into it) as it is then, or the answer it won in this process while
-    /// the call waited (told by the worker: no need to read the job back); with the
-    /// upstream's id of the request that won it, where the upstream gave one.
+    /// [`Settled::Live`] once an attempt streams (or streamed) into `stream` and is to be
+    /// relayed ([`crate::gateway::streams::LiveStream::relays`]); otherwise the job once it
+    /// is finished or unknown (told by `watcher`, subscribed before the job could change),
+    /// or at `deadline` as it is then, or the answer it won in this process while the call
+    /// waited (told by the worker: no need to read the job back); with the upstream's id of
+    /// the request that won it, where the upstream gave one.
     async fn settled(
         &self,
         owner: &Principal,
