@@ -21,6 +21,11 @@
 //! completion of `store/postgres/completion.rs`), and its reply is then lost, so the
 //! worker retries the completion not knowing that its attempt already won.
 //!
+//! `ONEJOB_FAULT=intake-reply-lost` does the same to intake: the first submission a process
+//! makes that starts its job's first attempt with it (a gateway call on a node whose worker
+//! runs in the same process) commits, and its reply is then lost, so the gateway must find
+//! and run the attempt its intake started without knowing it did.
+//!
 //! Unset (the default, and everywhere outside the suite) nothing is armed and every check
 //! is one load of an already-initialised cell. An unknown value is refused at start, so a
 //! typo cannot silently disarm a fault test.
@@ -49,13 +54,17 @@ pub enum Fault {
     /// a process records commits, and the recorder is then told the connection dropped (an
     /// unclear commit).
     CompletionReplyLost,
+    /// `intake-reply-lost`: the first submission that starts its job's first attempt at
+    /// intake commits, and the submitter is then told the connection dropped (an unclear
+    /// commit).
+    IntakeReplyLost,
 }
 
 /// An `ONEJOB_FAULT` value that names no fault.
 #[derive(Debug, thiserror::Error)]
 #[error(
     "{FAULT_ENV}={0:?} names no fault (known: abort-after-answer, ack-reply-lost, \
-     completion-reply-lost, abort-after-migration-step:STEP)"
+     completion-reply-lost, intake-reply-lost, abort-after-migration-step:STEP)"
 )]
 pub struct UnknownFault(pub String);
 
@@ -66,6 +75,7 @@ impl Fault {
             None if value == "abort-after-answer" => Ok(Fault::AbortAfterAnswer),
             None if value == "ack-reply-lost" => Ok(Fault::AckReplyLost),
             None if value == "completion-reply-lost" => Ok(Fault::CompletionReplyLost),
+            None if value == "intake-reply-lost" => Ok(Fault::IntakeReplyLost),
             Some(("abort-after-migration-step", step)) if !step.is_empty() => {
                 Ok(Fault::AbortAfterMigrationStep(step.to_owned()))
             }
@@ -123,6 +133,21 @@ pub fn lose_completion_reply<T>(
     lose_reply(recorded, fault, &LOST, "the completion")
 }
 
+/// With `intake-reply-lost` armed, turns the first intake `recorded` (committed) that
+/// started its job's first attempt into the error a dropped connection gives, once per
+/// process; otherwise `recorded` unchanged.
+pub fn lose_intake_reply<T>(
+    recorded: Result<T, crate::store::StoreError>,
+    started: bool,
+) -> Result<T, crate::store::StoreError> {
+    static LOST: AtomicBool = AtomicBool::new(false);
+    if !started {
+        return recorded;
+    }
+    let fault = (&Fault::IntakeReplyLost, "intake-reply-lost");
+    lose_reply(recorded, fault, &LOST, "the intake that started an attempt")
+}
+
 /// The first committed `recorded` while `fault` (and its `ONEJOB_FAULT` value) is armed
 /// and `lost` not yet set becomes a dropped connection's error.
 fn lose_reply<T>(
@@ -165,6 +190,10 @@ mod tests {
         assert_eq!(
             Fault::parse("completion-reply-lost").unwrap(),
             Fault::CompletionReplyLost
+        );
+        assert_eq!(
+            Fault::parse("intake-reply-lost").unwrap(),
+            Fault::IntakeReplyLost
         );
         assert_eq!(
             Fault::parse("abort-after-migration-step:build-index").unwrap(),

@@ -2,8 +2,11 @@
 //! `request_timeout` (a body trickled byte by byte, say) is answered `408 request-timeout`
 //! and its connection closed, so a slow client cannot hold a handler for ever.
 //!
-//! Dropping the handler's future is safe: a transaction it held rolls back, and a submission
-//! that committed before the deadline is found again by its idempotency key on retry.
+//! Dropping the handler's future drops only the caller's wait: a transaction it held rolls
+//! back, a submission that committed before the deadline is found again by its idempotency
+//! key on retry, and what must outlive the caller (a gateway call's intake and the attempt
+//! it starts, a cancellation and the upstream cancels it asks for) runs as tasks of its own
+//! (`crate::jobs::gateway`, `crate::jobs::lifecycle`).
 
 use std::sync::Arc;
 

@@ -485,6 +485,11 @@ fn chat_problem(error: ChatError) -> Problem {
         }
         ChatError::Submit(error) => submit_problem(error),
         ChatError::Store(error) => error.into(),
+        ChatError::Stopping => {
+            let mut problem = Problem::new(ProblemType::Unavailable, detail);
+            problem.retry_after = Some(1);
+            problem
+        }
     }
 }
 

@@ -15,6 +15,11 @@
 //! A new job made by a call on a node whose worker runs in the same process skips dispatch:
 //! its first attempt is started with it, in one transaction, in a slot of that worker
 //! reserved before, and runs at once (`crate::worker::Handoff`).
+//!
+//! A call belongs to its job, not to its caller: intake and the hand-off run as a task of
+//! their own, so a caller that goes away (its connection closed, the request deadline) drops
+//! only its wait. An attempt intake committed is always run, and a stream whose caller left
+//! is still read to its end and stored, for the retry to replay.
 
 use std::{sync::Arc, time::Duration};
 
@@ -102,6 +107,9 @@ pub enum ChatError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The process is stopping: the call's intake was not run to its end here.
+    #[error("onejob is stopping; send the call again with the same Idempotency-Key")]
+    Stopping,
 }
 
 /// What a call is answered.
@@ -305,18 +313,27 @@ impl ChatCalls {
         let reserved = self.hub.worker.reserve(&kind);
         // Listening before the attempt can start, so that no notice of it is missed.
         let watcher = self.hub.watch.subscribe();
-        let start = reserved.as_ref().map(Reserved::start);
-        let (submitted, started) = self
-            .jobs
-            .submit_starting(owner, actor, key, submission, start)
-            .await?;
+        // Intake, and the hand-off of the attempt it starts, run as a task of their own: a
+        // caller that goes away here (its connection closed, the request deadline, a load
+        // balancer's timeout) drops only its wait for them. An attempt intake committed is
+        // always run.
+        let intake = tokio::spawn(start(
+            self.jobs.clone(),
+            owner.clone(),
+            actor.to_owned(),
+            key.clone(),
+            submission,
+            reserved,
+        ));
+        let submitted = match intake.await {
+            Ok(submitted) => submitted?,
+            Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+            Err(_) => return Err(ChatError::Stopping),
+        };
         let (job, replayed) = match submitted {
             Submitted::Created(job) => (job, false),
             Submitted::Replayed(job) => (job, true),
         };
-        if let (Some(reserved), Some(attempt)) = (reserved, started) {
-            reserved.run(job.clone(), attempt);
-        }
         let deadline = Instant::now() + self.wait;
         let job_id = job.id;
         let (settled, request_id) = self
@@ -462,6 +479,44 @@ impl ChatCalls {
             job = self.jobs.get(owner, id).await?.ok_or_else(|| {
                 StoreError::Corrupt(format!("job {id} vanished while its caller waited"))
             })?;
+        }
+    }
+}
+
+/// Submits a gateway call's job under `key`, its first attempt started with it where
+/// `reserved` holds a slot of this process's worker, and hands that attempt to the worker.
+///
+/// Run as a task of its own, never as part of the caller's future, so that it ends whatever
+/// happens to the caller: an attempt intake committed `starting` always has a runner. Where
+/// the store's answer was lost (an error after a commit that may have happened), the
+/// reservation looks the attempt up by its id and runs it, or frees its slot
+/// ([`Reserved::recover`]).
+async fn start(
+    jobs: Jobs,
+    owner: Principal,
+    actor: String,
+    key: IdempotencyKey,
+    submission: Submission,
+    reserved: Option<Reserved>,
+) -> Result<Submitted, SubmitError> {
+    let start = reserved.as_ref().map(Reserved::start);
+    match jobs
+        .submit_starting(&owner, &actor, &key, submission, start)
+        .await
+    {
+        Ok((submitted, started)) => {
+            if let (Some(reserved), Submitted::Created(job), Some(attempt)) =
+                (reserved, &submitted, started)
+            {
+                reserved.run(job.clone(), attempt);
+            }
+            Ok(submitted)
+        }
+        Err(error) => {
+            if let (Some(reserved), SubmitError::Store(_)) = (reserved, &error) {
+                reserved.recover(owner.tenant);
+            }
+            Err(error)
         }
     }
 }

@@ -31,6 +31,9 @@ pub enum CancelError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The process is stopping: the cancellation was not run to its end here.
+    #[error("onejob is stopping; send the cancellation again")]
+    Stopping,
 }
 
 /// Why a job was not retried. Nothing changed.
@@ -54,26 +57,35 @@ impl Jobs {
     /// Cancels the owner's job unless it already succeeded or failed; a cancelled job answers
     /// as it is. Live attempts' providers are asked to cancel in the background: the answer
     /// does not wait for them.
+    ///
+    /// The cancellation runs as a task of its own: a caller that goes away while it commits
+    /// does not keep the providers from being asked (only the node that cancels the job asks
+    /// for an attempt whose task id was already recorded).
     pub async fn cancel(
         &self,
         owner: &Principal,
         id: Uuid,
         actor: &str,
     ) -> Result<JobRecord, CancelError> {
-        match self
-            .store
-            .cancel_job(owner, id, actor)
-            .await?
-            .ok_or(CancelError::NotFound)?
-        {
-            CancelOutcome::Final(job) => Err(CancelError::Finished { state: job.state }),
-            CancelOutcome::Cancelled { job, live } => {
-                self.watch.changed(job.id);
+        let (jobs, owner, actor) = (self.clone(), owner.clone(), actor.to_owned());
+        let cancelled = tokio::spawn(async move {
+            let cancelled = jobs.store.cancel_job(&owner, id, &actor).await?;
+            if let Some(CancelOutcome::Cancelled { job, live }) = &cancelled {
+                jobs.watch.changed(job.id);
                 for attempt in live {
-                    tokio::spawn(cancel_upstream(self.providers.clone(), attempt));
+                    tokio::spawn(cancel_upstream(jobs.providers.clone(), attempt.clone()));
                 }
-                Ok(job)
             }
+            Ok::<_, StoreError>(cancelled)
+        });
+        let cancelled = match cancelled.await {
+            Ok(cancelled) => cancelled?,
+            Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+            Err(_) => return Err(CancelError::Stopping),
+        };
+        match cancelled.ok_or(CancelError::NotFound)? {
+            CancelOutcome::Final(job) => Err(CancelError::Finished { state: job.state }),
+            CancelOutcome::Cancelled { job, .. } => Ok(job),
         }
     }
 

@@ -191,7 +191,9 @@ impl Jobs {
         loop {
             tries += 1;
             let again = tries < INTAKE_TRIES;
-            let intake = match self.store.create_or_replay(job.clone()).await {
+            let intake = self.store.create_or_replay(job.clone()).await;
+            let started = job.start.is_some() && matches!(intake, Ok(Intake::Created(_)));
+            let intake = match crate::fault::lose_intake_reply(intake, started) {
                 Err(StoreError::Vanished(_)) if again => continue,
                 intake => intake?,
             };

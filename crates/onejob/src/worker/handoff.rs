@@ -24,17 +24,21 @@ use std::{
     sync::{Arc, Mutex, MutexGuard, PoisonError},
 };
 
+use onejob_domain::AttemptState;
 use tokio::{
     sync::{Notify, OwnedSemaphorePermit, Semaphore},
     time::Instant,
 };
-use tokio_util::sync::CancellationToken;
+use tokio_util::{
+    sync::CancellationToken,
+    task::{TaskTracker, task_tracker::TaskTrackerToken},
+};
 use uuid::Uuid;
 
-use super::{Running, WorkerContext, attempt};
+use super::{Running, WorkerContext, attempt, recording::with_retries};
 use crate::{
     kind::Kind,
-    store::{AttemptRecord, JobRecord, StartAtIntake},
+    store::{AttemptRecord, Chain, JobRecord, StartAtIntake},
     telemetry,
 };
 
@@ -63,6 +67,9 @@ pub(super) struct Runner {
     pub(super) abandon: CancellationToken,
     /// Told when a handed attempt ends and frees its slot.
     pub(super) freed: Arc<Notify>,
+    /// The reservations not yet run or freed (their intake is under way), which the
+    /// worker's shutdown waits for too: each may yet hand it an attempt.
+    pub(super) reservations: TaskTracker,
 }
 
 impl Handoff {
@@ -74,7 +81,14 @@ impl Handoff {
     /// is to start with it; `None` when no worker runs here (or it is stopping), the kind
     /// has no provider, or every slot is busy: the job then waits for dispatch.
     pub fn reserve(&self, kind: &Kind) -> Option<Reserved> {
-        let runner = self.lock().clone()?;
+        // The token is taken under the lock that `clear` takes: a worker that stopped
+        // handing over after this sees the reservation outstanding, and waits for it.
+        let (runner, outstanding) = {
+            let guard = self.lock();
+            let runner = guard.clone()?;
+            let outstanding = runner.reservations.token();
+            (runner, outstanding)
+        };
         let kind = runner.ctx.kinds.get(&kind.name)?.clone();
         let provider = kind.providers.first()?.clone();
         let permit = runner.slots.clone().try_acquire_owned().ok()?;
@@ -86,6 +100,7 @@ impl Handoff {
             timeout: kind.attempt_timeout,
         };
         Some(Reserved {
+            outstanding,
             runner,
             permit,
             kind,
@@ -114,6 +129,8 @@ pub struct Reserved {
     /// When the reservation was made: before intake's statement was sent, so before the
     /// database took the time the attempt's lease and deadline count from.
     since: Instant,
+    /// Held until the reservation is run or freed (see [`Runner::reservations`]).
+    outstanding: TaskTrackerToken,
 }
 
 impl Reserved {
@@ -130,6 +147,7 @@ impl Reserved {
             permit,
             kind,
             since,
+            outstanding,
             ..
         } = self;
         telemetry::attempt_started(&attempt.provider, attempt.hedge);
@@ -144,5 +162,55 @@ impl Reserved {
             freed.notify_one();
             Some(ending)
         });
+        // Handed over (the worker's shutdown now waits for the task): no longer outstanding.
+        drop(outstanding);
+    }
+
+    /// Runs the attempt intake may have started with this reservation though intake failed:
+    /// an error after a commit that may have happened (the store's reply was lost). The
+    /// attempt is looked up by its id in `tenant`, and run if it exists, is still `starting`
+    /// and is this worker's; otherwise the slot is freed. It is looked for while it could
+    /// still be sent (the lease and the attempt timeout from the reservation); one never
+    /// found is rescued as `unknown` at its lease's end, as when a worker dies.
+    pub fn recover(self, tenant: String) {
+        let Reserved {
+            runner,
+            permit,
+            kind,
+            start,
+            since,
+            outstanding,
+        } = self;
+        let ctx = runner.ctx.clone();
+        let abandon = runner.abandon.clone();
+        let freed = runner.freed.clone();
+        let mut handed = runner.handed.lock().unwrap_or_else(PoisonError::into_inner);
+        handed.spawn(async move {
+            let until = since + start.lease.min(start.timeout);
+            let found = with_retries("finding the attempt intake started", until, || {
+                ctx.store.attempt_in_tenant(&tenant, start.attempt_id)
+            })
+            .await;
+            let ending = match found {
+                Ok(Some((attempt, job)))
+                    if attempt.state == AttemptState::Starting
+                        && attempt.worker.as_deref() == Some(ctx.settings.id.as_str()) =>
+                {
+                    tracing::info!(job = %job.id, attempt = %attempt.id, "intake's answer was lost; running the attempt it started");
+                    telemetry::attempt_started(&attempt.provider, attempt.hedge);
+                    let fenced = attempt::Fenced::Since(since);
+                    Some(attempt::run_fenced(ctx, job, kind, attempt, abandon, fenced).await)
+                }
+                Ok(_) => None,
+                Err(error) => {
+                    tracing::warn!(error = %Chain(&error), attempt = %start.attempt_id, "could not look for the attempt intake may have started; lease rescue will find it");
+                    None
+                }
+            };
+            drop(permit);
+            freed.notify_one();
+            ending
+        });
+        drop(outstanding);
     }
 }

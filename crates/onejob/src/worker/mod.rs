@@ -29,7 +29,7 @@ use tokio::{
     sync::{Notify, Semaphore},
     task::JoinSet,
 };
-use tokio_util::sync::CancellationToken;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use uuid::Uuid;
 
 pub use attempt::Ending;
@@ -169,12 +169,14 @@ async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
     // New gateway jobs of this process, started at intake in slots reserved from `slots`.
     let handed = Arc::new(std::sync::Mutex::new(JoinSet::new()));
     let freed = Arc::new(Notify::new());
+    let reservations = TaskTracker::new();
     ctx.hub.worker.install(handoff::Runner {
         ctx: ctx.clone(),
         slots: slots.clone(),
         handed: handed.clone(),
         abandon: abandon.clone(),
         freed: freed.clone(),
+        reservations: reservations.clone(),
     });
     let first = first_starts(&ctx.kinds);
     let first_kinds: Vec<String> = first.iter().map(|f| f.kind.clone()).collect();
@@ -266,18 +268,25 @@ async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
         };
     }
 
-    // No more hand-offs; those already made are waited for like the loop's own attempts.
+    // No more hand-offs; those already made (and the reservations whose intake is still
+    // under way, each of which may yet hand an attempt over) are waited for like the loop's
+    // own attempts.
     ctx.hub.worker.clear();
+    reservations.close();
     tracing::info!(
         in_flight = running.len() + lock(&handed).len(),
         "worker stopping: no new attempts"
     );
-    let drained =
-        tokio::time::timeout(ctx.settings.shutdown_grace, drain(&mut running, &handed)).await;
+    let drained = tokio::time::timeout(
+        ctx.settings.shutdown_grace,
+        drain(&mut running, &handed, &reservations),
+    )
+    .await;
     if drained.is_err() {
         // Whatever is still in flight becomes unknown: honest, and blocks re-sending.
         abandon.cancel();
-        let ended = tokio::time::timeout(ABANDON_WAIT, drain(&mut running, &handed)).await;
+        let ended =
+            tokio::time::timeout(ABANDON_WAIT, drain(&mut running, &handed, &reservations)).await;
         if ended.is_err() {
             tracing::warn!(
                 stuck = running.len(),
@@ -315,16 +324,25 @@ fn lock(handed: &std::sync::Mutex<Running>) -> std::sync::MutexGuard<'_, Running
 }
 
 /// Waits for every attempt of the loop's and every attempt handed to the worker (also one
-/// handed while this waits) to end; the handed ones are moved into `running`, so that
-/// stopping `running` stops them too.
-async fn drain(running: &mut Running, handed: &std::sync::Mutex<Running>) {
+/// handed while this waits, by a reservation still outstanding in `reservations`) to end;
+/// the handed ones are moved into `running`, so that stopping `running` stops them too.
+async fn drain(
+    running: &mut Running,
+    handed: &std::sync::Mutex<Running>,
+    reservations: &TaskTracker,
+) {
     loop {
         while running.join_next().await.is_some() {}
         let more = std::mem::take(&mut *lock(handed));
-        if more.is_empty() {
+        if !more.is_empty() {
+            *running = more;
+            continue;
+        }
+        if reservations.is_empty() {
             return;
         }
-        *running = more;
+        // A reservation is handed over (its task already in `handed`) or freed.
+        reservations.wait().await;
     }
 }
 

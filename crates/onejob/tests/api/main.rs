@@ -41,4 +41,5 @@ mod slow_clients;
 mod tls;
 mod ui;
 mod unattended;
+mod vanished;
 mod worker;
