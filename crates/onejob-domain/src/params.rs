@@ -72,10 +72,24 @@ impl Default for ParamsLimits {
 impl ParamsLimits {
     /// Checks `params` against the limits; the first problem found is returned.
     pub fn check(&self, params: &Value) -> Result<(), ParamsError> {
-        self.walk(params, &mut String::new(), 0)
+        self.walk(params, &mut String::new(), 0, Numbers::Exact)
     }
 
-    fn walk(&self, value: &Value, path: &mut String, depth: usize) -> Result<(), ParamsError> {
+    /// Checks an upstream's answer against the limits a store needs (the nesting depth, no
+    /// U+0000), not the number range: that range is for what callers send, whose params are
+    /// fingerprinted (canonical JSON reads every number as a double). An answer is stored and
+    /// replayed as it came, so a 64-bit id or seed it echoes is kept exactly.
+    pub fn check_answer(&self, answer: &Value) -> Result<(), ParamsError> {
+        self.walk(answer, &mut String::new(), 0, Numbers::Any)
+    }
+
+    fn walk(
+        &self,
+        value: &Value,
+        path: &mut String,
+        depth: usize,
+        numbers: Numbers,
+    ) -> Result<(), ParamsError> {
         let pointer = |p: &String| {
             if p.is_empty() {
                 "/".to_owned()
@@ -98,7 +112,7 @@ impl ParamsLimits {
                     if key.contains('\0') {
                         return Err(ParamsError::NulCharacter { path: path.clone() });
                     }
-                    self.walk(member, path, depth + 1)?;
+                    self.walk(member, path, depth + 1, numbers)?;
                     path.truncate(len);
                 }
                 Ok(())
@@ -108,11 +122,12 @@ impl ParamsLimits {
                     let len = path.len();
                     path.push('/');
                     path.push_str(&i.to_string());
-                    self.walk(item, path, depth + 1)?;
+                    self.walk(item, path, depth + 1, numbers)?;
                     path.truncate(len);
                 }
                 Ok(())
             }
+            Value::Number(_) if numbers == Numbers::Any => Ok(()),
             Value::Number(n) => {
                 let safe = match (n.as_u64(), n.as_i64(), n.as_f64()) {
                     (Some(u), _, _) => u <= MAX_SAFE_INTEGER,
@@ -136,6 +151,15 @@ impl ParamsLimits {
             Value::String(_) | Value::Bool(_) | Value::Null => Ok(()),
         }
     }
+}
+
+/// Which numbers a walk accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Numbers {
+    /// Only those within ±2^53 (params).
+    Exact,
+    /// Any (answers).
+    Any,
 }
 
 /// Parses JSON like `serde_json::from_slice`, but refuses an object with a repeated key.
@@ -272,6 +296,23 @@ mod tests {
             limits.check(&json!({"id": -9007199254740993i64})),
             Err(ParamsError::UnsafeInteger { path: "/id".into() })
         );
+    }
+
+    #[test]
+    fn an_answer_keeps_any_number_and_still_has_the_stores_limits() {
+        let limits = ParamsLimits { max_depth: 3 };
+        let answer = json!({"seed": 14249853862446563000u64, "id": -9007199254740993i64,
+            "x": [1.5e30]});
+        assert_eq!(limits.check_answer(&answer), Ok(()));
+        assert!(limits.check(&answer).is_err(), "params keep the range");
+        assert!(matches!(
+            limits.check_answer(&json!({"a": {"b": {"c": [1]}}})),
+            Err(ParamsError::TooDeep { .. })
+        ));
+        assert!(matches!(
+            limits.check_answer(&json!({"text": "a\u{0}b"})),
+            Err(ParamsError::NulCharacter { .. })
+        ));
     }
 
     #[test]

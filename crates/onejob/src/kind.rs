@@ -151,7 +151,7 @@ impl Kind {
     /// is a failed attempt, never a result.
     pub fn check_output(&self, output: &Value) -> Result<(), Vec<FieldError>> {
         const OUTPUT_LIMITS: ParamsLimits = ParamsLimits { max_depth: 64 };
-        if let Err(error) = OUTPUT_LIMITS.check(output) {
+        if let Err(error) = OUTPUT_LIMITS.check_answer(output) {
             return Err(vec![FieldError {
                 path: error.path().to_owned(),
                 message: error.to_string(),

@@ -113,6 +113,13 @@ impl Endpoint {
                     "an embeddings request needs an `input`: a non-empty string or array",
                 ),
             },
+            // Run in the background, the upstream would answer `queued` with no output, by
+            // whichever door the job came in (the gateway says so before this, in its words).
+            Endpoint::Responses if request.get("background") == Some(&Value::Bool(true)) => refuse(
+                "/background",
+                "`background: true` is not supported: onejob runs the call and waits for \
+                     its answer itself",
+            ),
             Endpoint::Responses => match request.get("input") {
                 Some(Value::String(text)) if !text.is_empty() => Ok(()),
                 Some(Value::Array(items)) if !items.is_empty() => Ok(()),
@@ -178,18 +185,19 @@ impl Endpoint {
             }
             Endpoint::Images => {
                 let data = answer.get("data").and_then(Value::as_array);
+                fn text<'a>(item: &'a Value, field: &str) -> Option<&'a str> {
+                    item.get(field).and_then(Value::as_str)
+                }
                 let real = |item: &Value| {
-                    ["url", "b64_json"].iter().any(|field| {
-                        item.get(*field)
-                            .and_then(Value::as_str)
-                            .is_some_and(|s| !s.trim().is_empty())
-                    })
+                    text(item, "url").is_some_and(|url| image_url(url).is_some())
+                        || text(item, "b64_json").is_some_and(is_image_base64)
                 };
                 match data {
                     Some(items) if !items.is_empty() && items.iter().all(real) => Ok(()),
                     _ => refuse(
                         "/data",
-                        "the answer has no image (each needs a url or b64_json): no real answer",
+                        "the answer has no image (each needs a url, http(s) or data:image/, or \
+                         b64_json, the base64 of an image's bytes): no real answer",
                     ),
                 }
             }
@@ -300,38 +308,103 @@ impl Endpoint {
     }
 }
 
-/// One image of a task's result as an `Image` (`url` or `b64_json`, and `revised_prompt`).
+/// One image of a task's result as an `Image` (`url` or `b64_json`, and `revised_prompt`):
+/// from a string (an `http(s)` URL, a `data:image/…;base64,` URL or the base64 of an image's
+/// bytes) or an object's `url`, `image_url` or `b64_json` in those forms. Anything else (a
+/// task whose result is `"content policy violation"`) is no image.
 fn image_of(item: &Value) -> Option<Value> {
     let mut image = serde_json::Map::new();
-    let text = |value: Option<&Value>| {
-        value
-            .and_then(Value::as_str)
-            .filter(|s| !s.trim().is_empty())
-            .map(str::to_owned)
+    let text = |field: &str| item.get(field).and_then(Value::as_str);
+    let mut take = |text: &str| match image_url(text) {
+        Some(ImageUrl::Http) => {
+            image.insert("url".into(), Value::from(text));
+        }
+        Some(ImageUrl::Data(encoded)) => {
+            image.insert("b64_json".into(), Value::from(encoded));
+        }
+        None if is_image_base64(text) => {
+            image.insert("b64_json".into(), Value::from(text));
+        }
+        None => {}
     };
-    let url = match item {
-        Value::String(url) => Some(url.clone()),
-        _ => text(item.get("url")).or_else(|| text(item.get("image_url"))),
-    };
-    if let Some(url) = url {
-        match url
-            .strip_prefix("data:image/")
-            .and_then(|rest| rest.split_once(";base64,"))
-        {
-            Some((_, encoded)) => image.insert("b64_json".into(), Value::from(encoded)),
-            None => image.insert("url".into(), Value::from(url)),
-        };
-    }
-    if let Some(encoded) = text(item.get("b64_json")) {
-        image.insert("b64_json".into(), Value::from(encoded));
+    match item {
+        Value::String(text) => take(text),
+        _ => {
+            if let Some(url) = text("url").or_else(|| text("image_url")) {
+                take(url);
+            }
+            if let Some(encoded) = text("b64_json") {
+                take(encoded);
+            }
+        }
     }
     if image.is_empty() {
         return None;
     }
-    if let Some(revised) = text(item.get("revised_prompt")) {
+    if let Some(revised) = text("revised_prompt").filter(|s| !s.trim().is_empty()) {
         image.insert("revised_prompt".into(), Value::from(revised));
     }
     Some(Value::Object(image))
+}
+
+/// What an image URL is.
+#[derive(Debug, PartialEq, Eq)]
+enum ImageUrl<'a> {
+    /// An `http://` or `https://` URL.
+    Http,
+    /// A `data:image/…;base64,` URL, with its base64 image bytes.
+    Data(&'a str),
+}
+
+/// `text` as an image URL: an `http(s)` URL with a host, or a `data:image/…;base64,` URL
+/// whose data is the base64 of an image's bytes; `None` for anything else.
+fn image_url(text: &str) -> Option<ImageUrl<'_>> {
+    let text = text.trim();
+    let lower = text.get(..8).unwrap_or(text).to_ascii_lowercase();
+    if let Some(rest) = ["http://", "https://"]
+        .iter()
+        .find(|scheme| lower.starts_with(**scheme))
+        .map(|scheme| &text[scheme.len()..])
+    {
+        let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+        return (!host.is_empty() && !rest.contains(char::is_whitespace)).then_some(ImageUrl::Http);
+    }
+    let (_, encoded) = text.strip_prefix("data:image/")?.split_once(";base64,")?;
+    is_image_base64(encoded).then_some(ImageUrl::Data(encoded))
+}
+
+/// Whether `text` is the standard base64 of an image's bytes: base64 characters only, and
+/// bytes that begin as a PNG, JPEG, GIF, WebP, BMP, TIFF, AVIF or HEIF file does.
+fn is_image_base64(text: &str) -> bool {
+    use base64::Engine;
+
+    let text = text.trim();
+    let base64_only = text
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='));
+    // 16 characters are 12 bytes: enough for every signature below.
+    let Some(head) = text.get(..16).filter(|_| base64_only) else {
+        return false;
+    };
+    let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(head) else {
+        return false;
+    };
+    const SIGNATURES: [&[u8]; 7] = [
+        b"\x89PNG\r\n\x1a\n",
+        b"\xff\xd8\xff",
+        b"GIF87a",
+        b"GIF89a",
+        b"BM",
+        b"II*\0",
+        b"MM\0*",
+    ];
+    const HEIF_BRANDS: [&[u8]; 5] = [b"avif", b"avis", b"heic", b"heix", b"mif1"];
+    let at = |from: usize| bytes.get(from..from + 4).unwrap_or_default();
+    SIGNATURES
+        .iter()
+        .any(|signature| bytes.starts_with(signature))
+        || (at(0) == b"RIFF" && at(8) == b"WEBP")
+        || (at(4) == b"ftyp" && HEIF_BRANDS.contains(&at(8)))
 }
 
 fn refuse(path: &str, message: &str) -> Result<(), Vec<FieldError>> {
@@ -421,17 +494,17 @@ mod tests {
     fn a_tasks_images_are_an_images_response_in_the_form_asked() {
         let images = Endpoint::Images;
         let task = json!({"images": [{"url": "https://x/a.png"}, "https://x/b.png",
-            {"image_url": "data:image/png;base64,iVBOR"}]});
+            {"image_url": format!("data:image/png;base64,{PNG}")}]});
         let answer = images.task_output(task.clone(), &json!({"prompt": "a fox"}));
         assert_eq!(
             answer["data"],
             json!([{"url": "https://x/a.png"}, {"url": "https://x/b.png"},
-                {"b64_json": "iVBOR"}])
+                {"b64_json": PNG}])
         );
         assert!(answer["created"].is_u64());
         assert!(images.check_answer(&answer).is_ok());
         let b64 = images.task_output(task, &json!({"response_format": "b64_json"}));
-        assert_eq!(b64["data"], json!([{"b64_json": "iVBOR"}]));
+        assert_eq!(b64["data"], json!([{"b64_json": PNG}]));
         let none = images.task_output(
             json!({"images": [{"url": "https://x/a.png"}]}),
             &json!({"response_format": "b64_json"}),
@@ -448,6 +521,65 @@ mod tests {
         assert_eq!(
             Endpoint::Chat.task_output(json!({"a": 1}), &json!({})),
             json!({"a": 1})
+        );
+    }
+
+    /// The first bytes of a PNG file, as base64.
+    const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAAB";
+
+    #[test]
+    fn an_image_is_a_url_a_data_url_or_image_bytes_and_nothing_else() {
+        let images = Endpoint::Images;
+        let image = |result: Value| images.task_output(result, &json!({}));
+        for (result, expected) in [
+            (
+                json!("https://cdn.example/a.png"),
+                json!([{"url": "https://cdn.example/a.png"}]),
+            ),
+            (
+                json!("HTTP://cdn.example/a"),
+                json!([{"url": "HTTP://cdn.example/a"}]),
+            ),
+            (json!(PNG), json!([{"b64_json": PNG}])),
+            (
+                json!("/9j/4AAQSkZJRgABAQAAAQABAAD"),
+                json!([{"b64_json": "/9j/4AAQSkZJRgABAQAAAQABAAD"}]),
+            ),
+            (
+                json!("UklGRiQAAABXRUJQVlA4IBgAAAAw"),
+                json!([{"b64_json": "UklGRiQAAABXRUJQVlA4IBgAAAAw"}]),
+            ),
+            (json!({"b64_json": PNG}), json!([{"b64_json": PNG}])),
+        ] {
+            let answer = image(json!({"images": [result.clone()]}));
+            assert_eq!(answer["data"], expected, "{result}");
+            assert!(images.check_answer(&answer).is_ok(), "{result}");
+        }
+        for junk in [
+            json!("content policy violation"),
+            json!("a red fox"),
+            json!("ftp://files.example/a.png"),
+            json!("https://"),
+            json!("data:text/plain;base64,aGVsbG8gd29ybGQgaGVsbG8"),
+            json!("data:image/png;base64,bm90IGFuIGltYWdlIGF0IGFsbA=="),
+            json!("aGVsbG8gd29ybGQgaGVsbG8gd29ybGQ="),
+            json!({"url": "content policy violation"}),
+            json!({"b64_json": "content policy violation"}),
+        ] {
+            let answer = image(json!({"images": [junk.clone()]}));
+            assert_eq!(answer["data"], json!([]), "{junk}");
+            assert!(images.check_answer(&answer).is_err(), "{junk}");
+            assert!(
+                images
+                    .check_answer(&json!({"data": [{"url": junk.clone()}]}))
+                    .is_err(),
+                "{junk} as a url"
+            );
+        }
+        assert!(
+            images
+                .check_answer(&json!({"data": [{"b64_json": "not an image"}]}))
+                .is_err()
         );
     }
 

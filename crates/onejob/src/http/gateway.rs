@@ -476,7 +476,9 @@ fn chat_problem(error: ChatError) -> Problem {
         ChatError::NotAnObject
         | ChatError::NoModel
         | ChatError::Delivery { .. }
-        | ChatError::Stateful { .. } => Problem::new(ProblemType::InvalidRequest, detail),
+        | ChatError::Stateful { .. }
+        | ChatError::Background
+        | ChatError::ItemReference { .. } => Problem::new(ProblemType::InvalidRequest, detail),
         ChatError::OtherEndpoint { served_at, .. } => {
             Problem::new(ProblemType::NotFound, detail).with("served_at", served_at)
         }

@@ -85,6 +85,26 @@ pub enum ChatError {
         /// The field (`store`, `previous_response_id`, `conversation`).
         field: &'static str,
     },
+    /// A Responses API request asks to run in the background: the upstream would answer
+    /// `queued` with no output, and keep the run (and its bill) to itself.
+    #[error(
+        "`background: true` is not supported: onejob's gateway runs the call and waits for \
+         its answer itself (a call still running after the wait answers 409, and its retry \
+         under the same Idempotency-Key attaches to it); send it without `background`"
+    )]
+    Background,
+    /// A Responses API request's input refers to an item an upstream stored
+    /// (`item_reference`), which onejob neither keeps nor asks upstreams to keep.
+    #[error(
+        "input item {index} is an `item_reference`: onejob keeps no conversation state and \
+         sends every request upstream with `store: false`, so there is nothing to refer to; \
+         send `store: false` and the whole conversation as `input` items (the Vercel AI SDK: \
+         providerOptions.openai.store = false)"
+    )]
+    ItemReference {
+        /// The item's index in `input`.
+        index: usize,
+    },
     /// No kind serves the model.
     #[error("the model {model:?} does not exist here; GET /v1/models lists the ones served")]
     UnknownModel {
@@ -531,9 +551,11 @@ enum Settled {
     Won(Arc<Value>),
 }
 
-/// A Responses API call may not ask for conversation state: `store: true`,
-/// `previous_response_id`, `conversation`. (Left out, `store` is taken as `false`: onejob
-/// keeps nothing to continue from.)
+/// A Responses API call may not ask for conversation state (`store: true`,
+/// `previous_response_id`, `conversation`, an `item_reference` input item) nor to run in the
+/// background. Left out, `store` is taken as `false`, and sent upstream so
+/// (`crate::provider::openai_chat`): onejob keeps nothing to continue from, nor lets its
+/// upstream keep it.
 fn check_stateless(endpoint: Endpoint, request: &Map<String, Value>) -> Result<(), ChatError> {
     if endpoint != Endpoint::Responses {
         return Ok(());
@@ -545,6 +567,17 @@ fn check_stateless(endpoint: Endpoint, request: &Map<String, Value>) -> Result<(
         if request.get(field).is_some_and(|v| !v.is_null()) {
             return Err(ChatError::Stateful { field });
         }
+    }
+    if request.get("background") == Some(&Value::Bool(true)) {
+        return Err(ChatError::Background);
+    }
+    let items = request.get("input").and_then(Value::as_array);
+    if let Some(index) = items.and_then(|items| {
+        items
+            .iter()
+            .position(|item| item.get("type").and_then(Value::as_str) == Some("item_reference"))
+    }) {
+        return Err(ChatError::ItemReference { index });
     }
     Ok(())
 }

@@ -6,7 +6,7 @@
 use bytes::{Bytes, BytesMut};
 use serde_json::Value;
 
-use super::ProviderError;
+use super::{ProviderError, UpstreamApi};
 
 /// Reads the whole body of `response`, refusing it beyond `limit` bytes.
 pub async fn read_body(
@@ -39,10 +39,14 @@ pub async fn read_body(
     }
 }
 
-/// Sends `call` and reads its answer as JSON: a non-success status is classified
-/// ([`ProviderError::from_response`]), a body over `limit` is [`ProviderError::TooLarge`].
-pub async fn call_json(call: reqwest::RequestBuilder, limit: u64) -> Result<Value, ProviderError> {
-    call_answered(call, limit)
+/// Sends `call` to an upstream speaking `api` and reads its answer as JSON: a non-success
+/// status is classified ([`ProviderError::from_response`]), a body over `limit` is [`ProviderError::TooLarge`].
+pub async fn call_json(
+    api: UpstreamApi,
+    call: reqwest::RequestBuilder,
+    limit: u64,
+) -> Result<Value, ProviderError> {
+    call_answered(api, call, limit)
         .await
         .map(|answered| answered.body)
 }
@@ -66,6 +70,7 @@ pub fn request_id(headers: &reqwest::header::HeaderMap) -> Option<String> {
 
 /// As [`call_json`], keeping the upstream's request id.
 pub async fn call_answered(
+    api: UpstreamApi,
     call: reqwest::RequestBuilder,
     limit: u64,
 ) -> Result<Answered, ProviderError> {
@@ -77,7 +82,7 @@ pub async fn call_answered(
     let headers = response.headers().clone();
     let body = read_body(response, limit).await?;
     let text = String::from_utf8_lossy(&body);
-    if let Some(error) = ProviderError::from_response(status, &headers, &text) {
+    if let Some(error) = ProviderError::from_response(api, status, &headers, &text) {
         return Err(error);
     }
     let body = serde_json::from_slice(&body)

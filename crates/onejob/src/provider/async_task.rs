@@ -128,7 +128,7 @@ impl AsyncTask {
     /// A status, cancel or lookup call, bounded by `request_timeout`.
     async fn call_json(&self, call: reqwest::RequestBuilder) -> Result<Value, ProviderError> {
         let call = self.authorized(call).timeout(self.request_timeout);
-        super::answer::call_json(call, self.max_response_bytes).await
+        super::answer::call_json(super::UpstreamApi::Tasks, call, self.max_response_bytes).await
     }
 
     fn task_url(template: &str, task_id: &str) -> String {
@@ -174,7 +174,9 @@ impl Provider for AsyncTask {
             call = call.header(header.as_str(), &request.idempotency_key);
         }
         let call = self.authorized(call);
-        let answer = super::answer::call_json(call, self.max_response_bytes).await?;
+        let answer =
+            super::answer::call_json(super::UpstreamApi::Tasks, call, self.max_response_bytes)
+                .await?;
         let task_id = task_id_at(&answer, &self.api.task_id_pointer).ok_or_else(|| {
             // Accepted, but we cannot follow it: the work may run; say so.
             ProviderError::Ambiguous(format!(

@@ -137,16 +137,15 @@ impl ProviderError {
         }
     }
 
-    /// Classifies a non-success HTTP status; `None` for 2xx.
-    pub fn from_status(status: StatusCode, body: &str) -> Option<Self> {
+    /// Classifies a non-success HTTP status from an upstream speaking `api`; `None` for
+    /// 2xx. A status that proves the request was not processed
+    /// ([`UpstreamApi::proves_not_processed`]) is a refusal, any other is ambiguous.
+    pub fn from_status(api: UpstreamApi, status: StatusCode, body: &str) -> Option<Self> {
         if status.is_success() {
             return None;
         }
         let message: String = body.chars().take(300).collect();
-        let definite = status.is_client_error()
-            || status == StatusCode::SERVICE_UNAVAILABLE
-            || status == StatusCode::TOO_MANY_REQUESTS;
-        Some(if definite {
+        Some(if api.proves_not_processed(status, body) {
             ProviderError::Rejected {
                 status: status.as_u16(),
                 message,
@@ -163,11 +162,12 @@ impl ProviderError {
     /// As [`ProviderError::from_status`], keeping what the upstream's headers say about a
     /// refusal: its `Retry-After` (in seconds) and its `x-request-id`.
     pub fn from_response(
+        api: UpstreamApi,
         status: StatusCode,
         headers: &reqwest::header::HeaderMap,
         body: &str,
     ) -> Option<Self> {
-        let mut error = Self::from_status(status, body)?;
+        let mut error = Self::from_status(api, status, body)?;
         if let ProviderError::Rejected {
             retry_after,
             request_id,
@@ -184,6 +184,51 @@ impl ProviderError {
     }
 }
 
+/// The API an upstream speaks, as far as its error answers go: which of them prove that a
+/// request was not processed (docs/gateway.md, "What proves not processed").
+///
+/// | answer | OpenAI (and OpenAI-compatible) | Anthropic | task APIs |
+/// |---|---|---|---|
+/// | any 4xx (400, 401, 403, 404, 408, 409, 413, 422, 429, …) | not processed | not processed | not processed |
+/// | 503 | not processed | not processed | not processed |
+/// | 529, or a body whose `error.type` is `overloaded_error` | ambiguous | not processed | ambiguous |
+/// | 500, 502, 504 and every other 5xx | ambiguous | ambiguous | ambiguous |
+///
+/// A header such as `x-should-retry: true` proves nothing: it says a retry may be tried,
+/// not that the first try did nothing (OpenAI's and Anthropic's SDKs retry a 500 too).
+/// "Not processed" fails the attempt definitely (the job retries or fails over); an
+/// ambiguous answer makes it `unknown` until proof arrives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamApi {
+    /// OpenAI's API and the servers compatible with it (`openai-chat`).
+    OpenAi,
+    /// Anthropic's Messages API (`anthropic-messages`).
+    Anthropic,
+    /// A task API (`async-task`, the bundled fake).
+    Tasks,
+}
+
+impl UpstreamApi {
+    /// Whether `status`, with `body`, proves that the upstream did not process the request.
+    pub fn proves_not_processed(self, status: StatusCode, body: &str) -> bool {
+        if status.is_client_error() || status == StatusCode::SERVICE_UNAVAILABLE {
+            return true;
+        }
+        match self {
+            UpstreamApi::Anthropic => {
+                status.as_u16() == 529
+                    || serde_json::from_str::<Value>(body)
+                        .ok()
+                        .is_some_and(|body| {
+                            body.pointer("/error/type").and_then(Value::as_str)
+                                == Some("overloaded_error")
+                        })
+            }
+            UpstreamApi::OpenAi | UpstreamApi::Tasks => false,
+        }
+    }
+}
+
 /// An error with its causes, `outer: inner`, for the operator's text (reqwest keeps the
 /// interesting part, such as "connection refused" or "operation timed out", in a source).
 pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
@@ -194,22 +239,80 @@ pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
 mod tests {
     use super::*;
 
+    /// Each row of the table in [`UpstreamApi`]'s documentation (and docs/gateway.md).
     #[test]
-    fn statuses_split_into_definite_and_ambiguous() {
-        for code in [400, 401, 404, 422, 429, 503] {
-            let e = ProviderError::from_status(StatusCode::from_u16(code).unwrap(), "x").unwrap();
-            assert!(e.is_definite(), "{code}");
+    fn each_api_proves_not_processed_by_its_own_table() {
+        use UpstreamApi::{Anthropic, OpenAi, Tasks};
+        let overloaded = r#"{"type": "error", "error": {"type": "overloaded_error",
+            "message": "Overloaded"}}"#;
+        let api_error = r#"{"type": "error", "error": {"type": "api_error", "message": "x"}}"#;
+        let openai_500 = r#"{"error": {"message": "The server had an error", "type":
+            "server_error"}}"#;
+        let rows: &[(UpstreamApi, u16, &str, bool)] = &[
+            // Every 4xx, the 429 rate limit among them, and 503: not processed, everywhere.
+            (OpenAi, 400, "x", true),
+            (OpenAi, 401, "x", true),
+            (OpenAi, 403, "x", true),
+            (OpenAi, 404, "x", true),
+            (OpenAi, 408, "x", true),
+            (OpenAi, 409, "x", true),
+            (OpenAi, 413, "x", true),
+            (OpenAi, 422, "x", true),
+            (OpenAi, 429, "x", true),
+            (OpenAi, 503, "x", true),
+            (Anthropic, 400, "x", true),
+            (Anthropic, 429, "x", true),
+            (Anthropic, 503, "x", true),
+            (Tasks, 400, "x", true),
+            (Tasks, 429, "x", true),
+            (Tasks, 503, "x", true),
+            // Anthropic's overload: 529, or `overloaded_error` whatever the status.
+            (Anthropic, 529, overloaded, true),
+            (Anthropic, 529, "x", true),
+            (Anthropic, 500, overloaded, true),
+            (OpenAi, 529, overloaded, false),
+            (Tasks, 529, "x", false),
+            // Every other 5xx: ambiguous.
+            (OpenAi, 500, openai_500, false),
+            (OpenAi, 502, "x", false),
+            (OpenAi, 504, "x", false),
+            (Anthropic, 500, api_error, false),
+            (Anthropic, 502, "x", false),
+            (Anthropic, 504, "x", false),
+            (Tasks, 500, "x", false),
+            (Tasks, 502, "x", false),
+            (Tasks, 504, "x", false),
+        ];
+        for &(api, code, body, not_processed) in rows {
+            let status = StatusCode::from_u16(code).unwrap();
+            assert_eq!(
+                api.proves_not_processed(status, body),
+                not_processed,
+                "{api:?} {code} {body}"
+            );
+            let error = ProviderError::from_status(api, status, body).unwrap();
+            assert_eq!(error.is_definite(), not_processed, "{api:?} {code}");
         }
-        for code in [500, 502, 504] {
-            let e = ProviderError::from_status(StatusCode::from_u16(code).unwrap(), "x").unwrap();
-            assert!(!e.is_definite(), "{code}");
+        assert!(ProviderError::from_status(OpenAi, StatusCode::OK, "").is_none());
+    }
+
+    /// `x-should-retry: true` (which OpenAI's and Anthropic's servers may send) is no proof.
+    #[test]
+    fn a_should_retry_header_proves_nothing() {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert("x-should-retry", "true".parse().unwrap());
+        for api in [UpstreamApi::OpenAi, UpstreamApi::Anthropic] {
+            let error =
+                ProviderError::from_response(api, StatusCode::INTERNAL_SERVER_ERROR, &headers, "x")
+                    .unwrap();
+            assert!(!error.is_definite(), "{api:?}");
         }
-        assert!(ProviderError::from_status(StatusCode::OK, "").is_none());
     }
 
     #[test]
     fn the_public_text_carries_no_upstream_body_or_address() {
         let rejected = ProviderError::from_status(
+            UpstreamApi::Tasks,
             StatusCode::SERVICE_UNAVAILABLE,
             "overloaded at http://10.0.0.5:9000/v1/tasks",
         )

@@ -25,7 +25,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-pub use error::ProviderError;
+pub use error::{ProviderError, UpstreamApi};
 pub use registry::Providers;
 
 use crate::kind::Kind;

@@ -166,6 +166,16 @@ impl OpenAiChat {
 }
 
 impl OpenAiChat {
+    /// The API a request of `kind` speaks, for what its error answers prove: Anthropic's
+    /// at the Messages API (whatever adapter sends it there), else OpenAI's.
+    fn api(&self, kind: &Kind) -> super::UpstreamApi {
+        if self.anthropic || (kind.is_gateway() && kind.endpoint == Endpoint::Messages) {
+            super::UpstreamApi::Anthropic
+        } else {
+            super::UpstreamApi::OpenAi
+        }
+    }
+
     /// The bytes sent upstream for `request`, asking for a stream when `stream`: a gateway
     /// job's request as the caller sent it, else the body built from the params.
     fn body(&self, request: &AttemptRequest<'_>, stream: bool) -> Result<Vec<u8>, ProviderError> {
@@ -182,6 +192,9 @@ impl OpenAiChat {
             && let Some(sent) = request.request_body
         {
             let mut set = vec![("model", json!(self.model))];
+            if endpoint == Endpoint::Responses {
+                set.push(("store", json!(false)));
+            }
             if let Some(temperature) = request.temperature
                 && !matches!(endpoint, Endpoint::Embeddings | Endpoint::Images)
             {
@@ -207,12 +220,22 @@ impl OpenAiChat {
         serde_json::to_vec(&body).map_err(invalid)
     }
 
-    /// A gateway job's request: the caller's, with this provider's `model` (and for chat,
-    /// where the caller set no limit, its `max_tokens`; `onejob verify`'s temperature
-    /// override where the endpoint takes a temperature).
+    /// A gateway job's request: the caller's, less its delivery fields (a job that came in by
+    /// `POST /v1/jobs` may carry `stream` in its params; a non-streaming send never asks for
+    /// a stream), with this provider's `model`, for the Responses API `store: false`, and for
+    /// chat, where the caller set no limit, its `max_tokens`; `onejob verify`'s temperature
+    /// override where the endpoint takes a temperature.
     fn pass_through(&self, endpoint: Endpoint, params: &Value, temperature: Option<f64>) -> Value {
         let mut body = params.clone();
+        if let Some(members) = body.as_object_mut() {
+            for field in endpoint.delivery_fields() {
+                members.remove(*field);
+            }
+        }
         body["model"] = json!(self.model);
+        if endpoint == Endpoint::Responses {
+            body["store"] = json!(false);
+        }
         if let Some(temperature) = temperature
             && !matches!(endpoint, Endpoint::Embeddings | Endpoint::Images)
         {
@@ -418,7 +441,9 @@ impl Provider for OpenAiChat {
                 .post(format!("{}{path}", self.root))
                 .json(&body)
                 .timeout(self.request_timeout);
-            if let Ok(answer) = super::answer::call_json(call, self.max_response_bytes).await
+            if let Ok(answer) =
+                super::answer::call_json(super::UpstreamApi::OpenAi, call, self.max_response_bytes)
+                    .await
                 && let Some(tokens) = answer.get("tokens").and_then(Value::as_array)
             {
                 return Ok(Some(TokenCount {
@@ -456,7 +481,9 @@ impl Provider for OpenAiChat {
         }
         let body = self.body(request, false)?;
         let call = self.call(request, body, sent, request.kind.attempt_timeout);
-        let answered = super::answer::call_answered(call, self.max_response_bytes).await?;
+        let answered =
+            super::answer::call_answered(self.api(request.kind), call, self.max_response_bytes)
+                .await?;
         let output = output_of(request.kind, &answered.body)?;
         let receipt = answered
             .body
@@ -498,8 +525,10 @@ impl Provider for OpenAiChat {
         if !status.is_success() {
             let text = super::answer::read_body(response, self.max_response_bytes).await?;
             let text = String::from_utf8_lossy(&text);
-            return Err(ProviderError::from_response(status, &headers, &text)
-                .unwrap_or_else(|| ProviderError::BadAnswer(format!("HTTP {status}"))));
+            return Err(
+                ProviderError::from_response(self.api(kind), status, &headers, &text)
+                    .unwrap_or_else(|| ProviderError::BadAnswer(format!("HTTP {status}"))),
+            );
         }
         let output = relay_stream(
             kind.endpoint,

@@ -36,6 +36,9 @@ backend_tests!(
     an_async_task_image_provider_answers_images_as_one_job,
     verify_certifies_providers_for_every_endpoint,
     a_stalled_messages_stream_ends_with_anthropics_error_event_naming_the_job,
+    a_responses_call_goes_upstream_with_store_false_and_never_in_the_background,
+    an_anthropic_overload_proves_nothing_ran_and_the_job_retries,
+    an_async_task_image_that_is_any_other_string_is_no_image,
 );
 
 const WITHIN: Duration = Duration::from_secs(30);
@@ -895,4 +898,192 @@ async fn a_stalled_messages_stream_ends_with_anthropics_error_event_naming_the_j
         last["error"]["message"].as_str().unwrap().contains(&job_id),
         "{last}"
     );
+}
+
+/// A Responses call is stateless upstream too: it goes out with `store: false` whether the
+/// caller left `store` out (OpenAI's default is `true`: the upstream would keep what onejob
+/// says it does not) or sent `false`, streamed or not. `background: true` (the upstream
+/// would answer `queued` with no output, and onejob re-send a billed background run) and an
+/// `item_reference` input item (which only an upstream that stored the response can resolve)
+/// are refused with a `400` saying why, before anything is created or sent.
+async fn a_responses_call_goes_upstream_with_store_false_and_never_in_the_background(
+    backend: Backend,
+) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, |config| quick(config, "respond.fast")).await;
+    let sent = |fakes: &Fakes, text: &str| {
+        fakes
+            .primary
+            .submissions()
+            .requests
+            .iter()
+            .find(|r| r.endpoint == "responses" && r.input.to_string().contains(text))
+            .map(|r| (r.request.clone(), r.body_text.clone()))
+            .unwrap_or_else(|| panic!("{text} reached the upstream"))
+    };
+    let unset = (RESPONSES.request)("A fox with store unset.");
+    let (status, _, answer) =
+        answered(&RESPONSES, app.call("/v1/responses", "unset", &unset).await).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(sent(&fakes, "store unset").0["store"], json!(false));
+    let mut kept_false = (RESPONSES.request)("A fox with store false.");
+    kept_false["store"] = json!(false);
+    let (status, _, _) = answered(
+        &RESPONSES,
+        app.call("/v1/responses", "false", &kept_false).await,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (request, text) = sent(&fakes, "store false");
+    assert_eq!(request["store"], json!(false));
+    if let Some(text) = text {
+        assert_eq!(
+            text.matches("\"store\"").count(),
+            1,
+            "one store member: {text}"
+        );
+    }
+    let mut streamed = (RESPONSES.request)("A streamed fox with store unset.");
+    streamed["stream"] = json!(true);
+    let events = events(app.call("/v1/responses", "streamed", &streamed).await).await;
+    assert_eq!(events.last().unwrap().0, "response.completed");
+    assert_eq!(sent(&fakes, "streamed fox").0["store"], json!(false));
+
+    let before = fakes.primary.submissions().total;
+    let mut background = (RESPONSES.request)("A fox in the background.");
+    background["background"] = json!(true);
+    let (status, _, refused) = answered(
+        &RESPONSES,
+        app.call("/v1/responses", "background", &background).await,
+    )
+    .await;
+    assert_eq!(status, 400, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("`background: true` is not supported"),
+        "{message}"
+    );
+    let referenced = json!({"model": "respond", "input": [
+        {"role": "user", "content": "Name a fox."},
+        {"type": "item_reference", "id": "msg_0123"},
+        {"role": "user", "content": "And another."}]});
+    let (status, _, refused) = answered(
+        &RESPONSES,
+        app.call("/v1/responses", "reference", &referenced).await,
+    )
+    .await;
+    assert_eq!(status, 400, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("input item 1 is an `item_reference`") && message.contains("store: false"),
+        "{message}"
+    );
+    assert_eq!(
+        fakes.primary.submissions().total,
+        before,
+        "nothing was sent"
+    );
+    for key in ["background", "reference"] {
+        let status = app
+            .get(&format!("/v1/jobs?idempotency_key={key}"))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, 404, "nothing was created under {key}");
+    }
+}
+
+/// Anthropic's `529 overloaded_error` says the request was not processed: the attempt fails
+/// definitely and the job's next attempt runs (here on the same provider), instead of the
+/// job waiting `unknown` for a proof the Messages API cannot give. A `500 api_error` still
+/// proves nothing: that job's attempt is `unknown`.
+async fn an_anthropic_overload_proves_nothing_ran_and_the_job_retries(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    for (matches, status) in [("overloaded", 529), ("broken", 500)] {
+        fakes.primary.add_rule(Rule {
+            matches: Some(matches.into()),
+            times: Some(1),
+            behaviour: Behaviour {
+                http_status: Some(status),
+                ..Default::default()
+            },
+        });
+    }
+    let app = TestApp::running(&db, &fakes, |config| {
+        quick(config, "messages.fast");
+        let kind = kind(config, "messages.fast");
+        kind.max_attempts = 2;
+        kind.retry_backoff = Duration::from_millis(50);
+        config.gateway.wait = Duration::from_secs(10);
+    })
+    .await;
+    let body = (MESSAGES.request)("An overloaded fox.");
+    let (status, headers, message) = answered(
+        &MESSAGES,
+        app.call("/v1/messages", "overloaded", &body).await,
+    )
+    .await;
+    assert_eq!(status, 200, "{message}");
+    let job_id = headers["onejob-job-id"].to_str().unwrap();
+    let attempts = app.attempts(job_id).await;
+    let states: Vec<&str> = attempts
+        .iter()
+        .map(|a| a["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["failed", "succeeded"], "{attempts:?}");
+    assert_eq!(attempts[0]["error"]["status"], 529);
+    assert_eq!(upstream_calls(&MESSAGES, &fakes, "An overloaded fox."), 2);
+    let body = (MESSAGES.request)("A broken fox.");
+    let (status, headers, refused) =
+        answered(&MESSAGES, app.call("/v1/messages", "broken", &body).await).await;
+    assert_eq!(status, 409, "{refused}");
+    assert_eq!(refused["error"]["state"], "unknown", "{refused}");
+    let job_id = headers["onejob-job-id"].to_str().unwrap();
+    assert_eq!(app.attempts(job_id).await[0]["state"], "unknown");
+}
+
+/// An async-task image provider whose task "succeeds" with a string that is neither an
+/// `http(s)` URL, a `data:image/` URL nor base64 image bytes (`"content policy
+/// violation"`) gave no image: the attempt fails and the call answers an error, never an
+/// `ImagesResponse` with that string as its URL.
+async fn an_async_task_image_that_is_any_other_string_is_no_image(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(rule(
+        "refused",
+        Behaviour {
+            output: Some(json!("content policy violation")),
+            ..Default::default()
+        },
+    ));
+    let base = fakes.primary.base_url();
+    let app = TestApp::running(&db, &fakes, |config| {
+        quick(config, "image.draw");
+        let mut tasks =
+            onejob::config::ProviderConfig::new("tasks", onejob::config::Adapter::AsyncTask);
+        tasks.submit_url = Some(format!("{base}/v1/tasks"));
+        tasks.status_url = Some(format!("{base}/v1/tasks/{{task_id}}"));
+        tasks.task_id_pointer = Some("/task_id".into());
+        tasks.status_pointer = Some("/status".into());
+        tasks.result_pointer = Some("/result".into());
+        tasks.succeeded = vec!["succeeded".into()];
+        tasks.failed = vec!["failed".into()];
+        config.providers.push(tasks);
+        kind(config, "image.draw").providers = vec!["tasks".into()];
+        config.gateway.wait = Duration::from_secs(10);
+    })
+    .await;
+    let body = json!({"model": "draw", "prompt": "A fox the provider refused."});
+    let (status, headers, failed) = answered(
+        &IMAGES,
+        app.call("/v1/images/generations", "refused", &body).await,
+    )
+    .await;
+    assert_eq!(status, 502, "{failed}");
+    let job_id = headers["onejob-job-id"].to_str().unwrap();
+    assert_eq!(app.job(job_id).await["state"], "failed");
+    assert_eq!(app.attempts(job_id).await[0]["state"], "failed");
 }

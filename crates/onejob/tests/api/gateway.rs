@@ -42,6 +42,8 @@ backend_tests!(
     an_upstream_rate_limit_fails_over_where_certified,
     upstream_account_errors_are_a_502_naming_the_provider,
     a_new_call_on_a_node_with_its_own_worker_starts_its_attempt_with_its_job,
+    an_answer_with_an_integer_past_2_53_is_kept_exactly,
+    a_gateway_job_submitted_as_a_job_never_asks_its_upstream_for_a_stream,
 );
 
 const WITHIN: Duration = Duration::from_secs(30);
@@ -1095,4 +1097,105 @@ async fn a_new_call_on_a_node_with_its_own_worker_starts_its_attempt_with_its_jo
         .collect();
     assert_eq!(kinds, ["created", "attempt_started", "won"]);
     assert_eq!(chat_side_effects(&fakes), 1);
+}
+
+/// An upstream answer that echoes a 64-bit seed or id (`choices[0].seed =
+/// 14249853862446563000`, past 2^53) is a real answer: stored, answered and replayed with
+/// that integer exactly, after one upstream call. The ±2^53 limit is for what callers send
+/// (their params are fingerprinted), never for what upstreams answer; before, the answer
+/// failed the output check as "no real artifact" and was paid for again on every attempt.
+async fn an_answer_with_an_integer_past_2_53_is_kept_exactly(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let counted = calls.clone();
+    let seeded = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(move || {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async {
+                (
+                    [("content-type", "application/json")],
+                    r#"{"id": "chatcmpl-seed", "object": "chat.completion", "created": 7,
+                    "model": "m", "choices": [{"index": 0, "seed": 14249853862446563000,
+                    "message": {"role": "assistant", "content": "a red fox"},
+                    "finish_reason": "stop"}], "usage": {"prompt_tokens": 3,
+                    "completion_tokens": 3, "total_tokens": 6}}"#,
+                )
+            }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, seeded).await });
+    let app = TestApp::running(&db, &fakes, |config| {
+        gateway(config);
+        let mut provider = ProviderConfig::new("seeded", Adapter::OpenaiChat);
+        provider.base_url = Some(format!("http://{addr}/v1"));
+        provider.model = Some("m".into());
+        config.providers.push(provider);
+        let kind = fast(config);
+        kind.providers = vec!["seeded".into()];
+        kind.max_attempts = 3;
+    })
+    .await;
+    for replayed in [false, true] {
+        let response = app.chat(Some("seeded"), &request("a seeded fox")).await;
+        assert_eq!(response.status(), 200);
+        assert_eq!(
+            response.headers().contains_key("idempotent-replayed"),
+            replayed
+        );
+        let text = response.text().await.unwrap();
+        assert!(
+            text.contains("14249853862446563000"),
+            "the seed as the upstream sent it: {text}"
+        );
+        let answer: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            answer["choices"][0]["seed"].as_u64(),
+            Some(14249853862446563000)
+        );
+    }
+    let streamed = events(app.chat(Some("seeded"), &streaming("a seeded fox")).await).await;
+    assert!(
+        streamed.iter().any(|e| e.contains("14249853862446563000")),
+        "{streamed:?}"
+    );
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+/// A job of a gateway kind submitted by `POST /v1/jobs` with `stream: true` in its params
+/// (the caller's delivery field, in the job's params by this door) is sent upstream without
+/// it: the non-streaming send reads a JSON answer, never an event stream it cannot parse
+/// (before, every attempt failed on the unreadable stream and was re-sent up to
+/// `max_attempts`).
+async fn a_gateway_job_submitted_as_a_job_never_asks_its_upstream_for_a_stream(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, |config| {
+        gateway(config);
+        fast(config).max_attempts = 3;
+    })
+    .await;
+    let mut params = request("a fox by the other door");
+    params["stream"] = json!(true);
+    params["stream_options"] = json!({"include_usage": true});
+    let job = app
+        .create(
+            "other-door",
+            &json!({"kind": "chat.fast", "params": params}),
+        )
+        .await;
+    let done = app
+        .wait_job(job["id"].as_str().unwrap(), WITHIN, |j| {
+            j["state"] != "pending" && j["state"] != "running"
+        })
+        .await;
+    assert_eq!(done["state"], "succeeded", "{done}");
+    assert_eq!(done["attempts"], 1, "{done}");
+    assert_eq!(done["result"]["object"], "chat.completion", "{done}");
+    let sent = &fakes.primary.submissions().requests[0].request;
+    assert!(sent.get("stream").is_none(), "{sent}");
+    assert!(sent.get("stream_options").is_none(), "{sent}");
 }
