@@ -107,6 +107,15 @@ impl Provider for Fake {
         self.tasks.task_by_idempotency_key(kind, key).await
     }
 
+    /// As the adapter a request of `kind` goes to: the chat API's tells, the task API's not.
+    fn reports_sent(&self, kind: &crate::kind::Kind) -> bool {
+        if kind.is_gateway() {
+            self.chat.reports_sent(kind)
+        } else {
+            self.tasks.reports_sent(kind)
+        }
+    }
+
     fn idempotency_header(&self) -> Option<&str> {
         self.tasks.idempotency_header()
     }

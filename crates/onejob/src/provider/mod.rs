@@ -176,6 +176,16 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
         Err(ProviderError::Unsupported("lookup by idempotency key"))
     }
 
+    /// Whether [`Provider::submit`] and [`Provider::submit_streaming`] fire their [`Sent`]
+    /// for a request of `kind` when its body is handed to the connection, and never before:
+    /// then an attempt stopped while the notice is unfired was not sent (the upstream has at
+    /// most a head without its body). `false` (the default) for an adapter that does not
+    /// tell: its attempts stopped in flight may have been sent.
+    fn reports_sent(&self, kind: &crate::kind::Kind) -> bool {
+        let _ = kind;
+        false
+    }
+
     /// The header that forwards an attempt's idempotency key upstream, if configured.
     fn idempotency_header(&self) -> Option<&str> {
         None

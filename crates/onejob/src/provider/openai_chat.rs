@@ -546,6 +546,12 @@ impl Provider for OpenAiChat {
         })
     }
 
+    /// Every request's body is a [`SentBody`], which fires the notice as the connection
+    /// takes it.
+    fn reports_sent(&self, _kind: &Kind) -> bool {
+        true
+    }
+
     fn idempotency_header(&self) -> Option<&str> {
         self.idempotency_header.as_deref()
     }

@@ -4,7 +4,8 @@
 //! (compare-and-swap), failed, cancelled, or unknown.
 //!
 //! Nothing here turns a timeout into a failure: a deadline, an ambiguous transport error or
-//! a shutdown makes the attempt `unknown`, which blocks further attempts until proof arrives.
+//! a shutdown makes the attempt `unknown`, which blocks further attempts until proof arrives,
+//! once its request went out; one stopped before its request went out was not sent.
 //! Every wait is bounded (the deadline, shutdown, the job's cancellation), every store write
 //! is retried while retrying can help ([`super::recording`]), and an answer that still cannot
 //! be recorded is held for the reconciler ([`super::held`]), never dropped.
@@ -265,6 +266,7 @@ async fn run_attempt(
         telemetry::dispatch_latency(Duration::try_from(waited).unwrap_or_default());
     }
     let sent_at = Instant::now();
+    let reports_sent = provider.reports_sent(&kind);
     let (sent_tx, mut sent_rx) = oneshot::channel();
     let submit = async {
         match sink {
@@ -307,10 +309,21 @@ async fn run_attempt(
             }
             () = tokio::time::sleep_until(deadline) => {
                 let limit = if sink.is_some() { "stream_max" } else { "attempt_timeout" };
+                if !went_out(reports_sent, sent, &mut sent_rx) {
+                    let error = json!({ "message": format!(
+                        "not sent: the request had not gone out within {limit} ({budget:?}); \
+                         the provider could not be reached in time") });
+                    return not_sent(&ctx, &kind, &attempt, error).await;
+                }
                 return unknown(&ctx, &attempt, json!({ "reason": format!(
                     "no answer within {limit} ({budget:?})") })).await;
             }
             () = abandon.cancelled() => {
+                if !went_out(reports_sent, sent, &mut sent_rx) {
+                    let error = json!({ "message":
+                        "not sent: the worker shut down before the request went out" });
+                    return not_sent(&ctx, &kind, &attempt, error).await;
+                }
                 return unknown(&ctx, &attempt, json!({
                     "reason": "the worker shut down before the provider answered" })).await;
             }
@@ -415,6 +428,17 @@ async fn run_attempt(
         ctx.hub.watch.answered(job.id, answer, upstream_request_id);
     }
     ending
+}
+
+/// Whether the request may have gone out. It has not only where the adapter reports it
+/// ([`Provider::reports_sent`]) and its notice is still unfired (`sent_rx` empty): such an
+/// adapter fires it when it hands the body to the connection, and until then the upstream
+/// has at most a request's head without its body, which it cannot act on. An attempt stopped
+/// before is not sent, never `unknown` (docs/design.md §2, invariant 11).
+fn went_out(reports: bool, sent: Option<Instant>, sent_rx: &mut oneshot::Receiver<()>) -> bool {
+    !reports
+        || sent.is_some()
+        || !matches!(sent_rx.try_recv(), Err(oneshot::error::TryRecvError::Empty))
 }
 
 /// Records the acknowledgement (and task id), retrying while the store is unreachable.
@@ -575,7 +599,8 @@ async fn fail(
     end_with(ctx, kind, attempt, end, error, &Resolution::worker()).await
 }
 
-/// Ends an attempt this worker never sent (no provider, or the fence refused): only while it
+/// Ends an attempt this worker never sent (no provider, the fence refused, or it was stopped
+/// before its request went out: see [`went_out`]): only while it
 /// is still `starting`, since nobody else may have acted on it yet. The upstream key stays in
 /// force (nothing was sent under it); an attempt of a cancelled job ends `cancelled`.
 async fn not_sent(

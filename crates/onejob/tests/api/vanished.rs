@@ -16,6 +16,7 @@ backend_tests!(
     calls_cut_at_the_request_deadline_still_run_the_attempts_they_started,
     a_stream_whose_caller_left_midway_completes_and_its_retry_replays_it,
     an_attempt_whose_intake_reply_was_lost_still_runs_once,
+    an_attempt_stopped_before_its_request_went_out_is_not_sent_never_unknown,
 );
 
 const WITHIN: Duration = Duration::from_secs(60);
@@ -325,6 +326,60 @@ max_attempts = 1
     assert_eq!(answer["object"], "chat.completion", "{answer}");
     assert_eq!(upstream_calls(&fakes, "an unclear intake"), 1);
     assert_eq!(db.scalar("SELECT COUNT(*) FROM attempts").await, 1);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM job_events WHERE kind = 'attempt_unknown'")
+            .await,
+        0
+    );
+}
+
+/// An attempt whose worker shuts down while its request has not gone out (the upstream's
+/// connection is still being made: here its accept queue is full, so the connection hangs)
+/// was not sent: it ends `failed` with its key unspent, never `unknown`, so its job is not
+/// left awaiting a proof nobody needs. Before, a shutdown made every attempt in flight
+/// `unknown`, sent or not.
+async fn an_attempt_stopped_before_its_request_went_out_is_not_sent_never_unknown(
+    backend: Backend,
+) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    // A listener that never accepts, with room for one connection in its queue: filled, so
+    // every other connection to it hangs in its handshake.
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket
+        .bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .unwrap();
+    socket.listen(0).unwrap();
+    let addr = socket.local_addr().unwrap().as_socket().unwrap();
+    let _queued = std::net::TcpStream::connect(addr).unwrap();
+    let mut app = TestApp::running_uncertified(&db, &fakes, |config| {
+        gateway(config);
+        let mut provider =
+            onejob::config::ProviderConfig::new("hung", onejob::config::Adapter::OpenaiChat);
+        provider.base_url = Some(format!("http://{addr}/v1"));
+        provider.model = Some("m".into());
+        provider.connect_timeout = Some(Duration::from_secs(20));
+        config.providers.push(provider);
+        let kind = config
+            .kinds
+            .iter_mut()
+            .find(|k| k.name == "chat.fast")
+            .unwrap();
+        kind.providers = vec!["hung".into()];
+        config.gateway.wait = Duration::from_millis(200);
+    })
+    .await;
+    let (status, refused) = json(
+        app.chat(Some("hung"), &body("a request that never goes out", false))
+            .await,
+    )
+    .await;
+    assert_eq!(status, 409, "still running: {refused}");
+    let job_id = refused["error"]["job_id"].as_str().unwrap().to_owned();
+    app.stop_worker().await;
+    let attempts = app.attempts(&job_id).await;
+    assert_eq!(attempts[0]["state"], "failed", "{attempts:?}");
+    assert_ne!(app.job(&job_id).await["state"], "unknown");
     assert_eq!(
         db.scalar("SELECT COUNT(*) FROM job_events WHERE kind = 'attempt_unknown'")
             .await,
