@@ -61,7 +61,9 @@ pub struct Behaviour {
     /// What the finished work looks like.
     pub outcome: Outcome,
     /// The exact output of the finished work. It replaces the output every outcome but
-    /// [`Outcome::Fail`] would produce.
+    /// [`Outcome::Fail`] would produce: a task's result, a chat answer's content (or a tool
+    /// call's arguments) as JSON text, and at the endpoints beyond chat the whole answer (a
+    /// message, a response, an embeddings list, an images response).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<Value>,
     /// Answer the submit with this HTTP status and a JSON error body instead of running.

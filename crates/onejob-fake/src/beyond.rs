@@ -14,9 +14,11 @@
 //! `fake answer: <the last user text>` (the JSON `{"text": …}` for a response asking for a
 //! JSON schema in `text.format`), or a call of the tool `tool_choice` names (a response's
 //! `"required"` calls its first tool); images at `https://fake.invalid/images/…` or as a
-//! tiny PNG in `b64_json`. `stream: true` (messages, responses) streams the answer's events
-//! (see `onejob_domain::wire`), each as `event: <type>` and `data: <json>`. Errors come in
-//! the endpoint's API's shape (Anthropic's for messages).
+//! tiny PNG in `b64_json`; a rule's `output` is the answer itself, whatever it holds (a
+//! message of thinking blocks only, a response of reasoning items only, …). `stream: true`
+//! (messages, responses) streams the answer's events (see `onejob_domain::wire`), each as
+//! `event: <type>` and `data: <json>`. Errors come in the endpoint's API's shape
+//! (Anthropic's for messages).
 //!
 //! A request whose `Idempotency-Key` was already seen at the same endpoint is not run again:
 //! it answers what the first one answered (waiting for it while it runs), in the form it
@@ -208,12 +210,12 @@ async fn answer(
         publish(&slot, failure.status(), body);
         return Err(FakeError::ScriptedFailure);
     }
-    let made = match shape {
+    let made = behaviour.output.clone().unwrap_or_else(|| match shape {
         Shape::Embeddings => embedding_list(&request, &behaviour),
         Shape::Responses => response_of(&request, &behaviour),
         Shape::Images => images_of(&request, &behaviour),
         Shape::Messages => message_of(&request, &behaviour),
-    };
+    });
     let events = match shape {
         Shape::Messages if request["stream"] == true => onejob_domain::wire::message_events(&made),
         Shape::Responses if request["stream"] == true => {
