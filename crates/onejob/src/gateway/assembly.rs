@@ -4,13 +4,15 @@
 //! last, `response.completed`, carries the whole response).
 //!
 //! Each event's JSON is given as it came ([`Assembly::push`]); the assembly says when the
-//! stream is over and what it added up to, or that it ended in an error.
+//! stream is over and what it added up to, or that it ended in an error. A live stream is
+//! relayed through it ([`Assembly::relay`]): each event goes on to the attempt's callers but
+//! the one that ends the stream, which the sink holds until the answer won.
 
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use super::{Endpoint, completion::Assembler};
+use super::{Endpoint, completion::Assembler, streams::StreamSink};
 
 /// An answer being assembled from its stream.
 #[derive(Debug)]
@@ -60,6 +62,25 @@ impl Assembly {
                 _ => Ok(None),
             },
         }
+    }
+
+    /// Takes one event of a live stream and relays it to `sink`'s readers: the answer once
+    /// this event ends the stream. That last event (`message_stop`, `response.completed`) is
+    /// held by the sink, relayed only if the answer wins ([`StreamSink::hold`]); an error event
+    /// is not relayed (the stream's end tells its readers); Anthropic's keep-alive `ping` is
+    /// no part of the answer and is not relayed.
+    pub fn relay(
+        &mut self,
+        event: Value,
+        sink: &StreamSink,
+    ) -> Result<Option<Value>, StreamFailed> {
+        let over = self.push(&event)?;
+        if over.is_some() {
+            sink.hold(event);
+        } else if event.get("type").and_then(Value::as_str) != Some("ping") {
+            sink.push(event);
+        }
+        Ok(over)
     }
 
     /// The answer at the stream's `[DONE]` (chat's end); other streams end at an event of

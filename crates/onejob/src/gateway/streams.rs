@@ -10,6 +10,12 @@
 //! error naming the job), and the stream leaves the registry, so a retry under the same key
 //! attaches to the job's next attempt. A caller that disconnects only drops its reader.
 //!
+//! Answers are judged, then told: the event that ends an upstream's stream (`message_stop`,
+//! `response.completed`) is held by the sink ([`StreamSink::hold`]) and relayed only when the
+//! stream ends [`StreamEnd::Done`], after the answer passed its checks and won; a stream that
+//! fails drops it, and its callers read the error instead. (Chat's end, `[DONE]`, is no
+//! chunk: callers are sent it at [`StreamEnd::Done`].)
+//!
 //! The registry is this process's: a caller is relayed live when its job's attempt runs in
 //! the same process (`onejob serve`); otherwise it is answered the stored completion as a
 //! stream once the job finished.
@@ -43,6 +49,8 @@ pub enum StreamEnd {
 #[derive(Debug, Default)]
 struct Progress {
     chunks: Vec<Value>,
+    /// The event that ended the upstream's stream, relayed once the answer won.
+    held: Option<Value>,
     attempt: Option<Uuid>,
     end: Option<StreamEnd>,
 }
@@ -238,7 +246,14 @@ impl StreamSink {
         self.stream.bump();
     }
 
-    /// Ends the stream; it leaves the registry, so the job's next attempt streams anew.
+    /// Holds the event that ended the upstream's stream: readers get it only when the stream
+    /// ends [`StreamEnd::Done`] (the answer passed its checks and won), as its last chunk.
+    pub fn hold(&self, chunk: Value) {
+        self.stream.lock().held = Some(chunk);
+    }
+
+    /// Ends the stream: done relays the held event first, a failure drops it. The stream
+    /// leaves the registry, so the job's next attempt streams anew.
     pub fn end(mut self, end: StreamEnd) {
         self.finish(end);
     }
@@ -248,7 +263,14 @@ impl StreamSink {
             return;
         }
         self.ended = true;
-        self.stream.lock().end = Some(end);
+        {
+            let mut progress = self.stream.lock();
+            let held = progress.held.take();
+            if let (StreamEnd::Done, Some(last)) = (&end, held) {
+                progress.chunks.push(last);
+            }
+            progress.end = Some(end);
+        }
         self.stream.bump();
         self.streams.forget(&self.key, &self.stream);
     }
@@ -298,6 +320,39 @@ mod tests {
         sink.end(StreamEnd::Done);
         assert_eq!(first.stream().next(2).await, Next::End(StreamEnd::Done));
         assert!(streams.is_empty(), "an ended stream leaves the registry");
+    }
+
+    #[tokio::test]
+    async fn the_held_last_event_is_relayed_only_when_the_stream_ends_done() {
+        let streams = LiveStreams::default();
+        let key = KeyHash([5; 32]);
+        let wanted = streams.want(&owner(), &key);
+        let sink = streams.start(&owner(), &key, Uuid::now_v7()).unwrap();
+        sink.push(json!("start"));
+        sink.hold(json!("stop"));
+        assert_eq!(
+            wanted.stream().next(0).await,
+            Next::Chunks(vec![json!("start")]),
+            "held, not relayed"
+        );
+        sink.end(StreamEnd::Done);
+        assert_eq!(
+            wanted.stream().next(1).await,
+            Next::Chunks(vec![json!("stop")])
+        );
+        assert_eq!(wanted.stream().next(2).await, Next::End(StreamEnd::Done));
+
+        let failed = KeyHash([6; 32]);
+        let wanted = streams.want(&owner(), &failed);
+        let sink = streams.start(&owner(), &failed, Uuid::now_v7()).unwrap();
+        sink.push(json!("start"));
+        sink.hold(json!("stop"));
+        sink.end(StreamEnd::Failed("judged no answer".into()));
+        assert_eq!(
+            wanted.stream().next(1).await,
+            Next::End(StreamEnd::Failed("judged no answer".into())),
+            "a failed stream never tells its end"
+        );
     }
 
     #[tokio::test]

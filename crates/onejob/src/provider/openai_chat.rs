@@ -296,8 +296,9 @@ fn limited(params: &Value) -> bool {
 }
 
 /// Reads an upstream's server-sent events, relaying each chunk to `sink` and assembling the
-/// answer of `endpoint`; the whole stream is bounded by `limit` bytes, and each wait for the
-/// next event by `idle`.
+/// answer of `endpoint` ([`crate::gateway::assembly::Assembly::relay`]: the event that ends
+/// the stream is held until the answer won); the whole stream is bounded by `limit` bytes,
+/// and each wait for the next event by `idle`.
 async fn relay_stream(
     endpoint: Endpoint,
     response: reqwest::Response,
@@ -351,12 +352,8 @@ async fn relay_stream(
         let chunk: Value = serde_json::from_str(&event.data)
             .map_err(|e| ProviderError::BadAnswer(format!("a streamed chunk is not JSON: {e}")))?;
         let over = assembly
-            .push(&chunk)
+            .relay(chunk, sink)
             .map_err(|e| ProviderError::BadAnswer(e.to_string()))?;
-        // Anthropic's keep-alive `ping` is not part of the answer.
-        if chunk.get("type").and_then(Value::as_str) != Some("ping") {
-            sink.push(chunk);
-        }
         if let Some(answer) = over {
             return Ok(answer);
         }

@@ -39,6 +39,8 @@ backend_tests!(
     a_responses_call_goes_upstream_with_store_false_and_never_in_the_background,
     an_anthropic_overload_proves_nothing_ran_and_the_job_retries,
     an_async_task_image_that_is_any_other_string_is_no_image,
+    a_message_of_thinking_only_streams_without_message_stop_then_the_error,
+    a_response_of_reasoning_only_streams_without_response_completed_then_the_error,
 );
 
 const WITHIN: Duration = Duration::from_secs(30);
@@ -1086,4 +1088,99 @@ async fn an_async_task_image_that_is_any_other_string_is_no_image(backend: Backe
     let job_id = headers["onejob-job-id"].to_str().unwrap();
     assert_eq!(app.job(job_id).await["state"], "failed");
     assert_eq!(app.attempts(job_id).await[0]["state"], "failed");
+}
+
+/// Streams `request` (its text mentioning "judged") from an upstream that answers `output`,
+/// which the gateway judges no answer, and then a real answer (its text mentioning "real"):
+/// the first caller's live stream never says the answer completed (`terminal`), it ends with
+/// the error event naming the job; the second ends with `terminal`, as ever.
+async fn judged_no_answer_is_never_told_complete(
+    backend: Backend,
+    case: Case,
+    output: Value,
+    terminal: &str,
+) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    fakes.primary.add_rule(rule(
+        "judged",
+        Behaviour {
+            output: Some(output),
+            run_ms: 600,
+            ..Default::default()
+        },
+    ));
+    fakes.primary.add_rule(rule(
+        "real",
+        Behaviour {
+            run_ms: 600,
+            ..Default::default()
+        },
+    ));
+    let app = TestApp::running(&db, &fakes, |config| quick(config, case.kind)).await;
+    let mut body = (case.request)("A judged fox.");
+    body["stream"] = json!(true);
+    let response = app.call(case.path, "judged", &body).await;
+    let job_id = response.headers()["onejob-job-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let judged = events(response).await;
+    let names: Vec<&str> = judged.iter().map(|(name, _)| name.as_str()).collect();
+    assert!(
+        names.len() > 2,
+        "the answer streamed live before it was judged: {names:?}"
+    );
+    assert!(
+        !names.contains(&terminal),
+        "an answer judged no answer is never told complete: {names:?}"
+    );
+    let (name, last) = judged.last().unwrap();
+    assert_eq!(name, "error", "{names:?}");
+    let message = match case.schema {
+        Some(_) => {
+            conforms("ResponseStreamEvent", last);
+            &last["message"]
+        }
+        None => &last["error"]["message"],
+    };
+    assert!(message.as_str().unwrap().contains(&job_id), "{last}");
+    let job = app
+        .wait_job(&job_id, WITHIN, |j| j["state"] == "failed")
+        .await;
+    assert_eq!(job["state"], "failed", "{job}");
+
+    let mut body = (case.request)("A real fox.");
+    body["stream"] = json!(true);
+    let real = events(app.call(case.path, "real", &body).await).await;
+    assert_eq!(
+        real.last().map(|(name, _)| name.as_str()),
+        Some(terminal),
+        "a real answer's stream ends with its last event"
+    );
+}
+
+async fn a_message_of_thinking_only_streams_without_message_stop_then_the_error(backend: Backend) {
+    let thinking = json!({"id": "msg_judged", "type": "message", "role": "assistant",
+        "model": "fake", "content": [{"type": "thinking", "thinking": "Foxes are red.",
+        "signature": "c2ln"}], "stop_reason": "end_turn", "stop_sequence": null,
+        "usage": {"input_tokens": 3, "output_tokens": 4}});
+    judged_no_answer_is_never_told_complete(backend, MESSAGES, thinking, "message_stop").await;
+}
+
+async fn a_response_of_reasoning_only_streams_without_response_completed_then_the_error(
+    backend: Backend,
+) {
+    let reasoning = json!({"id": "resp_judged", "object": "response", "created_at": 1,
+        "status": "completed", "completed_at": 2, "model": "fake", "error": null,
+        "incomplete_details": null, "instructions": null, "metadata": {},
+        "parallel_tool_calls": true, "temperature": 1.0, "top_p": 1.0, "tool_choice": "auto",
+        "tools": [], "text": {"format": {"type": "text"}}, "store": false,
+        "output": [{"type": "reasoning", "id": "rs_1",
+            "summary": [{"type": "summary_text", "text": "Foxes are red."}]}],
+        "usage": {"input_tokens": 3, "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 4, "output_tokens_details": {"reasoning_tokens": 4},
+            "total_tokens": 7}});
+    judged_no_answer_is_never_told_complete(backend, RESPONSES, reasoning, "response.completed")
+        .await;
 }
