@@ -8,63 +8,108 @@
 
 use serde_json::{Map, Value, json};
 
-/// The events of a finished Anthropic `message`: `message_start` (the message without its
-/// content), per content block `content_block_start`, one delta (`text_delta`, or
-/// `input_json_delta` with a tool call's input), `content_block_stop`, then `message_delta`
-/// (the stop reason and output usage) and `message_stop`.
+/// The events of a finished Anthropic `message`, as the Messages API streams one: first
+/// `message_start`, the message without its content, its stop reason and stop sequence null,
+/// its usage the message's with `output_tokens: 0` (the input and cache counts are known when
+/// a stream starts); per content block `content_block_start` (the block with only its
+/// streamed members emptied: a text block's `text`, and `citations` where it has some; a
+/// thinking block's `thinking` and `signature`; a tool call's `input`), its deltas
+/// (`text_delta` and one `citations_delta` per citation, `thinking_delta` and
+/// `signature_delta`, `input_json_delta` with the tool call's input) and
+/// `content_block_stop`; then `message_delta`, with the stop reason and stop sequence and the
+/// whole usage (cumulative, as the API sends it), and `message_stop`. Assembled again, they
+/// are the message, member for member.
 pub fn message_events(message: &Value) -> Vec<Value> {
     let mut start = message.clone();
     if let Some(start) = start.as_object_mut() {
         start.insert("content".into(), json!([]));
-        start.insert("stop_reason".into(), Value::Null);
-        start.insert("stop_sequence".into(), Value::Null);
+        for field in STOP_MEMBERS {
+            if start.contains_key(field) {
+                start.insert(field.into(), Value::Null);
+            }
+        }
+        if let Some(Value::Object(usage)) = start.get_mut("usage")
+            && usage
+                .get("output_tokens")
+                .is_some_and(|tokens| !tokens.is_null())
+        {
+            usage.insert("output_tokens".into(), json!(0));
+        }
     }
     let mut events = vec![json!({"type": "message_start", "message": start})];
     let blocks = message["content"].as_array().cloned().unwrap_or_default();
     for (index, block) in blocks.iter().enumerate() {
-        let kind = block["type"].as_str().unwrap_or("text");
-        let (empty, delta) = match kind {
-            "text" => (
-                json!({"type": "text", "text": ""}),
-                Some(json!({"type": "text_delta", "text": block["text"]})),
-            ),
-            "tool_use" => {
-                let mut empty = block.clone();
-                empty["input"] = json!({});
-                let input = serde_json::to_string(&block["input"]).unwrap_or_default();
-                (
-                    empty,
-                    Some(json!({"type": "input_json_delta", "partial_json": input})),
-                )
-            }
-            "thinking" => {
-                let mut empty = block.clone();
-                empty["thinking"] = json!("");
-                (
-                    empty,
-                    Some(json!({"type": "thinking_delta", "thinking": block["thinking"]})),
-                )
-            }
-            _ => (block.clone(), None),
-        };
+        let (empty, deltas) = streamed_block(block);
         events.push(json!({"type": "content_block_start", "index": index, "content_block": empty}));
-        if let Some(delta) = delta {
+        for delta in deltas {
             events.push(json!({"type": "content_block_delta", "index": index, "delta": delta}));
         }
         events.push(json!({"type": "content_block_stop", "index": index}));
     }
-    let mut usage = Map::new();
-    usage.insert(
-        "output_tokens".into(),
-        message["usage"]["output_tokens"].clone(),
-    );
-    events.push(json!({
-        "type": "message_delta",
-        "delta": {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]},
-        "usage": usage,
-    }));
+    let mut stop = Map::new();
+    for field in STOP_MEMBERS {
+        if let Some(value) = message.get(field) {
+            stop.insert(field.into(), value.clone());
+        }
+    }
+    let mut delta = json!({"type": "message_delta", "delta": stop});
+    if let Some(usage) = message.get("usage") {
+        delta["usage"] = usage.clone();
+    }
+    events.push(delta);
     events.push(json!({"type": "message_stop"}));
     events
+}
+
+/// The members of a message that its `message_delta` tells.
+const STOP_MEMBERS: [&str; 2] = ["stop_reason", "stop_sequence"];
+
+/// A content block as its stream starts it (its streamed members emptied), and the deltas
+/// that fill them in again.
+fn streamed_block(block: &Value) -> (Value, Vec<Value>) {
+    let mut empty = block.clone();
+    let mut deltas = Vec::new();
+    let Some(members) = empty.as_object_mut() else {
+        return (empty, deltas);
+    };
+    let text = |member: &str| block.get(member).and_then(Value::as_str);
+    match block["type"].as_str() {
+        Some("text") => {
+            if let Some(text) = text("text") {
+                members.insert("text".into(), json!(""));
+                deltas.push(json!({"type": "text_delta", "text": text}));
+            }
+            if let Some(Value::Array(citations)) = block.get("citations")
+                && !citations.is_empty()
+            {
+                members.insert("citations".into(), json!([]));
+                deltas.extend(
+                    citations
+                        .iter()
+                        .map(|citation| json!({"type": "citations_delta", "citation": citation})),
+                );
+            }
+        }
+        Some("thinking") => {
+            if let Some(thinking) = text("thinking") {
+                members.insert("thinking".into(), json!(""));
+                deltas.push(json!({"type": "thinking_delta", "thinking": thinking}));
+            }
+            if let Some(signature) = text("signature") {
+                members.insert("signature".into(), json!(""));
+                deltas.push(json!({"type": "signature_delta", "signature": signature}));
+            }
+        }
+        Some("tool_use" | "server_tool_use" | "mcp_tool_use") => {
+            if let Some(input) = block.get("input") {
+                members.insert("input".into(), json!({}));
+                let input = serde_json::to_string(input).unwrap_or_default();
+                deltas.push(json!({"type": "input_json_delta", "partial_json": input}));
+            }
+        }
+        _ => {}
+    }
+    (empty, deltas)
 }
 
 /// The events of a finished OpenAI `response`: `response.created` and
@@ -190,6 +235,55 @@ mod tests {
         assert_eq!(events[2]["delta"]["text"], "hi");
         assert_eq!(events[5]["delta"]["partial_json"], r#"{"city":"Oslo"}"#);
         assert_eq!(events[7]["delta"]["stop_reason"], "tool_use");
+    }
+
+    #[test]
+    fn a_replayed_message_streams_usage_citations_and_signatures_as_the_api_does() {
+        let citation = json!({"type": "char_location", "cited_text": "red",
+            "document_index": 0, "start_char_index": 0, "end_char_index": 3});
+        let message = json!({"id": "msg_1", "type": "message", "role": "assistant",
+            "model": "m", "content": [
+                {"type": "thinking", "thinking": "hm", "signature": "c2ln"},
+                {"type": "text", "text": "a red fox", "citations": [citation, citation]},
+                {"type": "text", "text": "!", "citations": null}],
+            "stop_reason": "end_turn", "stop_sequence": null,
+            "usage": {"input_tokens": 3, "cache_creation_input_tokens": 1,
+                "cache_read_input_tokens": 2, "output_tokens": 5}});
+        let events = message_events(&message);
+        assert_eq!(
+            events[0]["message"]["usage"],
+            json!({"input_tokens": 3, "cache_creation_input_tokens": 1,
+                "cache_read_input_tokens": 2, "output_tokens": 0}),
+            "the input and cache counts come first"
+        );
+        assert_eq!(
+            events[1]["content_block"],
+            json!({"type": "thinking", "thinking": "", "signature": ""})
+        );
+        assert_eq!(
+            events[3]["delta"],
+            json!({"type": "signature_delta", "signature": "c2ln"})
+        );
+        assert_eq!(
+            events[5]["content_block"],
+            json!({"type": "text", "text": "", "citations": []})
+        );
+        let cited: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["delta"]["type"] == "citations_delta")
+            .map(|e| &e["delta"]["citation"])
+            .collect();
+        assert_eq!(cited, [&citation, &citation], "one event per citation");
+        assert_eq!(
+            events[10]["content_block"],
+            json!({"type": "text", "text": "", "citations": null})
+        );
+        let delta = &events[events.len() - 2];
+        assert_eq!(delta["type"], "message_delta");
+        assert_eq!(
+            delta["usage"], message["usage"],
+            "the whole usage, cumulative"
+        );
     }
 
     #[test]

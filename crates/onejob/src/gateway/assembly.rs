@@ -146,6 +146,9 @@ impl MessageAssembler {
                         let citations = block
                             .entry("citations")
                             .or_insert_with(|| Value::Array(Vec::new()));
+                        if !citations.is_array() {
+                            *citations = Value::Array(Vec::new());
+                        }
                         if let Value::Array(list) = citations {
                             list.push(delta["citation"].clone());
                         }
@@ -214,6 +217,30 @@ mod tests {
             {"type": "tool_use", "id": "t", "name": "w", "input": {"city": "Oslo"}}],
             "stop_reason": "tool_use", "stop_sequence": null,
             "usage": {"input_tokens": 3, "output_tokens": 2}});
+        let mut assembly = Assembly::new(Endpoint::Messages);
+        let mut answer = None;
+        for event in onejob_domain::wire::message_events(&message) {
+            answer = assembly.push(&event).unwrap();
+        }
+        assert_eq!(answer, Some(message));
+    }
+
+    #[test]
+    fn a_replayed_message_assembles_back_to_itself_member_for_member() {
+        let citation = json!({"type": "web_search_result_location", "url": "https://x",
+            "title": "Foxes", "encrypted_index": "e", "cited_text": "red"});
+        let message = json!({"id": "msg_2", "type": "message", "role": "assistant",
+            "model": "m", "container": null, "content": [
+                {"type": "thinking", "thinking": "Red, then.", "signature": "c2ln"},
+                {"type": "redacted_thinking", "data": "opaque"},
+                {"type": "text", "text": "a red fox", "citations": [citation]},
+                {"type": "text", "text": "!", "citations": null},
+                {"type": "tool_use", "id": "t", "name": "w", "input": {"city": "Oslo",
+                    "days": [1, 2]}, "caller": {"type": "direct"}}],
+            "stop_reason": "tool_use", "stop_sequence": null,
+            "usage": {"input_tokens": 3, "cache_creation_input_tokens": 1,
+                "cache_read_input_tokens": 2, "output_tokens": 9,
+                "server_tool_use": {"web_search_requests": 1}, "service_tier": "standard"}});
         let mut assembly = Assembly::new(Endpoint::Messages);
         let mut answer = None;
         for event in onejob_domain::wire::message_events(&message) {
