@@ -173,7 +173,8 @@ impl Assembler {
 /// other member of each choice's message in its own chunk (`reasoning_content` before
 /// `content`, as models think before they answer; the choice's `logprobs` ride with the
 /// content), its tool calls, its finish reason, and with `include_usage` a last chunk with
-/// the usage and no choices, as OpenAI sends them. Assembled again they are the completion.
+/// the usage and no choices, every chunk before it carrying `"usage": null`, as OpenAI sends
+/// them. Assembled again they are the completion.
 pub fn chunks_of(completion: &Value, include_usage: bool) -> Vec<Value> {
     let chunk = |choices: Value| {
         let mut chunk = Map::new();
@@ -184,6 +185,9 @@ pub fn chunks_of(completion: &Value, include_usage: bool) -> Vec<Value> {
         }
         chunk.insert("object".into(), json!("chat.completion.chunk"));
         chunk.insert("choices".into(), choices);
+        if include_usage {
+            chunk.insert("usage".into(), Value::Null);
+        }
         Value::Object(chunk)
     };
     let mut chunks = Vec::new();
@@ -351,7 +355,14 @@ mod tests {
             again.push(chunk);
         }
         assert_eq!(again.completion(), completion);
-        assert!(chunks_of(&completion, false).last().unwrap()["usage"].is_null());
+        let (usage, before) = chunks.split_last().unwrap();
+        assert_eq!(usage["usage"], completion["usage"]);
+        for chunk in before {
+            assert_eq!(chunk.get("usage"), Some(&Value::Null), "as OpenAI: {chunk}");
+        }
+        for chunk in chunks_of(&completion, false) {
+            assert!(chunk.get("usage").is_none(), "usage not asked: {chunk}");
+        }
     }
 
     #[test]

@@ -192,9 +192,12 @@ pub enum UpstreamFailure {
     },
 }
 
-/// A live stream being read: its chunks (the usage chunk only where asked), then its end.
+/// A live stream being read: its chunks, then its end. A chat caller that did not ask for
+/// the usage (`stream_options.include_usage`) is relayed the chunks without it, as OpenAI
+/// streams them (see [`LiveStream::events`]).
 pub struct LiveStream {
     wanted: Wanted,
+    endpoint: Endpoint,
     include_usage: bool,
 }
 
@@ -210,13 +213,30 @@ pub enum LiveEvent {
 }
 
 impl LiveStream {
+    /// The stream `wanted` names, read by a caller of `endpoint` who asked for the usage or
+    /// not.
+    pub fn new(wanted: Wanted, endpoint: Endpoint, include_usage: bool) -> Self {
+        Self {
+            wanted,
+            endpoint,
+            include_usage,
+        }
+    }
+
     /// The events, read as they come. The reader holds the stream while it reads; one that
     /// goes away (the client disconnected) stops reading, and the job goes on.
+    ///
+    /// onejob always asks a chat upstream for the usage (the job's completion keeps it), so
+    /// its chunks carry a `usage` member (`null` in all but the last, the usage chunk without
+    /// choices); a chat caller that did not ask is relayed them without it, as OpenAI
+    /// streams to such a caller: no usage chunk, no `usage` member.
     pub fn events(self) -> impl Stream<Item = LiveEvent> + Send + 'static {
         let LiveStream {
             wanted,
+            endpoint,
             include_usage,
         } = self;
+        let strip_usage = endpoint == Endpoint::Chat && !include_usage;
         stream::unfold(
             (wanted, 0usize, false),
             move |(wanted, read, over)| async move {
@@ -228,8 +248,13 @@ impl LiveStream {
                         let read = read + chunks.len();
                         let events: Vec<LiveEvent> = chunks
                             .into_iter()
-                            .filter(|chunk| include_usage || !usage_only(chunk))
-                            .map(LiveEvent::Chunk)
+                            .filter(|chunk| !(strip_usage && usage_only(chunk)))
+                            .map(|mut chunk| {
+                                if strip_usage && let Some(chunk) = chunk.as_object_mut() {
+                                    chunk.remove("usage");
+                                }
+                                LiveEvent::Chunk(chunk)
+                            })
                             .collect();
                         Some((stream::iter(events), (wanted, read, false)))
                     }
@@ -248,9 +273,8 @@ impl LiveStream {
 }
 
 /// Whether a streamed chunk is the one that closes a stream asked with `include_usage`: no
-/// choices, only the usage. onejob always asks its upstream for it (the job's completion
-/// keeps the usage), so it is relayed only to callers that asked for it, as OpenAI does: a
-/// caller that did not reads `choices[0]` of every chunk, as OpenAI's own examples do.
+/// choices, only the usage. It is relayed only to callers that asked for it, as OpenAI does:
+/// a caller that did not reads `choices[0]` of every chunk, as OpenAI's own examples do.
 fn usage_only(chunk: &Value) -> bool {
     chunk
         .get("choices")
@@ -366,10 +390,11 @@ impl ChatCalls {
                     job_id,
                     replayed,
                     request_id: request_id.as_deref().map(str::to_owned),
-                    outcome: ChatOutcome::Live(LiveStream {
+                    outcome: ChatOutcome::Live(LiveStream::new(
                         wanted,
-                        include_usage: delivery.include_usage,
-                    }),
+                        endpoint,
+                        delivery.include_usage,
+                    )),
                 });
             }
             Settled::Job(job) => *job,
@@ -716,6 +741,53 @@ mod tests {
                 json!({"stream": true}).as_object().unwrap()
             )
             .is_err()
+        );
+    }
+
+    /// The events a caller of `endpoint` reads of a stream of `chunks`, asking for the usage
+    /// or not.
+    async fn relayed(endpoint: Endpoint, include_usage: bool, chunks: &[Value]) -> Vec<LiveEvent> {
+        let streams = crate::gateway::streams::LiveStreams::default();
+        let owner = Principal::new("acme", "alice");
+        let key = onejob_domain::KeyHash([9; 32]);
+        let wanted = streams.want(&owner, &key);
+        let sink = streams.start(&owner, &key, Uuid::now_v7()).unwrap();
+        for chunk in chunks {
+            sink.push(chunk.clone());
+        }
+        sink.end(StreamEnd::Done);
+        LiveStream::new(wanted, endpoint, include_usage)
+            .events()
+            .collect()
+            .await
+    }
+
+    #[tokio::test]
+    async fn a_chat_caller_that_did_not_ask_for_the_usage_reads_none() {
+        let chunks = [
+            json!({"id": "c", "choices": [{"index": 0, "delta": {"content": "a fox"}}],
+                "usage": null}),
+            json!({"id": "c", "choices": [], "usage": {"total_tokens": 3}}),
+        ];
+        let plain = relayed(Endpoint::Chat, false, &chunks).await;
+        assert_eq!(
+            plain,
+            [
+                LiveEvent::Chunk(json!({"id": "c",
+                    "choices": [{"index": 0, "delta": {"content": "a fox"}}]})),
+                LiveEvent::Done
+            ],
+            "no usage chunk, no usage member"
+        );
+        let asked = relayed(Endpoint::Chat, true, &chunks).await;
+        let mut expected: Vec<LiveEvent> = chunks.iter().cloned().map(LiveEvent::Chunk).collect();
+        expected.push(LiveEvent::Done);
+        assert_eq!(asked, expected, "as the upstream sent them");
+        // A message's usage is its own, whatever was asked.
+        let delta = [json!({"type": "message_delta", "usage": {"output_tokens": 2}})];
+        assert_eq!(
+            relayed(Endpoint::Messages, false, &delta).await[0],
+            LiveEvent::Chunk(delta[0].clone())
         );
     }
 
