@@ -42,8 +42,23 @@ fn key_of(owner: &Principal, key: &KeyHash) -> StreamKey {
 pub enum StreamEnd {
     /// Every chunk was relayed and the attempt's answer was recorded.
     Done,
-    /// The attempt ended without an answer to relay; the message names the job.
-    Failed(String),
+    /// The attempt ended without an answer to relay.
+    Failed {
+        /// What its callers are told, naming the job.
+        message: String,
+        /// The upstream's definite HTTP status, where its refusal ended the attempt.
+        status: Option<u16>,
+    },
+}
+
+impl StreamEnd {
+    /// A failure without an upstream status.
+    pub fn failed(message: impl Into<String>) -> Self {
+        StreamEnd::Failed {
+            message: message.into(),
+            status: None,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -101,7 +116,7 @@ impl LiveStream {
     pub fn relays(&self, finished: bool) -> bool {
         let progress = self.lock();
         progress.attempt.is_some()
-            && !(finished && matches!(progress.end, Some(StreamEnd::Failed(_))))
+            && !(finished && matches!(progress.end, Some(StreamEnd::Failed { .. })))
     }
 
     /// Waits until an attempt streams into it.
@@ -278,8 +293,8 @@ impl StreamSink {
 
 impl Drop for StreamSink {
     fn drop(&mut self) {
-        self.finish(StreamEnd::Failed(
-            "the attempt stopped before its answer was complete".into(),
+        self.finish(StreamEnd::failed(
+            "the attempt stopped before its answer was complete",
         ));
     }
 }
@@ -347,10 +362,10 @@ mod tests {
         let sink = streams.start(&owner(), &failed, Uuid::now_v7()).unwrap();
         sink.push(json!("start"));
         sink.hold(json!("stop"));
-        sink.end(StreamEnd::Failed("judged no answer".into()));
+        sink.end(StreamEnd::failed("judged no answer"));
         assert_eq!(
             wanted.stream().next(1).await,
-            Next::End(StreamEnd::Failed("judged no answer".into())),
+            Next::End(StreamEnd::failed("judged no answer")),
             "a failed stream never tells its end"
         );
     }
@@ -363,7 +378,7 @@ mod tests {
         drop(streams.start(&owner(), &key, Uuid::now_v7()).unwrap());
         assert!(matches!(
             wanted.stream().next(0).await,
-            Next::End(StreamEnd::Failed(_))
+            Next::End(StreamEnd::Failed { .. })
         ));
         let other = KeyHash([2; 32]);
         drop(streams.want(&owner(), &other));
@@ -389,7 +404,7 @@ mod tests {
         streams
             .start(&owner(), &failed, Uuid::now_v7())
             .unwrap()
-            .end(StreamEnd::Failed("lost".into()));
+            .end(StreamEnd::failed("lost"));
         assert!(
             wanted.stream().relays(false),
             "the failure is the caller's news"

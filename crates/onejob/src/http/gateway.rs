@@ -521,8 +521,8 @@ fn respond(endpoint: Endpoint, answer: ChatAnswer) -> Response {
                     LiveEvent::Chunk(chunk) => Some(event(endpoint, chunk)),
                     LiveEvent::Done if endpoint.named_events() => None,
                     LiveEvent::Done => Some(done()),
-                    LiveEvent::Failed(message) => {
-                        Some(stream_error(endpoint, job_id, &message, sent - 1))
+                    LiveEvent::Failed { message, status } => {
+                        Some(stream_error(endpoint, job_id, &message, status, sent - 1))
                     }
                 };
                 async move { next }
@@ -661,21 +661,24 @@ fn event(endpoint: Endpoint, chunk: Value) -> Result<Event, Infallible> {
 }
 
 /// The event that ends a live stream whose attempt failed, naming the job: the API's own
-/// error event (`error`, for the Responses API with its `sequence_number`).
+/// error event (`error`, for the Responses API with its `sequence_number`), its error type
+/// that of the upstream's definite `status` where the upstream refused the request (a `400`
+/// is `invalid_request_error`, a `429` `rate_limit_error`, Anthropic's `529`
+/// `overloaded_error`; a `401` or `403` is about onejob's account with the upstream, never the
+/// caller's: `api_error`), else `api_error`.
 fn stream_error(
     endpoint: Endpoint,
     job_id: Uuid,
     message: &str,
+    status: Option<u16>,
     sequence: u64,
 ) -> Result<Event, Infallible> {
     let job = Map::from_iter([("job_id".to_owned(), json!(job_id))]);
-    let error = error_object(
-        endpoint,
-        StatusCode::INTERNAL_SERVER_ERROR,
-        message,
-        "attempt_failed",
-        job,
-    );
+    let status = status
+        .filter(|status| !matches!(status, 401 | 403))
+        .and_then(|status| StatusCode::from_u16(status).ok())
+        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let error = error_object(endpoint, status, message, "attempt_failed", job);
     match endpoint {
         Endpoint::Messages => event(endpoint, json!({ "type": "error", "error": error })),
         Endpoint::Responses => event(
@@ -797,4 +800,49 @@ pub fn unserved(path: &str, method_not_allowed: bool) -> Response {
         )
     };
     error_on(path, problem)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The JSON data of the one event `event` is, as a caller reads it.
+    async fn data_of(event: Result<Event, Infallible>) -> Value {
+        let response = sse(stream::iter(vec![event]));
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let text = String::from_utf8(body.to_vec()).unwrap();
+        let data = text
+            .lines()
+            .find_map(|line| line.strip_prefix("data: "))
+            .unwrap_or_else(|| panic!("an event with data: {text}"));
+        serde_json::from_str(data).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_failed_streams_error_event_has_the_type_of_the_upstreams_refusal() {
+        let job = Uuid::now_v7();
+        let anthropic = |status| async move {
+            let event = data_of(stream_error(Endpoint::Messages, job, "no", status, 3)).await;
+            assert_eq!(event["type"], "error");
+            assert_eq!(event["error"]["code"], "attempt_failed");
+            assert_eq!(event["error"]["job_id"], json!(job));
+            event["error"]["type"].as_str().unwrap().to_owned()
+        };
+        assert_eq!(anthropic(Some(400)).await, "invalid_request_error");
+        assert_eq!(anthropic(Some(429)).await, "rate_limit_error");
+        assert_eq!(anthropic(Some(529)).await, "overloaded_error");
+        assert_eq!(anthropic(Some(401)).await, "api_error", "onejob's account");
+        assert_eq!(anthropic(None).await, "api_error");
+        let openai = |status| async move {
+            let event = data_of(stream_error(Endpoint::Chat, job, "no", status, 3)).await;
+            assert_eq!(event["error"]["code"], "attempt_failed");
+            event["error"]["type"].as_str().unwrap().to_owned()
+        };
+        assert_eq!(openai(Some(400)).await, "invalid_request_error");
+        assert_eq!(openai(Some(429)).await, "rate_limit_error");
+        assert_eq!(openai(Some(403)).await, "api_error", "onejob's account");
+        assert_eq!(openai(None).await, "api_error");
+    }
 }

@@ -208,8 +208,13 @@ pub enum LiveEvent {
     Chunk(Value),
     /// Every chunk was relayed and the answer recorded.
     Done,
-    /// The attempt ended without an answer to relay; the message names the job.
-    Failed(String),
+    /// The attempt ended without an answer to relay.
+    Failed {
+        /// What the caller is told, naming the job.
+        message: String,
+        /// The upstream's definite HTTP status, where its refusal ended the attempt.
+        status: Option<u16>,
+    },
 }
 
 impl LiveStream {
@@ -261,8 +266,8 @@ impl LiveStream {
                     Next::End(StreamEnd::Done) => {
                         Some((stream::iter(vec![LiveEvent::Done]), (wanted, read, true)))
                     }
-                    Next::End(StreamEnd::Failed(message)) => Some((
-                        stream::iter(vec![LiveEvent::Failed(message)]),
+                    Next::End(StreamEnd::Failed { message, status }) => Some((
+                        stream::iter(vec![LiveEvent::Failed { message, status }]),
                         (wanted, read, true),
                     )),
                 }

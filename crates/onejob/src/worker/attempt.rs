@@ -45,7 +45,12 @@ pub enum Ending {
     /// Its output came after another attempt won (or the job was cancelled).
     Discarded,
     /// It definitely failed.
-    Failed(String),
+    Failed {
+        /// Why.
+        reason: String,
+        /// The upstream's HTTP status, where its refusal ended the attempt.
+        status: Option<u16>,
+    },
     /// Its job was cancelled while it ran; it ended `cancelled`.
     Cancelled,
     /// Its outcome is unknown.
@@ -133,7 +138,13 @@ pub(super) async fn run_fenced(
     if let Some(sink) = sink {
         sink.end(match &ending {
             Ending::Won => StreamEnd::Done,
-            other => StreamEnd::Failed(stream_failure(job_id, other)),
+            other => StreamEnd::Failed {
+                message: stream_failure(job_id, other),
+                status: match other {
+                    Ending::Failed { status, .. } => *status,
+                    _ => None,
+                },
+            },
         });
     }
     ctx.hub.watch.changed(job_id);
@@ -145,7 +156,7 @@ fn stream_failure(job_id: uuid::Uuid, ending: &Ending) -> String {
     let what = match ending {
         Ending::Won => "won",
         Ending::Discarded => "lost to another attempt, whose answer is the job's result",
-        Ending::Failed(_) => "failed",
+        Ending::Failed { .. } => "failed",
         Ending::Cancelled => "was cancelled with its job",
         Ending::Unknown(_) | Ending::Abandoned(_) | Ending::Unrecorded(_) => {
             "ended with its outcome unknown (the job awaits proof)"
@@ -575,7 +586,10 @@ async fn finish(
         }
         Ok(Offered::Invalid(errors)) => {
             tracing::info!(?errors, "output is not a real result; attempt failed");
-            Ending::Failed("the output does not pass the kind's output schema".into())
+            Ending::Failed {
+                reason: "the output does not pass the kind's output schema".into(),
+                status: None,
+            }
         }
         Err(error) => {
             tracing::error!(error = %Chain(&error), "could not record the result");
@@ -650,7 +664,7 @@ async fn cancelled(
     )
     .await
     {
-        Ending::Failed(_) => Ending::Cancelled,
+        Ending::Failed { .. } => Ending::Cancelled,
         other => other,
     }
 }
@@ -674,7 +688,13 @@ async fn end_with(
     })
     .await;
     match recorded {
-        Ok(_) => Ending::Failed(message),
+        Ok(_) => Ending::Failed {
+            reason: message,
+            // An upstream's refusal keeps its status (`ProviderError::to_json`).
+            status: error["status"]
+                .as_u64()
+                .and_then(|status| u16::try_from(status).ok()),
+        },
         Err(e) => Ending::Unrecorded(e.to_string()),
     }
 }

@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 use crate::{
     helpers::{Backend, Fakes, TestApp, TestDatabase, backend_tests, json},
     openai_schemas::conforms,
+    upstream::{Answer, Upstream},
 };
 
 backend_tests!(
@@ -41,6 +42,7 @@ backend_tests!(
     an_async_task_image_that_is_any_other_string_is_no_image,
     a_message_of_thinking_only_streams_without_message_stop_then_the_error,
     a_response_of_reasoning_only_streams_without_response_completed_then_the_error,
+    a_messages_stream_the_upstream_refused_ends_with_the_refusals_error_type,
 );
 
 const WITHIN: Duration = Duration::from_secs(30);
@@ -1183,4 +1185,60 @@ async fn a_response_of_reasoning_only_streams_without_response_completed_then_th
             "total_tokens": 7}});
     judged_no_answer_is_never_told_complete(backend, RESPONSES, reasoning, "response.completed")
         .await;
+}
+
+/// An upstream that refuses a streamed request, after a while, with the status its text
+/// names ("refuse 429"), in Anthropic's shape.
+async fn refusing_upstream() -> Upstream {
+    Upstream::spawn(|_, request| {
+        let text = request.to_string();
+        let status = [400, 429]
+            .into_iter()
+            .find(|status| text.contains(&format!("refuse {status}")))
+            .unwrap_or(400);
+        let kind = if status == 429 {
+            "rate_limit_error"
+        } else {
+            "invalid_request_error"
+        };
+        Answer::Refuse {
+            status,
+            body: json!({"type": "error", "error": {"type": kind, "message": "refused"}}),
+            after: Duration::from_millis(500),
+        }
+    })
+    .await
+}
+
+async fn a_messages_stream_the_upstream_refused_ends_with_the_refusals_error_type(
+    backend: Backend,
+) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let upstream = refusing_upstream().await;
+    let app = TestApp::running(&db, &fakes, |config| {
+        upstream.serve(
+            config,
+            "claude",
+            onejob::config::Adapter::AnthropicMessages,
+            "messages.fast",
+        );
+    })
+    .await;
+    for (status, kind) in [(400, "invalid_request_error"), (429, "rate_limit_error")] {
+        let mut body = (MESSAGES.request)(&format!("refuse {status}"));
+        body["stream"] = json!(true);
+        let key = format!("refused-{status}");
+        let response = app.call("/v1/messages", &key, &body).await;
+        let job_id = response.headers()["onejob-job-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let events = events(response).await;
+        let (name, last) = events.last().unwrap();
+        assert_eq!(name, "error", "{events:?}");
+        assert_eq!(last["error"]["type"], kind, "{last}");
+        assert_eq!(last["error"]["code"], "attempt_failed");
+        assert_eq!(last["error"]["job_id"], job_id.as_str());
+    }
 }

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use crate::{
     helpers::{Backend, Fakes, TestApp, TestDatabase, backend_tests, json},
     openai_schemas::{conforms, conforms_as_answer, conforms_as_event},
+    upstream::{Answer, Upstream},
 };
 
 backend_tests!(
@@ -44,6 +45,7 @@ backend_tests!(
     a_new_call_on_a_node_with_its_own_worker_starts_its_attempt_with_its_job,
     an_answer_with_an_integer_past_2_53_is_kept_exactly,
     a_gateway_job_submitted_as_a_job_never_asks_its_upstream_for_a_stream,
+    a_stream_the_upstream_refused_ends_with_the_refusals_error_type,
 );
 
 const WITHIN: Duration = Duration::from_secs(30);
@@ -1198,4 +1200,33 @@ async fn a_gateway_job_submitted_as_a_job_never_asks_its_upstream_for_a_stream(b
     let sent = &fakes.primary.submissions().requests[0].request;
     assert!(sent.get("stream").is_none(), "{sent}");
     assert!(sent.get("stream_options").is_none(), "{sent}");
+}
+
+/// A stream whose upstream refused the request (after a while, so the caller reads it live)
+/// ends with an error of the refusal's type, not a server error's.
+async fn a_stream_the_upstream_refused_ends_with_the_refusals_error_type(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let upstream = Upstream::spawn(|_, _| Answer::Refuse {
+        status: 400,
+        body: json!({"error": {"message": "bad seed", "type": "invalid_request_error",
+            "param": "seed", "code": null}}),
+        after: Duration::from_millis(500),
+    })
+    .await;
+    let app = TestApp::running(&db, &fakes, |config| {
+        upstream.serve(config, "openai", Adapter::OpenaiChat, "chat.fast");
+    })
+    .await;
+    let response = app.chat(Some("refused"), &streaming("refuse this")).await;
+    assert_eq!(response.status(), 200);
+    let job_id = response.headers()["onejob-job-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let events = events(response).await;
+    let error: Value = serde_json::from_str(events.last().unwrap()).unwrap();
+    assert_eq!(error["error"]["type"], "invalid_request_error", "{error}");
+    assert_eq!(error["error"]["code"], "attempt_failed");
+    assert_eq!(error["error"]["job_id"], job_id.as_str());
 }

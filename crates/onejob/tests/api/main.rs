@@ -41,5 +41,6 @@ mod slow_clients;
 mod tls;
 mod ui;
 mod unattended;
+mod upstream;
 mod vanished;
 mod worker;
