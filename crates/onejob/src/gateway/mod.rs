@@ -18,10 +18,15 @@
 //! * [`request`]: the caller's request as sent, and the copy forwarded upstream;
 //! * [`streams`]: live streams of running attempts, which callers attach to from the start;
 //! * [`watch`]: in-process notice that a job changed, so a waiting caller answers at once.
+//!
+//! Its tests include properties over generated live streams of every streamed endpoint: a
+//! replay, assembled, is what the live stream's callers assembled (`replays`).
 
 pub mod assembly;
 pub mod completion;
 pub mod endpoint;
+#[cfg(test)]
+mod replays;
 pub mod request;
 pub mod streams;
 pub mod watch;
