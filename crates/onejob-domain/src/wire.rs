@@ -112,14 +112,21 @@ fn streamed_block(block: &Value) -> (Value, Vec<Value>) {
     (empty, deltas)
 }
 
-/// The events of a finished OpenAI `response`: `response.created` and
-/// `response.in_progress` (the response in progress, without output), per output item
-/// `response.output_item.added`, for a message's text parts `response.content_part.added`,
-/// one `response.output_text.delta`, `response.output_text.done` and
-/// `response.content_part.done`, for a function call its
-/// `response.function_call_arguments.delta` and `.done`, then `response.output_item.done`,
-/// and last `response.completed` with the whole response. Each carries its
-/// `sequence_number`.
+/// The events of a finished OpenAI `response`, as the Responses API streams one:
+/// `response.created` and `response.in_progress` (the response in progress, without output
+/// or usage), then per output item `response.output_item.added` (the item with its streamed
+/// members emptied), its parts' events, and `response.output_item.done` (the item); last
+/// `response.completed` (`response.incomplete`, `response.failed`) with the whole response.
+/// A message's text part streams as `response.content_part.added`, one
+/// `response.output_text.delta` (with the part's `logprobs`), one
+/// `response.output_text.annotation.added` per annotation, `response.output_text.done` and
+/// `response.content_part.done`; a refusal as `response.refusal.delta` and `.done`; a
+/// reasoning item's summary parts as `response.reasoning_summary_part.added`,
+/// `response.reasoning_summary_text.delta` and `.done`, `response.reasoning_summary_part.done`,
+/// its reasoning text as `response.reasoning_text.delta` and `.done`; a function call's
+/// arguments as `response.function_call_arguments.delta` and `.done`. Each event carries its
+/// `sequence_number`; put together from its deltas or from its last event, the stream is the
+/// response.
 pub fn response_events(response: &Value) -> Vec<Value> {
     let mut events: Vec<Value> = Vec::new();
     let mut push = |mut event: Value| {
@@ -142,55 +149,82 @@ pub fn response_events(response: &Value) -> Vec<Value> {
         if added.get("status").is_some() {
             added["status"] = json!("in_progress");
         }
+        // The item's own events, each naming the item and where in the output it is.
+        let at = |mut event: Value, index: Option<(&str, usize)>| {
+            event["item_id"] = item_id.clone();
+            event["output_index"] = json!(output_index);
+            if let Some((member, index)) = index {
+                event[member] = json!(index);
+            }
+            event
+        };
+        let mut parts = Vec::new();
         match item["type"].as_str() {
             Some("message") => {
                 added["content"] = json!([]);
-                push(json!({"type": "response.output_item.added",
-                    "output_index": output_index, "item": added}));
-                let parts = item["content"].as_array().cloned().unwrap_or_default();
-                for (content_index, part) in parts.iter().enumerate() {
-                    let at = json!({"item_id": item_id, "output_index": output_index,
-                        "content_index": content_index});
-                    let with = |mut event: Value| {
-                        for (key, value) in at.as_object().into_iter().flatten() {
-                            event[key] = value.clone();
-                        }
-                        event
-                    };
-                    if part["type"] == "output_text" {
-                        let mut empty = part.clone();
-                        empty["text"] = json!("");
-                        empty["annotations"] = json!([]);
-                        push(with(
-                            json!({"type": "response.content_part.added", "part": empty}),
-                        ));
-                        push(with(json!({"type": "response.output_text.delta",
-                            "delta": part["text"], "logprobs": []})));
-                        push(with(json!({"type": "response.output_text.done",
-                            "text": part["text"], "logprobs": []})));
-                    } else {
-                        push(with(
-                            json!({"type": "response.content_part.added", "part": part}),
-                        ));
-                    }
-                    push(with(
-                        json!({"type": "response.content_part.done", "part": part}),
-                    ));
+                for (index, part) in list(&item["content"]).iter().enumerate() {
+                    let at = |event| at(event, Some(("content_index", index)));
+                    parts.extend(message_part(part).into_iter().map(at));
+                }
+            }
+            Some("reasoning") => {
+                if added.get("summary").is_some() {
+                    added["summary"] = json!([]);
+                }
+                if added.get("content").is_some_and(Value::is_array) {
+                    added["content"] = json!([]);
+                }
+                for (index, part) in list(&item["summary"]).iter().enumerate() {
+                    let empty = json!({"type": part["type"], "text": ""});
+                    let at = |event| at(event, Some(("summary_index", index)));
+                    parts.extend(
+                        [
+                            json!({"type": "response.reasoning_summary_part.added",
+                                "part": empty}),
+                            json!({"type": "response.reasoning_summary_text.delta",
+                                "delta": part["text"]}),
+                            json!({"type": "response.reasoning_summary_text.done",
+                                "text": part["text"]}),
+                            json!({"type": "response.reasoning_summary_part.done",
+                                "part": part}),
+                        ]
+                        .into_iter()
+                        .map(at),
+                    );
+                }
+                for (index, part) in list(&item["content"]).iter().enumerate() {
+                    let at = |event| at(event, Some(("content_index", index)));
+                    parts.extend(
+                        [
+                            json!({"type": "response.reasoning_text.delta",
+                                "delta": part["text"]}),
+                            json!({"type": "response.reasoning_text.done",
+                                "text": part["text"]}),
+                        ]
+                        .into_iter()
+                        .map(at),
+                    );
                 }
             }
             Some("function_call") => {
                 added["arguments"] = json!("");
-                push(json!({"type": "response.output_item.added",
-                    "output_index": output_index, "item": added}));
-                push(json!({"type": "response.function_call_arguments.delta",
-                    "item_id": item_id, "output_index": output_index,
-                    "delta": item["arguments"]}));
-                push(json!({"type": "response.function_call_arguments.done",
-                    "item_id": item_id, "output_index": output_index,
-                    "name": item["name"], "arguments": item["arguments"]}));
+                parts.push(at(
+                    json!({"type": "response.function_call_arguments.delta",
+                        "delta": item["arguments"]}),
+                    None,
+                ));
+                parts.push(at(
+                    json!({"type": "response.function_call_arguments.done",
+                        "name": item["name"], "arguments": item["arguments"]}),
+                    None,
+                ));
             }
-            _ => push(json!({"type": "response.output_item.added",
-                "output_index": output_index, "item": added})),
+            _ => {}
+        }
+        push(json!({"type": "response.output_item.added",
+            "output_index": output_index, "item": added}));
+        for event in parts {
+            push(event);
         }
         push(json!({"type": "response.output_item.done",
             "output_index": output_index, "item": item}));
@@ -202,6 +236,59 @@ pub fn response_events(response: &Value) -> Vec<Value> {
     };
     push(json!({"type": last, "response": response}));
     events
+}
+
+/// The items of a list member (none where it is not a list).
+fn list(value: &Value) -> Vec<Value> {
+    value.as_array().cloned().unwrap_or_default()
+}
+
+/// The events of one part of a message in a response (without the part's place).
+fn message_part(part: &Value) -> Vec<Value> {
+    match part["type"].as_str() {
+        Some("output_text") => {
+            let mut empty = part.clone();
+            empty["text"] = json!("");
+            empty["annotations"] = json!([]);
+            if empty.get("logprobs").is_some() {
+                empty["logprobs"] = json!([]);
+            }
+            let logprobs = part
+                .get("logprobs")
+                .filter(|l| l.is_array())
+                .cloned()
+                .unwrap_or_else(|| json!([]));
+            let mut events = vec![
+                json!({"type": "response.content_part.added", "part": empty}),
+                json!({"type": "response.output_text.delta", "delta": part["text"],
+                    "logprobs": logprobs}),
+            ];
+            for (index, annotation) in list(&part["annotations"]).iter().enumerate() {
+                events.push(json!({"type": "response.output_text.annotation.added",
+                    "annotation_index": index, "annotation": annotation}));
+            }
+            events.push(
+                json!({"type": "response.output_text.done", "text": part["text"],
+                "logprobs": logprobs}),
+            );
+            events.push(json!({"type": "response.content_part.done", "part": part}));
+            events
+        }
+        Some("refusal") => {
+            let mut empty = part.clone();
+            empty["refusal"] = json!("");
+            vec![
+                json!({"type": "response.content_part.added", "part": empty}),
+                json!({"type": "response.refusal.delta", "delta": part["refusal"]}),
+                json!({"type": "response.refusal.done", "refusal": part["refusal"]}),
+                json!({"type": "response.content_part.done", "part": part}),
+            ]
+        }
+        _ => vec![
+            json!({"type": "response.content_part.added", "part": part}),
+            json!({"type": "response.content_part.done", "part": part}),
+        ],
+    }
 }
 
 #[cfg(test)]
@@ -305,5 +392,70 @@ mod tests {
         assert_eq!(delta["item_id"], "m1");
         assert_eq!(events.last().unwrap()["type"], "response.completed");
         assert_eq!(events.last().unwrap()["response"], response);
+    }
+
+    #[test]
+    fn a_replayed_response_streams_summaries_annotations_refusals_and_logprobs() {
+        let annotation = json!({"type": "url_citation", "url": "https://x", "title": "t",
+            "start_index": 0, "end_index": 3});
+        let logprob = json!({"token": "a fox", "logprob": -0.5, "bytes": [97],
+            "top_logprobs": []});
+        let response = json!({"id": "resp_1", "object": "response", "status": "completed",
+            "output": [
+                {"type": "reasoning", "id": "rs_1", "summary": [
+                    {"type": "summary_text", "text": "Red."},
+                    {"type": "summary_text", "text": "A fox."}]},
+                {"type": "message", "id": "m1", "status": "completed", "role": "assistant",
+                    "content": [
+                        {"type": "output_text", "text": "a fox",
+                            "annotations": [annotation, annotation], "logprobs": [logprob]},
+                        {"type": "refusal", "refusal": "not that"}]}]});
+        let events = response_events(&response);
+        let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        let summary = [
+            "response.reasoning_summary_part.added",
+            "response.reasoning_summary_text.delta",
+            "response.reasoning_summary_text.done",
+            "response.reasoning_summary_part.done",
+        ];
+        let mut expected = vec![
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+        ];
+        expected.extend(summary);
+        expected.extend(summary);
+        expected.extend([
+            "response.output_item.done",
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.output_text.delta",
+            "response.output_text.annotation.added",
+            "response.output_text.annotation.added",
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.content_part.added",
+            "response.refusal.delta",
+            "response.refusal.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.completed",
+        ]);
+        assert_eq!(types, expected);
+        assert_eq!(events[2]["item"]["summary"], json!([]));
+        assert_eq!(events[8]["summary_index"], 1);
+        assert_eq!(events[8]["delta"], "A fox.");
+        let delta = &events[14];
+        assert_eq!(
+            delta["logprobs"],
+            json!([logprob]),
+            "the part's log probabilities"
+        );
+        assert_eq!(delta["content_index"], 0);
+        assert_eq!(events[16]["annotation_index"], 1);
+        assert_eq!(events[16]["annotation"], annotation);
+        assert_eq!(events[20]["delta"], "not that");
+        assert_eq!(events[20]["content_index"], 1);
+        assert_eq!(events[20]["item_id"], "m1");
     }
 }

@@ -10,7 +10,7 @@
 //! read, assembled, must be the stored answer replayed ([`Endpoint::events_of`]) and
 //! assembled, and the answer the upstream streamed, member for member.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use onejob_domain::{KeyHash, Principal};
 use proptest::prelude::*;
@@ -626,11 +626,20 @@ impl MessageAnswer {
 
 // --- OpenAI responses -------------------------------------------------------------------
 
+/// One part of a message in a generated response.
+#[derive(Debug, Clone)]
+enum Part {
+    /// Text in pieces, with its annotations, and its pieces' log probabilities or none.
+    Text(Vec<String>, Vec<Value>, bool),
+    /// A refusal in pieces.
+    Refusal(Vec<String>),
+}
+
 /// One output item of a generated response.
 #[derive(Debug, Clone)]
 enum Item {
-    /// A message: its text parts, each in pieces, with annotations and log probabilities.
-    Message(Vec<(Vec<String>, Vec<Value>, bool)>),
+    /// A message and its parts.
+    Message(Vec<Part>),
     /// Reasoning: its summary parts, each in pieces.
     Reasoning(Vec<Vec<String>>),
     /// A function call: its name, and its arguments' JSON text cut by the sizes.
@@ -655,7 +664,13 @@ fn annotation() -> impl Strategy<Value = Value> {
 fn item() -> impl Strategy<Value = Item> {
     prop_oneof![
         3 => prop::collection::vec(
-            (pieces(6), prop::collection::vec(annotation(), 0..3), any::<bool>()),
+            prop_oneof![
+                4 => (pieces(6), prop::collection::vec(annotation(), 0..3), any::<bool>())
+                    .prop_map(|(pieces, annotations, logprobs)| {
+                        Part::Text(pieces, annotations, logprobs)
+                    }),
+                1 => pieces(4).prop_map(Part::Refusal),
+            ],
             1..3
         )
         .prop_map(Item::Message),
@@ -690,14 +705,19 @@ impl Item {
             Item::Message(parts) => {
                 let content: Vec<Value> = parts
                     .iter()
-                    .map(|(pieces, annotations, logprobs)| {
-                        let logprobs: Vec<Value> = if *logprobs {
-                            pieces.iter().map(|p| response_logprob(p)).collect()
-                        } else {
-                            vec![]
-                        };
-                        json!({"type": "output_text", "text": concat(pieces),
-                            "annotations": annotations, "logprobs": logprobs})
+                    .map(|part| match part {
+                        Part::Text(pieces, annotations, logprobs) => {
+                            let logprobs: Vec<Value> = if *logprobs {
+                                pieces.iter().map(|p| response_logprob(p)).collect()
+                            } else {
+                                vec![]
+                            };
+                            json!({"type": "output_text", "text": concat(pieces),
+                                "annotations": annotations, "logprobs": logprobs})
+                        }
+                        Part::Refusal(pieces) => {
+                            json!({"type": "refusal", "refusal": concat(pieces)})
+                        }
                     })
                     .collect();
                 json!({"type": "message", "id": format!("msg_{index}"), "status": "completed",
@@ -736,13 +756,32 @@ impl Item {
                 added["content"] = json!([]);
                 events.push(json!({"type": "response.output_item.added",
                     "output_index": index, "item": added}));
-                for (part_index, (pieces, annotations, logprobs)) in parts.iter().enumerate() {
-                    let part = &item["content"][part_index];
+                for (part_index, part) in parts.iter().enumerate() {
+                    let stored = &item["content"][part_index];
                     let with = |event: Value| {
                         let mut event = at(event);
                         event["content_index"] = json!(part_index);
                         event
                     };
+                    let (pieces, annotations, logprobs) = match part {
+                        Part::Text(pieces, annotations, logprobs) => {
+                            (pieces, annotations, logprobs)
+                        }
+                        Part::Refusal(pieces) => {
+                            events.push(with(json!({"type": "response.content_part.added",
+                                "part": {"type": "refusal", "refusal": ""}})));
+                            for piece in pieces {
+                                events.push(with(json!({"type": "response.refusal.delta",
+                                    "delta": piece})));
+                            }
+                            events.push(with(json!({"type": "response.refusal.done",
+                                "refusal": stored["refusal"]})));
+                            events.push(with(json!({"type": "response.content_part.done",
+                                "part": stored})));
+                            continue;
+                        }
+                    };
+                    let part = stored;
                     events.push(with(json!({"type": "response.content_part.added",
                         "part": {"type": "output_text", "text": "", "annotations": [],
                             "logprobs": []}})));
@@ -866,6 +905,79 @@ impl ResponseAnswer {
     }
 }
 
+/// What an SDK that builds a response from its deltas (as LangChain's does), not from its
+/// last event, puts together: per output item, what and part, the text of its deltas (text,
+/// refusal, reasoning summary, reasoning text, arguments), a text's log probabilities and its
+/// annotations.
+fn response_deltas(events: &[Value]) -> BTreeMap<(u64, &'static str, u64), Value> {
+    let mut parts: BTreeMap<(u64, &'static str, u64), Value> = BTreeMap::new();
+    for event in events {
+        let item = event["output_index"].as_u64().unwrap_or(0);
+        let part = event["content_index"]
+            .as_u64()
+            .or(event["summary_index"].as_u64())
+            .unwrap_or(0);
+        let mut append = |what: &'static str, piece: &Value| {
+            let slot = parts
+                .entry((item, what, part))
+                .or_insert_with(|| match piece {
+                    Value::Array(_) => json!([]),
+                    _ => json!(""),
+                });
+            match (slot, piece) {
+                (Value::String(text), Value::String(more)) => text.push_str(more),
+                (Value::Array(items), Value::Array(more)) => items.extend(more.iter().cloned()),
+                (slot, piece) => panic!("{piece} does not add to {slot}"),
+            }
+        };
+        match event["type"].as_str().unwrap_or_default() {
+            "response.output_text.delta" => {
+                append("text", &event["delta"]);
+                append("logprobs", &event["logprobs"]);
+            }
+            "response.output_text.annotation.added" => {
+                append("annotations", &json!([event["annotation"]]));
+            }
+            "response.refusal.delta" => append("refusal", &event["delta"]),
+            "response.reasoning_summary_text.delta" => append("summary", &event["delta"]),
+            "response.reasoning_text.delta" => append("reasoning", &event["delta"]),
+            "response.function_call_arguments.delta" => append("arguments", &event["delta"]),
+            _ => {}
+        }
+    }
+    parts
+}
+
+/// What [`response_deltas`] puts together of a stream of `response`.
+fn deltas_of(response: &Value) -> BTreeMap<(u64, &'static str, u64), Value> {
+    let mut parts = BTreeMap::new();
+    let list = |value: &Value| value.as_array().cloned().unwrap_or_default();
+    for (item, output) in (0u64..).zip(list(&response["output"])) {
+        for (part, content) in (0u64..).zip(list(&output["content"])) {
+            match content["type"].as_str() {
+                Some("output_text") => {
+                    parts.insert((item, "text", part), content["text"].clone());
+                    parts.insert((item, "logprobs", part), content["logprobs"].clone());
+                    if !list(&content["annotations"]).is_empty() {
+                        parts.insert((item, "annotations", part), content["annotations"].clone());
+                    }
+                }
+                Some("refusal") => {
+                    parts.insert((item, "refusal", part), content["refusal"].clone());
+                }
+                _ => {}
+            }
+        }
+        for (part, summary) in (0u64..).zip(list(&output["summary"])) {
+            parts.insert((item, "summary", part), summary["text"].clone());
+        }
+        if output["type"] == "function_call" {
+            parts.insert((item, "arguments", 0), output["arguments"].clone());
+        }
+    }
+    parts
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
 
@@ -931,5 +1043,9 @@ proptest! {
         let replayed = Endpoint::Responses.events_of(&stored, false);
         prop_assert_eq!(&assemble(Endpoint::Responses, &read), &stored);
         prop_assert_eq!(&assemble(Endpoint::Responses, &replayed), &stored);
+        // Put together from their deltas rather than their last event, the same again.
+        let expected = deltas_of(&stored);
+        prop_assert_eq!(&response_deltas(&read), &expected);
+        prop_assert_eq!(&response_deltas(&replayed), &expected);
     }
 }
