@@ -17,8 +17,9 @@ use serde_json::{Value, json};
 use crate::{
     helpers::{Backend, Fakes, TestApp, TestDatabase, backend_tests, json},
     openai_schemas::conforms,
-    upstream::{Answer, Upstream},
+    upstream::{Answer, Upstream, named},
 };
+use onejob::gateway::{Endpoint, assembly::Assembly};
 
 backend_tests!(
     embeddings_keep_the_one_job_contract,
@@ -43,6 +44,8 @@ backend_tests!(
     a_message_of_thinking_only_streams_without_message_stop_then_the_error,
     a_response_of_reasoning_only_streams_without_response_completed_then_the_error,
     a_messages_stream_the_upstream_refused_ends_with_the_refusals_error_type,
+    a_replayed_messages_stream_assembles_as_the_live_one,
+    a_replayed_responses_stream_assembles_as_the_live_one,
 );
 
 const WITHIN: Duration = Duration::from_secs(30);
@@ -1241,4 +1244,365 @@ async fn a_messages_stream_the_upstream_refused_ends_with_the_refusals_error_typ
         assert_eq!(last["error"]["code"], "attempt_failed");
         assert_eq!(last["error"]["job_id"], job_id.as_str());
     }
+}
+
+/// What a named stream's events add up to at `endpoint`, as an SDK puts them together.
+fn assembled(endpoint: Endpoint, events: &[(String, Value)]) -> Value {
+    let mut assembly = Assembly::new(endpoint);
+    let (last, before) = events.split_last().unwrap();
+    for (name, event) in before {
+        assert_eq!(assembly.push(event).unwrap(), None, "{name} ends nothing");
+    }
+    assembly
+        .push(&last.1)
+        .unwrap()
+        .expect("the last event ends the stream")
+}
+
+/// Streams `body` at `case` live from the scripted upstream, then again under the same key
+/// (a replay of the stored answer): both streams, and the job's result.
+async fn live_and_replayed(
+    app: &TestApp,
+    case: &Case,
+    body: &Value,
+) -> (Vec<(String, Value)>, Vec<(String, Value)>, Value) {
+    let response = app.call(case.path, "replayed", body).await;
+    assert!(response.headers().get("idempotent-replayed").is_none());
+    let job_id = response.headers()["onejob-job-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let live = events(response).await;
+    let response = app.call(case.path, "replayed", body).await;
+    assert_eq!(response.headers()["idempotent-replayed"], "true");
+    let replayed = events(response).await;
+    let job = app.job(&job_id).await;
+    assert_eq!(job["state"], "succeeded", "{job}");
+    (live, replayed, job["result"].clone())
+}
+
+/// A message with thinking, cited text and a tool call as Anthropic streams it: usage's input
+/// and cache counts in `message_start`, the whole usage (cumulative) in `message_delta`,
+/// citations as `citations_delta`, the signature as `signature_delta`, pings among them.
+fn anthropic_stream() -> Vec<Value> {
+    let usage = json!({"input_tokens": 3, "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 2, "output_tokens": 1, "service_tier": "standard"});
+    let mut total = usage.clone();
+    total["output_tokens"] = json!(12);
+    let citation = json!({"type": "char_location", "cited_text": "Foxes are red.",
+        "document_index": 0, "document_title": "Foxes", "start_char_index": 0,
+        "end_char_index": 14});
+    let delta = |index: u64, delta: Value| json!({"type": "content_block_delta", "index": index, "delta": delta});
+    let start = |index: u64, block: Value| json!({"type": "content_block_start", "index": index, "content_block": block});
+    let stop = |index: u64| json!({"type": "content_block_stop", "index": index});
+    vec![
+        json!({"type": "message_start", "message": {"id": "msg_up", "type": "message",
+            "role": "assistant", "model": "claude-x", "content": [], "stop_reason": null,
+            "stop_sequence": null, "usage": usage}}),
+        json!({"type": "ping"}),
+        start(
+            0,
+            json!({"type": "thinking", "thinking": "", "signature": ""}),
+        ),
+        delta(0, json!({"type": "thinking_delta", "thinking": "Red, "})),
+        delta(
+            0,
+            json!({"type": "thinking_delta", "thinking": "I recall."}),
+        ),
+        delta(
+            0,
+            json!({"type": "signature_delta", "signature": "c2lnbmVk"}),
+        ),
+        stop(0),
+        start(1, json!({"type": "text", "text": ""})),
+        delta(1, json!({"type": "citations_delta", "citation": citation})),
+        delta(1, json!({"type": "text_delta", "text": "A fox "})),
+        delta(1, json!({"type": "text_delta", "text": "is red."})),
+        stop(1),
+        start(
+            2,
+            json!({"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}}),
+        ),
+        delta(2, json!({"type": "input_json_delta", "partial_json": ""})),
+        delta(
+            2,
+            json!({"type": "input_json_delta", "partial_json": "{\"city\": \"Os"}),
+        ),
+        delta(
+            2,
+            json!({"type": "input_json_delta", "partial_json": "lo\"}"}),
+        ),
+        stop(2),
+        json!({"type": "message_delta", "delta": {"stop_reason": "tool_use",
+            "stop_sequence": null}, "usage": total}),
+        json!({"type": "message_stop"}),
+    ]
+}
+
+async fn a_replayed_messages_stream_assembles_as_the_live_one(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let upstream = Upstream::spawn(|_, _| Answer::Stream {
+        events: named(&anthropic_stream()),
+        gap: Duration::from_millis(20),
+    })
+    .await;
+    let app = TestApp::running(&db, &fakes, |config| {
+        upstream.serve(
+            config,
+            "claude",
+            onejob::config::Adapter::AnthropicMessages,
+            "messages.fast",
+        );
+    })
+    .await;
+    let mut body = (MESSAGES.request)("Is a fox red? Cite it.");
+    body["stream"] = json!(true);
+    let (live, replayed, stored) = live_and_replayed(&app, &MESSAGES, &body).await;
+    assert_eq!(
+        stored["content"][1]["citations"][0]["cited_text"],
+        "Foxes are red."
+    );
+    assert_eq!(stored["content"][0]["signature"], "c2lnbmVk");
+    assert_eq!(assembled(Endpoint::Messages, &live), stored);
+    assert_eq!(assembled(Endpoint::Messages, &replayed), stored);
+    // The usage where the API puts it: the input counts at the start, the whole of it in
+    // message_delta (where LangChain's ChatAnthropic reads it).
+    let started = &replayed[0].1["message"]["usage"];
+    assert_eq!(started["input_tokens"], 3);
+    assert_eq!(started["output_tokens"], 0);
+    let (_, delta) = replayed
+        .iter()
+        .find(|(name, _)| name == "message_delta")
+        .unwrap();
+    assert_eq!(delta["usage"], stored["usage"]);
+    assert_eq!(delta["usage"]["input_tokens"], 3);
+}
+
+/// The text a Responses stream's deltas add up to, per output item, what and part, with its
+/// annotations and log probabilities: what an SDK that builds the answer from its deltas
+/// (LangChain's) has, rather than from `response.completed`.
+fn response_deltas(events: &[(String, Value)]) -> std::collections::BTreeMap<String, Value> {
+    let mut parts = std::collections::BTreeMap::new();
+    for (name, event) in events {
+        let what = match name.as_str() {
+            "response.output_text.delta" => "text",
+            "response.output_text.annotation.added" => "annotations",
+            "response.reasoning_summary_text.delta" => "summary",
+            "response.function_call_arguments.delta" => "arguments",
+            _ => continue,
+        };
+        let part = event["content_index"]
+            .as_u64()
+            .or(event["summary_index"].as_u64())
+            .unwrap_or(0);
+        let at = |what: &str| format!("{}/{what}/{part}", event["output_index"]);
+        if what == "annotations" {
+            let slot = parts.entry(at(what)).or_insert_with(|| json!([]));
+            slot.as_array_mut()
+                .unwrap()
+                .push(event["annotation"].clone());
+            continue;
+        }
+        let slot = parts.entry(at(what)).or_insert_with(|| json!(""));
+        let text = format!(
+            "{}{}",
+            slot.as_str().unwrap(),
+            event["delta"].as_str().unwrap()
+        );
+        *slot = json!(text);
+        if what == "text" {
+            let slot = parts.entry(at("logprobs")).or_insert_with(|| json!([]));
+            let more = event["logprobs"].as_array().unwrap().clone();
+            slot.as_array_mut().unwrap().extend(more);
+        }
+    }
+    parts
+}
+
+/// A response with a reasoning summary, cited text with log probabilities, and a function
+/// call, as OpenAI streams it.
+fn responses_stream() -> Vec<Value> {
+    let annotation = json!({"type": "url_citation", "url": "https://example.com/fox",
+        "title": "Foxes", "start_index": 0, "end_index": 5});
+    let logprob = |token: &str| {
+        json!({"token": token, "logprob": -0.5, "bytes": token.as_bytes(),
+            "top_logprobs": []})
+    };
+    let reasoning = json!({"type": "reasoning", "id": "rs_1", "summary": [
+        {"type": "summary_text", "text": "Foxes are red."}]});
+    let message = json!({"type": "message", "id": "msg_1", "status": "completed",
+        "role": "assistant", "content": [{"type": "output_text", "text": "A red fox.",
+        "annotations": [annotation], "logprobs": [logprob("A red"), logprob(" fox.")]}]});
+    let call = json!({"type": "function_call", "id": "fc_1", "call_id": "call_1",
+        "name": "weather", "arguments": "{\"city\":\"Oslo\"}", "status": "completed"});
+    let response = json!({"id": "resp_up", "object": "response", "created_at": 1,
+        "status": "completed", "completed_at": 2, "model": "upstream-model",
+        "output": [reasoning, message, call], "error": null, "incomplete_details": null,
+        "instructions": null, "metadata": {}, "parallel_tool_calls": true,
+        "temperature": 1.0, "top_p": 1.0, "tool_choice": "auto", "tools": [],
+        "text": {"format": {"type": "text"}}, "store": false,
+        "usage": {"input_tokens": 9,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "output_tokens": 7, "output_tokens_details": {"reasoning_tokens": 3},
+            "total_tokens": 16}});
+    let mut started = response.clone();
+    started["status"] = json!("in_progress");
+    started["output"] = json!([]);
+    started.as_object_mut().unwrap().remove("usage");
+    started["completed_at"] = Value::Null;
+    let at = |index: u64, id: &str, mut event: Value| {
+        event["output_index"] = json!(index);
+        event["item_id"] = json!(id);
+        event
+    };
+    let mut message_added = message.clone();
+    message_added["status"] = json!("in_progress");
+    message_added["content"] = json!([]);
+    let mut call_added = call.clone();
+    call_added["status"] = json!("in_progress");
+    call_added["arguments"] = json!("");
+    let text_part = json!({"type": "output_text", "text": "", "annotations": [],
+        "logprobs": []});
+    let mut events = vec![
+        json!({"type": "response.created", "response": started}),
+        json!({"type": "response.in_progress", "response": started}),
+        json!({"type": "response.output_item.added", "output_index": 0,
+            "item": {"type": "reasoning", "id": "rs_1", "summary": []}}),
+        at(
+            0,
+            "rs_1",
+            json!({"type": "response.reasoning_summary_part.added",
+            "summary_index": 0, "part": {"type": "summary_text", "text": ""}}),
+        ),
+        at(
+            0,
+            "rs_1",
+            json!({"type": "response.reasoning_summary_text.delta",
+            "summary_index": 0, "delta": "Foxes "}),
+        ),
+        at(
+            0,
+            "rs_1",
+            json!({"type": "response.reasoning_summary_text.delta",
+            "summary_index": 0, "delta": "are red."}),
+        ),
+        at(
+            0,
+            "rs_1",
+            json!({"type": "response.reasoning_summary_text.done",
+            "summary_index": 0, "text": "Foxes are red."}),
+        ),
+        at(
+            0,
+            "rs_1",
+            json!({"type": "response.reasoning_summary_part.done",
+            "summary_index": 0, "part": {"type": "summary_text", "text": "Foxes are red."}}),
+        ),
+        json!({"type": "response.output_item.done", "output_index": 0, "item": reasoning}),
+        json!({"type": "response.output_item.added", "output_index": 1,
+            "item": message_added}),
+        at(
+            1,
+            "msg_1",
+            json!({"type": "response.content_part.added", "content_index": 0,
+            "part": text_part}),
+        ),
+        at(
+            1,
+            "msg_1",
+            json!({"type": "response.output_text.delta", "content_index": 0,
+            "delta": "A red", "logprobs": [logprob("A red")]}),
+        ),
+        at(
+            1,
+            "msg_1",
+            json!({"type": "response.output_text.delta", "content_index": 0,
+            "delta": " fox.", "logprobs": [logprob(" fox.")]}),
+        ),
+        at(
+            1,
+            "msg_1",
+            json!({"type": "response.output_text.annotation.added",
+            "content_index": 0, "annotation_index": 0, "annotation": annotation}),
+        ),
+        at(
+            1,
+            "msg_1",
+            json!({"type": "response.output_text.done", "content_index": 0,
+            "text": "A red fox.", "logprobs": message["content"][0]["logprobs"]}),
+        ),
+        at(
+            1,
+            "msg_1",
+            json!({"type": "response.content_part.done", "content_index": 0,
+            "part": message["content"][0]}),
+        ),
+        json!({"type": "response.output_item.done", "output_index": 1, "item": message}),
+        json!({"type": "response.output_item.added", "output_index": 2, "item": call_added}),
+        at(
+            2,
+            "fc_1",
+            json!({"type": "response.function_call_arguments.delta",
+            "delta": "{\"city\":"}),
+        ),
+        at(
+            2,
+            "fc_1",
+            json!({"type": "response.function_call_arguments.delta",
+            "delta": "\"Oslo\"}"}),
+        ),
+        at(
+            2,
+            "fc_1",
+            json!({"type": "response.function_call_arguments.done",
+            "name": "weather", "arguments": call["arguments"]}),
+        ),
+        json!({"type": "response.output_item.done", "output_index": 2, "item": call}),
+        json!({"type": "response.completed", "response": response}),
+    ];
+    for (n, event) in events.iter_mut().enumerate() {
+        event["sequence_number"] = json!(n);
+    }
+    events
+}
+
+async fn a_replayed_responses_stream_assembles_as_the_live_one(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let upstream = Upstream::spawn(|_, _| Answer::Stream {
+        events: named(&responses_stream()),
+        gap: Duration::from_millis(20),
+    })
+    .await;
+    let app = TestApp::running(&db, &fakes, |config| {
+        upstream.serve(
+            config,
+            "openai",
+            onejob::config::Adapter::OpenaiChat,
+            "respond.fast",
+        );
+    })
+    .await;
+    let body = json!({"model": "respond", "input": "Weather for a red fox?", "stream": true});
+    let (live, replayed, stored) = live_and_replayed(&app, &RESPONSES, &body).await;
+    for (_, event) in live.iter().chain(&replayed) {
+        conforms("ResponseStreamEvent", event);
+    }
+    assert_eq!(assembled(Endpoint::Responses, &live), stored);
+    assert_eq!(assembled(Endpoint::Responses, &replayed), stored);
+    // Put together from their deltas, as LangChain does, the same again.
+    let deltas = response_deltas(&live);
+    assert_eq!(deltas["0/summary/0"], "Foxes are red.");
+    assert_eq!(deltas["1/text/0"], "A red fox.");
+    assert_eq!(
+        deltas["1/annotations/0"],
+        stored["output"][1]["content"][0]["annotations"]
+    );
+    assert_eq!(
+        deltas["1/logprobs/0"],
+        stored["output"][1]["content"][0]["logprobs"]
+    );
+    assert_eq!(deltas["2/arguments/0"], stored["output"][2]["arguments"]);
+    assert_eq!(response_deltas(&replayed), deltas);
 }

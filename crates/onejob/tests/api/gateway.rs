@@ -16,6 +16,7 @@ use crate::{
     openai_schemas::{conforms, conforms_as_answer, conforms_as_event},
     upstream::{Answer, Upstream},
 };
+use onejob::gateway::{Endpoint, assembly::Assembly};
 
 backend_tests!(
     the_models_are_listed_in_openai_shape,
@@ -46,6 +47,7 @@ backend_tests!(
     an_answer_with_an_integer_past_2_53_is_kept_exactly,
     a_gateway_job_submitted_as_a_job_never_asks_its_upstream_for_a_stream,
     a_stream_the_upstream_refused_ends_with_the_refusals_error_type,
+    a_replayed_stream_assembles_as_the_live_one,
 );
 
 const WITHIN: Duration = Duration::from_secs(30);
@@ -1229,4 +1231,147 @@ async fn a_stream_the_upstream_refused_ends_with_the_refusals_error_type(backend
     assert_eq!(error["error"]["type"], "invalid_request_error", "{error}");
     assert_eq!(error["error"]["code"], "attempt_failed");
     assert_eq!(error["error"]["job_id"], job_id.as_str());
+}
+
+/// A reasoning answer with log probabilities and a tool call as OpenAI streams it to onejob
+/// (which always asks for the usage): `"usage": null` in every chunk, the content and the
+/// arguments in pieces, the usage chunk last, then `[DONE]`.
+fn openai_stream() -> Vec<(Option<String>, String)> {
+    let head = json!({"id": "chatcmpl-up", "object": "chat.completion.chunk", "created": 7,
+        "model": "upstream-model", "system_fingerprint": "fp_up", "usage": null});
+    let with = |delta: Value, logprobs: Value, finish_reason: Value| {
+        let mut chunk = head.clone();
+        chunk["choices"] = json!([{"index": 0, "delta": delta, "logprobs": logprobs,
+            "finish_reason": finish_reason}]);
+        chunk
+    };
+    let token = |text: &str| {
+        json!({"content": [{"token": text, "logprob": -0.5, "bytes": text.as_bytes(),
+            "top_logprobs": []}], "refusal": null})
+    };
+    let mut usage = head.clone();
+    usage["choices"] = json!([]);
+    usage["usage"] = json!({"prompt_tokens": 9, "completion_tokens": 7, "total_tokens": 16,
+        "completion_tokens_details": {"reasoning_tokens": 3}});
+    let chunks = [
+        with(
+            json!({"role": "assistant", "content": "", "refusal": null}),
+            Value::Null,
+            Value::Null,
+        ),
+        with(
+            json!({"reasoning_content": "Foxes"}),
+            Value::Null,
+            Value::Null,
+        ),
+        with(
+            json!({"reasoning_content": " are red."}),
+            Value::Null,
+            Value::Null,
+        ),
+        with(json!({"content": "A red"}), token("A red"), Value::Null),
+        with(json!({"content": " fox."}), token(" fox."), Value::Null),
+        with(
+            json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                "function": {"name": "weather", "arguments": ""}}]}),
+            Value::Null,
+            Value::Null,
+        ),
+        with(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\": \"Os"}}]}),
+            Value::Null,
+            Value::Null,
+        ),
+        with(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": "lo\"}"}}]}),
+            Value::Null,
+            Value::Null,
+        ),
+        with(json!({}), Value::Null, json!("tool_calls")),
+        usage,
+    ];
+    chunks
+        .iter()
+        .map(|chunk| (None, chunk.to_string()))
+        .chain(std::iter::once((None, "[DONE]".to_owned())))
+        .collect()
+}
+
+/// The completion a stream's `data:` payloads add up to.
+fn assembled(events: &[String]) -> Value {
+    let mut assembly = Assembly::new(Endpoint::Chat);
+    for event in events.iter().filter(|e| *e != "[DONE]") {
+        let chunk: Value = serde_json::from_str(event).unwrap();
+        assert_eq!(assembly.push(&chunk).unwrap(), None);
+    }
+    assembly.done().unwrap()
+}
+
+/// Streamed live and then replayed under the same key, with and without the usage, the
+/// stream adds up to the same completion, the job's, and carries the usage as OpenAI does:
+/// `null` in every chunk but the usage chunk where asked, nowhere where not.
+async fn a_replayed_stream_assembles_as_the_live_one(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let upstream = Upstream::spawn(|_, _| Answer::Stream {
+        events: openai_stream(),
+        gap: Duration::from_millis(20),
+    })
+    .await;
+    let app = TestApp::running(&db, &fakes, |config| {
+        upstream.serve(config, "openai", Adapter::OpenaiChat, "chat.fast");
+    })
+    .await;
+    for include_usage in [true, false] {
+        let key = format!("replayed-{include_usage}");
+        let mut body = streaming("Weather for a red fox?");
+        body["stream_options"] = json!({"include_usage": include_usage});
+        let response = app.chat(Some(&key), &body).await;
+        assert!(response.headers().get("idempotent-replayed").is_none());
+        let job_id = response.headers()["onejob-job-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let live = events(response).await;
+        let response = app.chat(Some(&key), &body).await;
+        assert_eq!(response.headers()["idempotent-replayed"], "true");
+        let replayed = events(response).await;
+        let mut told = app.job(&job_id).await["result"].clone();
+        assert_eq!(
+            told["choices"][0]["message"]["reasoning_content"],
+            "Foxes are red."
+        );
+        if !include_usage {
+            told.as_object_mut().unwrap().remove("usage");
+        }
+        assert_eq!(
+            assembled(&live),
+            told,
+            "live, include_usage {include_usage}"
+        );
+        assert_eq!(
+            assembled(&replayed),
+            told,
+            "replayed, include_usage {include_usage}"
+        );
+        for stream in [&live, &replayed] {
+            let (done, chunks) = stream.split_last().unwrap();
+            assert_eq!(done, "[DONE]");
+            let chunks: Vec<Value> = chunks
+                .iter()
+                .map(|c| serde_json::from_str(c).unwrap())
+                .collect();
+            let (last, before) = chunks.split_last().unwrap();
+            if include_usage {
+                assert!(last["usage"]["total_tokens"].is_u64(), "{last}");
+                for chunk in before {
+                    assert_eq!(chunk.get("usage"), Some(&Value::Null), "{chunk}");
+                }
+            } else {
+                for chunk in &chunks {
+                    assert!(chunk.get("usage").is_none(), "usage not asked: {chunk}");
+                }
+            }
+        }
+    }
 }

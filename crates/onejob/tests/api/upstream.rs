@@ -1,13 +1,17 @@
 //! A scripted upstream for the gateway's tests, for what the bundled fake does not send: a
-//! real HTTP server on a loopback port whose every answer the test writes (a refusal in the
-//! API's own shape, after a delay).
+//! real HTTP server on a loopback port whose every answer the test writes, a refusal in the
+//! API's own shape after a delay, or a stream of server-sent events as the real APIs send
+//! theirs (`"usage": null` in every OpenAI chunk, Anthropic's cumulative usage and
+//! citations, reasoning summaries, …).
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use axum::{
-    http::{StatusCode, Uri},
+    body::Body,
+    http::{StatusCode, Uri, header},
     response::{IntoResponse, Response},
 };
+use futures::StreamExt as _;
 use onejob::config::{Adapter, Config, ProviderConfig};
 use serde_json::Value;
 
@@ -18,6 +22,12 @@ pub enum Answer {
         status: u16,
         body: Value,
         after: Duration,
+    },
+    /// `200`, a `text/event-stream` of `events` (each its `event:` name where it has one, and
+    /// its `data:`), each `gap` after the one before.
+    Stream {
+        events: Vec<(Option<String>, String)>,
+        gap: Duration,
     },
 }
 
@@ -79,5 +89,32 @@ async fn respond(answer: Answer) -> Response {
             let status = StatusCode::from_u16(status).unwrap();
             (status, axum::Json(body)).into_response()
         }
+        Answer::Stream { events, gap } => {
+            let pieces = futures::stream::iter(events.into_iter().enumerate()).then(
+                move |(n, (name, data))| async move {
+                    if n > 0 {
+                        tokio::time::sleep(gap).await;
+                    }
+                    let name = name
+                        .map(|name| format!("event: {name}\n"))
+                        .unwrap_or_default();
+                    Ok::<_, std::io::Error>(format!("{name}data: {data}\n\n"))
+                },
+            );
+            let mut response = Response::new(Body::from_stream(pieces));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("text/event-stream"),
+            );
+            response
+        }
     }
+}
+
+/// Named events (Anthropic's, the Responses API's) as an [`Answer::Stream`] sends them.
+pub fn named(events: &[serde_json::Value]) -> Vec<(Option<String>, String)> {
+    events
+        .iter()
+        .map(|event| (event["type"].as_str().map(str::to_owned), event.to_string()))
+        .collect()
 }
