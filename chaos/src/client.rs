@@ -1,11 +1,12 @@
 //! A client that records every request it sends and every answer it gets into a
-//! [`History`], and resends submissions the way a careful client does: same key, after
-//! `Retry-After`, on another node when one does not answer.
+//! [`History`], and resends submissions (and gateway calls) the way a careful client does:
+//! same key, after `Retry-After`, on another node when one does not answer.
 
 use std::{sync::Arc, time::Duration};
 
 use reqwest::{Method, header::HeaderMap};
 use serde_json::Value;
+use tokio::time::Instant;
 
 use crate::history::{History, Record};
 
@@ -18,6 +19,8 @@ pub struct Answer {
     pub retry_after: Option<u64>,
     /// The body (JSON, or the text as a JSON string).
     pub body: Value,
+    /// The `onejob-job-id` header (gateway answers).
+    pub job_id: Option<String>,
 }
 
 impl Answer {
@@ -99,6 +102,7 @@ impl RecordingClient {
                     h.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned)
                 };
                 let retry_after = header(&headers, "retry-after");
+                let job_id = header(&headers, JOB_ID_HEADER);
                 let record = Record::Response {
                     t_ms: self.history.now_ms(),
                     seq,
@@ -108,11 +112,13 @@ impl RecordingClient {
                     replayed: header(&headers, "idempotent-replayed"),
                     body: Some(body.clone()),
                     error: None,
+                    job_id: job_id.clone(),
                 };
                 let answer = Answer {
                     status: Some(status),
                     retry_after: retry_after.and_then(|v| v.parse().ok()),
                     body,
+                    job_id,
                 };
                 (answer, record)
             }
@@ -127,11 +133,13 @@ impl RecordingClient {
                     replayed: None,
                     body: None,
                     error: Some(message.clone()),
+                    job_id: None,
                 };
                 let answer = Answer {
                     status: None,
                     retry_after: None,
                     body: Value::String(message),
+                    job_id: None,
                 };
                 (answer, record)
             }
@@ -177,4 +185,50 @@ impl RecordingClient {
     pub async fn get(&self, node: usize, base: &str, path: &str) -> Answer {
         self.send(node, base, Method::GET, path, None, None).await
     }
+
+    /// `POST /v1/chat/completions` (the gateway) once.
+    pub async fn chat_once(&self, node: usize, base: &str, key: &str, body: &Value) -> Answer {
+        self.send(node, base, Method::POST, CHAT_PATH, Some(key), Some(body))
+            .await
+    }
+
+    /// Calls the gateway under `key` until it answers something that is not worth waiting
+    /// for again, as an OpenAI SDK retries: the same key and body, after `Retry-After` (at
+    /// most 5 s here) on a `409` (the job still runs, or awaits proof), a `408` or a `503`,
+    /// on the next node when one gives no answer. At most `tries` calls, and none started
+    /// once `within` has passed; returns the last answer.
+    pub async fn chat(
+        &self,
+        nodes: &[String],
+        first: usize,
+        key: &str,
+        body: &Value,
+        tries: usize,
+        within: Duration,
+    ) -> Answer {
+        let deadline = Instant::now() + within;
+        let mut node = first % nodes.len();
+        let mut answer = self.chat_once(node, &nodes[node], key, body).await;
+        for _ in 1..tries {
+            if !(answer.is_transient() || answer.status == Some(409)) {
+                break;
+            }
+            let wait = Duration::from_millis(100 + answer.retry_after.unwrap_or(0).min(5) * 1000);
+            if Instant::now() + wait >= deadline {
+                break;
+            }
+            tokio::time::sleep(wait).await;
+            if answer.status.is_none() {
+                node = (node + 1) % nodes.len();
+            }
+            answer = self.chat_once(node, &nodes[node], key, body).await;
+        }
+        answer
+    }
 }
+
+/// The gateway's chat path.
+pub const CHAT_PATH: &str = "/v1/chat/completions";
+
+/// The header naming the job of a gateway answer.
+pub const JOB_ID_HEADER: &str = "onejob-job-id";

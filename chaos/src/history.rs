@@ -69,6 +69,11 @@ pub enum Record {
         /// The transport error, when no answer came.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
+        /// The `onejob-job-id` header: the job a gateway answer (`/v1/chat/completions`, …)
+        /// belongs to, which it names nowhere else. Absent in histories written before it
+        /// was recorded, and on answers without it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        job_id: Option<String>,
     },
     /// One side effect at the fake provider: a submit it received and ran (a task, or a
     /// chat completion).

@@ -45,6 +45,7 @@ fn response(seq: u64, status: u16, body: Value) -> Record {
         replayed: None,
         body: Some(body),
         error: None,
+        job_id: None,
     }
 }
 
