@@ -3,19 +3,24 @@
 //! What it checks (each [`Violation`] names the rule it broke):
 //!
 //! * **answers** — no 5xx but `503`, and every `503` is an `application/problem+json`
-//!   `unavailable` problem with `Retry-After` (never a 500 or a stack trace);
-//! * **one job per key** (§2.1) — every `200`/`201` for a key names the same job, at most one
-//!   `201` per key, the final read-back by key finds that job, the listings (one per owner)
-//!   hold exactly the read-back jobs (none without a key, none twice), and no client acknowledged a job that
+//!   `unavailable` problem with `Retry-After` (never a 500 or a stack trace); on the
+//!   gateway's paths (`/v1/chat/completions`, …), whose errors come in OpenAI's (or
+//!   Anthropic's) shape, an `{"error": {"code": "unavailable", …}}` with `Retry-After`;
+//! * **one job per key** (§2.1) — every `200`/`201` for a key names the same job (as does
+//!   every gateway answer, by its `onejob-job-id` header), at most one `201` per key, the
+//!   final read-back by key finds that job, the listings (one per owner) hold exactly the
+//!   read-back jobs (none without a key, none twice), and no client acknowledged a job that
 //!   is gone;
 //! * **keys bound to intent** (§2.2) — a submission whose body equals (RFC 8785) one that was
-//!   accepted under the same key is never refused as a conflict;
+//!   accepted under the same key is never refused as a conflict (for a gateway call, its
+//!   body less the delivery-only `stream` and `stream_options`);
 //! * **no result overwritten** (§2.5) — every observation of a succeeded job carries the
 //!   same result and winner as the final read-back, a non-succeeded view carries no result,
 //!   exactly one attempt succeeded and exactly one `won` event names it, with the result's
-//!   SHA-256;
+//!   SHA-256; a gateway's `200` is the completion its job ends with;
 //! * **the result is the winner's output** (§2.5, §2.6) — the winning attempt's task at the
-//!   fake provider finished with exactly the job's result;
+//!   fake provider finished with exactly the job's result (for a gateway job, whose result
+//!   is the upstream's `chat.completion`: the answer the fake gave that attempt);
 //! * **guarded transitions** (§2.3) — replaying each job's event log in order, no attempt
 //!   starts while another is live (a non-hedge beside any live attempt, a hedge beside a
 //!   starting or unknown one); attempt numbers run 1..n and every attempt has its
@@ -35,7 +40,20 @@ use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::history::Record;
+use crate::{client::CHAT_PATH, history::Record};
+
+/// The gateway's paths: calls that make one job per key, answered in the shape of the API
+/// they imitate (OpenAI's, Anthropic's at `/v1/messages`), with the job's id in a header.
+const GATEWAY_PATHS: [&str; 5] = [
+    CHAT_PATH,
+    "/v1/embeddings",
+    "/v1/responses",
+    "/v1/images/generations",
+    "/v1/messages",
+];
+
+/// The members of a gateway call's body that are delivery only, not part of its intent.
+const DELIVERY_ONLY: [&str; 2] = ["stream", "stream_options"];
 
 /// One broken rule, with enough context to find it in the history.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -110,6 +128,7 @@ struct Response<'a> {
     content_type: Option<&'a str>,
     retry_after: Option<&'a str>,
     body: Option<&'a Value>,
+    job_id: Option<&'a str>,
 }
 
 struct SideEffect<'a> {
@@ -162,6 +181,7 @@ pub fn check(records: &[Record]) -> Report {
                 content_type,
                 retry_after,
                 body,
+                job_id,
                 ..
             } => responses.push(Response {
                 seq: *seq,
@@ -169,6 +189,7 @@ pub fn check(records: &[Record]) -> Report {
                 content_type: content_type.as_deref(),
                 retry_after: retry_after.as_deref(),
                 body: body.as_ref(),
+                job_id: job_id.as_deref(),
             }),
             Record::SideEffect {
                 provider,
@@ -203,7 +224,7 @@ pub fn check(records: &[Record]) -> Report {
     report.stats.side_effects = side_effects.len() as u64;
     report.stats.jobs = dumps.len() as u64;
 
-    check_answers(&mut report, &responses);
+    check_answers(&mut report, &requests, &responses);
     let final_by_id = check_one_job_per_key(
         &mut report,
         &requests,
@@ -219,14 +240,39 @@ pub fn check(records: &[Record]) -> Report {
     report
 }
 
-fn check_answers(report: &mut Report, responses: &[Response<'_>]) {
+fn check_answers(
+    report: &mut Report,
+    requests: &HashMap<u64, Request<'_>>,
+    responses: &[Response<'_>],
+) {
     for response in responses {
         let Some(status) = response.status else {
             report.stats.transport_errors += 1;
             continue;
         };
         *report.stats.statuses.entry(status).or_default() += 1;
-        if status == 503 {
+        let gateway = requests.get(&response.seq).is_some_and(is_gateway);
+        if status == 503 && gateway {
+            // The gateway speaks its callers' API: OpenAI's error shape (Anthropic's has the
+            // same `error.code`), onejob's problem type as the code.
+            let json = response
+                .content_type
+                .is_some_and(|t| t.starts_with("application/json"));
+            let typed = response
+                .body
+                .and_then(|b| b["error"]["code"].as_str())
+                .is_some_and(|code| code == "unavailable");
+            if !json || !typed || response.retry_after.is_none() {
+                report.violation(
+                    "answers",
+                    format!(
+                        "request {}: a gateway 503 without an unavailable error in its API's \
+                         shape and Retry-After (content-type {:?}, retry-after {:?}, body {:?})",
+                        response.seq, response.content_type, response.retry_after, response.body
+                    ),
+                );
+            }
+        } else if status == 503 {
             let problem = response
                 .content_type
                 .is_some_and(|t| t.starts_with("application/problem+json"));
@@ -260,6 +306,47 @@ fn is_submit(request: &Request<'_>) -> bool {
     request.method == "POST" && request.path == "/v1/jobs"
 }
 
+fn is_gateway(request: &Request<'_>) -> bool {
+    request.method == "POST" && GATEWAY_PATHS.contains(&request.path)
+}
+
+/// A call that makes (or finds) the job of its key: a submission or a gateway call.
+fn is_keyed_call(request: &Request<'_>) -> bool {
+    is_submit(request) || is_gateway(request)
+}
+
+/// The canonical form of what a keyed call asks for: a submission's body, or a gateway
+/// call's less its delivery-only members.
+fn intent_bytes(request: &Request<'_>, body: &Value) -> Vec<u8> {
+    if is_gateway(request)
+        && let Value::Object(members) = body
+    {
+        let mut intent = members.clone();
+        for delivery in DELIVERY_ONLY {
+            intent.remove(delivery);
+        }
+        return onejob_domain::fingerprint::canonical_bytes(&Value::Object(intent));
+    }
+    onejob_domain::fingerprint::canonical_bytes(body)
+}
+
+/// The job a keyed call's answer names: a submission's `200`/`201` in its body's `id`, a
+/// gateway answer (of any status, or a vanished call that saw the head) in its header.
+fn answered_job<'a>(request: &Request<'_>, response: &Response<'a>) -> Option<&'a str> {
+    if is_gateway(request) {
+        return response.job_id;
+    }
+    match response.status {
+        Some(200 | 201) => Some(
+            response
+                .body
+                .and_then(|b| b["id"].as_str())
+                .unwrap_or_default(),
+        ),
+        _ => None,
+    }
+}
+
 /// Checks §2.1 and §2.2; returns the final job view of each read-back job id.
 fn check_one_job_per_key<'a>(
     report: &mut Report,
@@ -272,7 +359,7 @@ fn check_one_job_per_key<'a>(
     let mut created_by_key: BTreeMap<&str, u64> = BTreeMap::new();
     let mut accepted_bodies: BTreeMap<&str, Vec<Vec<u8>>> = BTreeMap::new();
     let mut keys = BTreeSet::new();
-    for request in requests.values().filter(|r| is_submit(r)) {
+    for request in requests.values().filter(|r| is_keyed_call(r)) {
         if let Some(key) = request.key {
             keys.insert(key);
         }
@@ -286,25 +373,20 @@ fn check_one_job_per_key<'a>(
             );
             continue;
         };
-        if !is_submit(request) {
+        if !is_keyed_call(request) {
             continue;
         }
         let Some(key) = request.key else { continue };
-        if let Some(status @ (200 | 201)) = response.status {
-            let id = response
-                .body
-                .and_then(|b| b["id"].as_str())
-                .unwrap_or_default()
-                .to_owned();
-            ids_by_key.entry(key).or_default().insert(id);
-            if status == 201 {
+        if let Some(id) = answered_job(request, response) {
+            ids_by_key.entry(key).or_default().insert(id.to_owned());
+            if is_submit(request) && response.status == Some(201) {
                 *created_by_key.entry(key).or_default() += 1;
             }
             if let Some(body) = request.body {
                 accepted_bodies
                     .entry(key)
                     .or_default()
-                    .push(onejob_domain::fingerprint::canonical_bytes(body));
+                    .push(intent_bytes(request, body));
             }
         }
     }
@@ -316,7 +398,7 @@ fn check_one_job_per_key<'a>(
         let (Some(key), Some(body)) = (request.key, request.body) else {
             continue;
         };
-        let canonical = onejob_domain::fingerprint::canonical_bytes(body);
+        let canonical = intent_bytes(request, body);
         if accepted_bodies
             .get(key)
             .is_some_and(|bodies| bodies.contains(&canonical))
@@ -419,6 +501,10 @@ fn check_observations(
         let Some(request) = requests.get(&response.seq) else {
             continue;
         };
+        if is_gateway(request) {
+            check_gateway_answer(report, response, body, final_by_id);
+            continue;
+        }
         let is_job_view = is_submit(request)
             || (request.method == "GET"
                 && request.path.starts_with("/v1/jobs/")
@@ -462,6 +548,51 @@ fn check_observations(
                 ),
             );
         }
+    }
+}
+
+/// §2.5 at the gateway: a `200` names its job and is the completion that job ends with.
+fn check_gateway_answer(
+    report: &mut Report,
+    response: &Response<'_>,
+    body: &Value,
+    final_by_id: &HashMap<String, &Value>,
+) {
+    let Some(id) = response.job_id else {
+        report.violation(
+            "answers",
+            format!(
+                "request {}: a gateway {:?} without its onejob-job-id header",
+                response.seq, response.status
+            ),
+        );
+        return;
+    };
+    // A stream's events are recorded as text: only a JSON answer is one completion.
+    if !body.is_object() {
+        return;
+    }
+    // A job never read back is the one-job-per-key rule's finding.
+    let Some(last) = final_by_id.get(id) else {
+        return;
+    };
+    if last["state"] != "succeeded" || last["result"] != *body {
+        report.violation(
+            "result-once",
+            format!(
+                "request {}: the gateway answered job {id} with {} (id {}), and the job ends {} \
+                 with {}",
+                response.seq,
+                body["object"],
+                body["id"],
+                last["state"],
+                if last["result"] == *body {
+                    "that answer".to_owned()
+                } else {
+                    format!("another result (id {})", last["result"]["id"])
+                }
+            ),
+        );
     }
 }
 
@@ -619,7 +750,20 @@ fn winning_output<'a>(
             task["status"]
         ));
     }
+    if is_completion(&dump.job["result"]) {
+        // A gateway job's result is the upstream's whole completion, not its content.
+        let answer = &task["answer"];
+        if answer.is_null() {
+            return Err("the winner's answer at the provider was not recorded".to_owned());
+        }
+        return Ok(answer);
+    }
     Ok(&task["result"])
+}
+
+/// Whether a job's result is an upstream's `chat.completion` (a gateway job's).
+fn is_completion(result: &Value) -> bool {
+    result["object"] == "chat.completion"
 }
 
 /// §2.3: replays the event log; no attempt starts beside a live one (a hedge only beside a

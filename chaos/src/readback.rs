@@ -137,7 +137,8 @@ impl Reader {
 /// task status document (`status`, and `result` once succeeded): for a task, its status
 /// document; for a chat completion sent under an idempotency key, the answer the fake cached
 /// for that key (asked for again under the key, which the fake counts as an idempotent
-/// replay, not a side effect), its content parsed as the output onejob reads from it.
+/// replay, not a side effect), its content parsed as the output onejob reads from it, and
+/// the whole completion beside (a gateway job's result).
 /// `provider` is the configured name of the provider that talks to `fake`.
 pub async fn record_side_effects(history: &History, provider: &str, fake: &FakeServer) {
     let http = crate::client::http_client(Duration::from_secs(30));
@@ -168,7 +169,8 @@ pub async fn record_side_effects(history: &History, provider: &str, fake: &FakeS
 
 /// The chat answer the fake cached under `key`, as a status document: `succeeded` with the
 /// message content (parsed as JSON, as onejob reads a kind with an output schema) as
-/// `result` and the answer's `id`, or `failed` with the error body. `None` when the fake
+/// `result`, the answer's `id`, and the whole `chat.completion` as `answer` (what a gateway
+/// job's result is made of), or `failed` with the error body. `None` when the fake
 /// did not answer from its cache (then the read-back itself ran the request: nothing to
 /// compare with).
 async fn cached_chat_answer(
@@ -198,7 +200,12 @@ async fn cached_chat_answer(
     }
     let content = body.pointer("/choices/0/message/content")?.as_str()?;
     let result = serde_json::from_str(content).unwrap_or_else(|_| Value::String(content.into()));
-    Some(serde_json::json!({"status": "succeeded", "result": result, "answer_id": body["id"]}))
+    Some(serde_json::json!({
+        "status": "succeeded",
+        "result": result,
+        "answer_id": body["id"],
+        "answer": body,
+    }))
 }
 
 /// Percent-encodes a key for a query string (keys are visible ASCII).

@@ -397,3 +397,281 @@ fn a_synchronous_winner_is_checked_against_the_answer_cached_under_its_key() {
         "{report:?}"
     );
 }
+
+// The gateway (`POST /v1/chat/completions`): answers name their job in a header, errors
+// come in OpenAI's shape, the job's result is the upstream's whole completion.
+
+fn completion() -> Value {
+    json!({"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "fake-chat",
+           "choices": [{"index": 0, "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": "{\"text\":\"a fox\"}", "refusal": null}}],
+           "usage": {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}})
+}
+
+fn chat_body(stream: bool) -> Value {
+    json!({"model": "vanish", "stream": stream, "messages": [{"role": "user", "content": "a fox"}]})
+}
+
+fn chat_request(seq: u64, key: &str, body: Value) -> Record {
+    Record::Request {
+        t_ms: seq,
+        seq,
+        client: "c".into(),
+        node: 0,
+        method: "POST".into(),
+        path: "/v1/chat/completions".into(),
+        key: Some(key.into()),
+        body: Some(body),
+    }
+}
+
+/// A gateway answer: `job` in its `onejob-job-id` header, `Retry-After` on errors that have
+/// one.
+fn chat_response(seq: u64, status: u16, body: Value, job: Option<&str>) -> Record {
+    Record::Response {
+        t_ms: seq,
+        seq,
+        status: Some(status),
+        content_type: Some("application/json".into()),
+        retry_after: matches!(status, 409 | 503).then(|| "1".into()),
+        replayed: None,
+        body: Some(body),
+        error: None,
+        job_id: job.map(Into::into),
+    }
+}
+
+/// A call whose client went away: no status, where it went in the error.
+fn vanished(seq: u64) -> Record {
+    Record::Response {
+        t_ms: seq,
+        seq,
+        status: None,
+        content_type: None,
+        retry_after: None,
+        replayed: None,
+        body: None,
+        error: Some("client went away 2 ms after sending the whole request (after-send)".into()),
+        job_id: None,
+    }
+}
+
+fn gateway_job() -> Value {
+    json!({"id": JOB, "kind": "chat.gateway", "state": "succeeded", "result": completion(),
+           "completed_by": ATTEMPT})
+}
+
+/// A gateway call whose client went away (a stream, request 1), then its retry without the
+/// stream answered with the completion (request 10: calls planted between are not the
+/// key's last); one upstream call, cached by the fake under the job's key.
+fn gateway() -> Vec<Record> {
+    let mut chat_attempt = attempt(ATTEMPT, 1, "succeeded", "unused");
+    let fields = chat_attempt.as_object_mut().expect("an attempt object");
+    fields.remove("task_id");
+    fields.insert("provider".into(), json!("chat"));
+    vec![
+        chat_request(1, "g", chat_body(true)),
+        vanished(1),
+        chat_request(10, "g", chat_body(false)),
+        chat_response(10, 200, completion(), Some(JOB)),
+        Record::SideEffect {
+            provider: "chat".into(),
+            input_hash: "h".into(),
+            input: chat_body(false)["messages"].clone(),
+            idempotency_key: Some(format!("onejob:{JOB}")),
+            task_id: None,
+            task: Some(json!({"status": "succeeded", "result": {"text": "a fox"},
+                              "answer_id": "chatcmpl-1", "answer": completion()})),
+        },
+        Record::Listing {
+            job_ids: vec![JOB.into()],
+        },
+        Record::Job {
+            key: "g".into(),
+            job: gateway_job(),
+            attempts: vec![chat_attempt],
+            events: vec![
+                event(1, "created", None, json!({})),
+                event(2, "attempt_started", Some(ATTEMPT), json!({})),
+                event(
+                    3,
+                    "won",
+                    Some(ATTEMPT),
+                    json!({"sha256": sha(&completion())}),
+                ),
+            ],
+        },
+    ]
+}
+
+/// Plants a change into the clean gateway history and returns the rules reported.
+fn broken_gateway(change: impl FnOnce(&mut Vec<Record>)) -> Vec<&'static str> {
+    let mut history = gateway();
+    change(&mut history);
+    rules(&check(&history))
+}
+
+#[test]
+fn a_clean_gateway_history_passes_and_its_keys_count() {
+    let report = check(&gateway());
+    assert!(report.is_clean(), "{:?}", report.violations);
+    assert_eq!(report.stats.keys, 1);
+    assert_eq!(report.stats.transport_errors, 1);
+    assert_eq!(report.stats.statuses.get(&200), Some(&1));
+}
+
+#[test]
+fn a_gateway_503_is_checked_in_openais_shape() {
+    let unavailable = json!({"error": {"message": "onejob is stopping", "type": "api_error",
+                                       "param": null, "code": "unavailable"}});
+    // In OpenAI's shape with Retry-After: what the gateway must answer.
+    assert!(
+        broken_gateway(|h| {
+            h.push(chat_request(5, "g", chat_body(false)));
+            h.push(chat_response(5, 503, unavailable.clone(), None));
+        })
+        .is_empty()
+    );
+    // Without Retry-After, or another code: broken.
+    assert_eq!(
+        broken_gateway(|h| {
+            h.push(chat_request(5, "g", chat_body(false)));
+            let mut answer = chat_response(5, 503, unavailable.clone(), None);
+            if let Record::Response { retry_after, .. } = &mut answer {
+                *retry_after = None;
+            }
+            h.push(answer);
+        }),
+        vec!["answers"]
+    );
+    assert_eq!(
+        broken_gateway(|h| {
+            h.push(chat_request(5, "g", chat_body(false)));
+            h.push(chat_response(
+                5,
+                503,
+                json!({"error": {"code": "internal"}}),
+                None,
+            ));
+        }),
+        vec!["answers"]
+    );
+    // onejob's own API keeps problem+json: OpenAI's shape there is still broken.
+    assert!(
+        broken(|h| {
+            h.push(request(9, "k", body()));
+            let mut answer = response(9, 503, unavailable);
+            if let Record::Response { retry_after, .. } = &mut answer {
+                *retry_after = Some("1".into());
+            }
+            h.push(answer);
+        })
+        .contains(&"answers")
+    );
+}
+
+#[test]
+fn a_gateway_200_without_its_job_breaks_the_answers_rule() {
+    let report = broken_gateway(|h| {
+        for record in h.iter_mut() {
+            if let Record::Response { job_id, status, .. } = record
+                && *status == Some(200)
+            {
+                *job_id = None;
+            }
+        }
+    });
+    assert!(report.contains(&"answers"), "{report:?}");
+}
+
+#[test]
+fn gateway_answers_naming_two_jobs_for_a_key_break_one_job_per_key() {
+    let report = broken_gateway(|h| {
+        h.push(chat_request(5, "g", chat_body(false)));
+        h.push(chat_response(
+            5,
+            409,
+            json!({"error": {"code": "invalid-state", "job_id": SECOND, "state": "running"}}),
+            Some(SECOND),
+        ));
+    });
+    assert!(report.contains(&"one-job-per-key"), "{report:?}");
+}
+
+#[test]
+fn a_gateway_call_refused_for_its_stream_alone_breaks_intent() {
+    // `stream` is delivery only: the same conversation with another `stream` is the same
+    // intent.
+    let report = broken_gateway(|h| {
+        let mut body = chat_body(false);
+        body["stream_options"] = json!({"include_usage": true});
+        body["stream"] = json!(true);
+        h.push(chat_request(5, "g", body));
+        h.push(chat_response(
+            5,
+            422,
+            json!({"error": {"code": "key-reused"}}),
+            None,
+        ));
+    });
+    assert_eq!(report, vec!["intent"]);
+    // Another conversation under the key is what keys are for.
+    let report = broken_gateway(|h| {
+        let mut body = chat_body(false);
+        body["messages"][0]["content"] = json!("a cat");
+        h.push(chat_request(5, "g", body));
+        h.push(chat_response(
+            5,
+            422,
+            json!({"error": {"code": "key-reused"}}),
+            None,
+        ));
+    });
+    assert!(report.is_empty(), "{report:?}");
+}
+
+#[test]
+fn a_gateway_200_that_is_not_the_jobs_result_breaks_result_once() {
+    let report = broken_gateway(|h| {
+        let mut other = completion();
+        other["id"] = json!("chatcmpl-2");
+        h.push(chat_request(5, "g", chat_body(false)));
+        h.push(chat_response(5, 200, other, Some(JOB)));
+    });
+    assert_eq!(report, vec!["result-once"]);
+}
+
+#[test]
+fn a_gateway_result_that_is_not_the_upstreams_answer_breaks_winner_output() {
+    let report = broken_gateway(|h| {
+        for record in h.iter_mut() {
+            if let Record::SideEffect {
+                task: Some(task), ..
+            } = record
+            {
+                task["answer"]["choices"][0]["message"]["content"] = json!("another answer");
+            }
+        }
+    });
+    assert_eq!(report, vec!["winner-output"]);
+    // An answer not recorded at all proves nothing either.
+    let report = broken_gateway(|h| {
+        for record in h.iter_mut() {
+            if let Record::SideEffect {
+                task: Some(task), ..
+            } = record
+            {
+                task.as_object_mut().unwrap().remove("answer");
+            }
+        }
+    });
+    assert_eq!(report, vec!["winner-output"]);
+}
+
+#[test]
+fn histories_written_before_the_gateway_rules_still_read() {
+    // A response line without `job_id` (written before it was recorded).
+    let old = r#"{"type":"response","t_ms":1,"seq":1,"status":201,"body":{"id":"j"}}"#;
+    let record: Record = serde_json::from_str(old).expect("an old response line");
+    assert!(matches!(record, Record::Response { job_id: None, .. }));
+}
