@@ -30,6 +30,14 @@
 //! * **retries are attempts** (§2.7) — no job has more side effects at the provider than
 //!   attempts, every side effect belongs to a job, and no task was created twice.
 //!
+//! A history may also carry what its scenario promises beyond these ([`Record::Expect`]);
+//! each [`Expectation`] is a rule of its own, named as it is:
+//!
+//! * **every-key-answered** — each key's last call was answered: `200`/`201` for a
+//!   submission, a `200` with the job's result for a gateway call;
+//! * **one-side-effect-per-key** — each key has a job, and each job exactly one side effect;
+//! * **never-unknown** — no job or attempt ends `unknown`, no attempt ever became `unknown`.
+//!
 //! Event order is the authority for the guard, not timestamps: PostgreSQL's `now()` is the
 //! start of a transaction, so two transactions serialised by the job's row lock can carry
 //! timestamps in either order, while event ids come from a sequence drawn under that lock.
@@ -40,7 +48,10 @@ use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::{client::CHAT_PATH, history::Record};
+use crate::{
+    client::CHAT_PATH,
+    history::{Expectation, Record},
+};
 
 /// The gateway's paths: calls that make one job per key, answered in the shape of the API
 /// they imitate (OpenAI's, Anthropic's at `/v1/messages`), with the job's id in a header.
@@ -59,7 +70,8 @@ const DELIVERY_ONLY: [&str; 2] = ["stream", "stream_options"];
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Violation {
     /// The rule (`answers`, `one-job-per-key`, `intent`, `result-once`, `winner-output`,
-    /// `proof`, `guard`, `side-effects`).
+    /// `proof`, `guard`, `side-effects`, or an [`Expectation`]'s: `every-key-answered`,
+    /// `one-side-effect-per-key`, `never-unknown`).
     pub rule: &'static str,
     /// What was seen.
     pub detail: String,
@@ -128,6 +140,7 @@ struct Response<'a> {
     content_type: Option<&'a str>,
     retry_after: Option<&'a str>,
     body: Option<&'a Value>,
+    error: Option<&'a str>,
     job_id: Option<&'a str>,
 }
 
@@ -155,6 +168,7 @@ pub fn check(records: &[Record]) -> Report {
     // Each owner's listing (a run with several tenants reads each one's own): together
     // they must hold exactly the read-back jobs.
     let mut listing: Option<Vec<String>> = None;
+    let mut expectations: BTreeSet<Expectation> = BTreeSet::new();
     for record in records {
         match record {
             Record::Request {
@@ -181,6 +195,7 @@ pub fn check(records: &[Record]) -> Report {
                 content_type,
                 retry_after,
                 body,
+                error,
                 job_id,
                 ..
             } => responses.push(Response {
@@ -189,6 +204,7 @@ pub fn check(records: &[Record]) -> Report {
                 content_type: content_type.as_deref(),
                 retry_after: retry_after.as_deref(),
                 body: body.as_ref(),
+                error: error.as_deref(),
                 job_id: job_id.as_deref(),
             }),
             Record::SideEffect {
@@ -203,6 +219,7 @@ pub fn check(records: &[Record]) -> Report {
                 task_id: task_id.as_deref(),
                 task: task.as_ref(),
             }),
+            Record::Expect { expectations: more } => expectations.extend(more.iter().copied()),
             Record::Fault { .. } => report.stats.faults += 1,
             Record::Listing { job_ids } => listing
                 .get_or_insert_default()
@@ -237,6 +254,17 @@ pub fn check(records: &[Record]) -> Report {
         check_job(&mut report, dump, &side_effects);
     }
     check_side_effects(&mut report, &side_effects, &dumps);
+    for expectation in expectations {
+        match expectation {
+            Expectation::EveryKeyAnswered => {
+                check_every_key_answered(&mut report, &requests, &responses, &final_by_id);
+            }
+            Expectation::OneSideEffectPerKey => {
+                check_one_side_effect_per_key(&mut report, &requests, &side_effects, &dumps);
+            }
+            Expectation::NeverUnknown => check_never_unknown(&mut report, &dumps),
+        }
+    }
     report
 }
 
@@ -868,6 +896,153 @@ fn check_guard(report: &mut Report, job_id: &str, dump: &Dump<'_>) {
                     } else {
                         "ended"
                     }
+                ),
+            );
+        }
+    }
+}
+
+/// Expectation `every-key-answered`: each key's last call (the highest `seq` under it) got
+/// a success: `200`/`201` for a submission; for a gateway call, a `200` whose body is the
+/// result its job (named by the answer's header) ends succeeded with. (A last call answered
+/// as a stream does not count: the scenarios promising this retry without one.)
+fn check_every_key_answered(
+    report: &mut Report,
+    requests: &HashMap<u64, Request<'_>>,
+    responses: &[Response<'_>],
+    final_by_id: &HashMap<String, &Value>,
+) {
+    let by_seq: HashMap<u64, &Response<'_>> = responses.iter().map(|r| (r.seq, r)).collect();
+    let mut last_call: BTreeMap<&str, u64> = BTreeMap::new();
+    for (seq, request) in requests {
+        if let (true, Some(key)) = (is_keyed_call(request), request.key) {
+            let last = last_call.entry(key).or_insert(*seq);
+            *last = (*last).max(*seq);
+        }
+    }
+    for (key, seq) in last_call {
+        let request = &requests[&seq];
+        let Some(response) = by_seq.get(&seq) else {
+            report.violation(
+                Expectation::EveryKeyAnswered.rule(),
+                format!("key {key:?}: its last call (request {seq}) has no response recorded"),
+            );
+            continue;
+        };
+        let answered = match response.status {
+            Some(200 | 201) if is_submit(request) => true,
+            Some(200) => response
+                .job_id
+                .and_then(|id| final_by_id.get(id))
+                .is_some_and(|job| {
+                    job["state"] == "succeeded" && response.body == Some(&job["result"])
+                }),
+            _ => false,
+        };
+        if !answered {
+            report.violation(
+                Expectation::EveryKeyAnswered.rule(),
+                format!(
+                    "key {key:?}: its last call (request {seq}) was answered {}",
+                    describe(response)
+                ),
+            );
+        }
+    }
+}
+
+/// A short account of an answer, for a violation's detail.
+fn describe(response: &Response<'_>) -> String {
+    let Some(status) = response.status else {
+        return format!(
+            "nothing ({})",
+            response.error.unwrap_or("no error recorded")
+        );
+    };
+    let said = response
+        .body
+        .map(|body| {
+            body["error"]["message"]
+                .as_str()
+                .or(body["detail"].as_str())
+                .map_or_else(|| body.to_string(), str::to_owned)
+        })
+        .unwrap_or_default();
+    let said: String = said.chars().take(200).collect();
+    match response.job_id {
+        Some(job) => format!("{status} (job {job}): {said}"),
+        None => format!("{status}: {said}"),
+    }
+}
+
+/// Expectation `one-side-effect-per-key`: each key submitted or called has a job read back,
+/// and that job exactly one side effect at the providers (by its upstream key).
+fn check_one_side_effect_per_key(
+    report: &mut Report,
+    requests: &HashMap<u64, Request<'_>>,
+    side_effects: &[SideEffect<'_>],
+    dumps: &[Dump<'_>],
+) {
+    let mut per_job: HashMap<&str, usize> = HashMap::new();
+    for effect in side_effects {
+        if let Some(job) = effect.idempotency_key.and_then(job_of_upstream_key) {
+            *per_job.entry(job).or_default() += 1;
+        }
+    }
+    let keys: BTreeSet<&str> = requests
+        .values()
+        .filter(|r| is_keyed_call(r))
+        .filter_map(|r| r.key)
+        .collect();
+    for key in keys {
+        let Some(dump) = dumps.iter().find(|d| d.key == key) else {
+            report.violation(
+                Expectation::OneSideEffectPerKey.rule(),
+                format!("key {key:?} has no job at the end"),
+            );
+            continue;
+        };
+        let id = dump.job["id"].as_str().unwrap_or_default();
+        let count = per_job.get(id).copied().unwrap_or(0);
+        if count != 1 {
+            report.violation(
+                Expectation::OneSideEffectPerKey.rule(),
+                format!(
+                    "key {key:?}: job {id} ({}) made {count} side effects at the provider",
+                    dump.job["state"]
+                ),
+            );
+        }
+    }
+}
+
+/// Expectation `never-unknown`: no job or attempt read back `unknown`, and no
+/// `attempt_unknown` event in any job's log.
+fn check_never_unknown(report: &mut Report, dumps: &[Dump<'_>]) {
+    for dump in dumps {
+        let id = dump.job["id"].as_str().unwrap_or_default();
+        if dump.job["state"] == "unknown" {
+            report.violation(
+                Expectation::NeverUnknown.rule(),
+                format!("key {:?}: job {id} ends unknown", dump.key),
+            );
+        }
+        for attempt in dump.attempts.iter().filter(|a| a["state"] == "unknown") {
+            report.violation(
+                Expectation::NeverUnknown.rule(),
+                format!("job {id}: attempt {} ends unknown", attempt["id"]),
+            );
+        }
+        for event in dump
+            .events
+            .iter()
+            .filter(|e| e["kind"] == "attempt_unknown")
+        {
+            report.violation(
+                Expectation::NeverUnknown.rule(),
+                format!(
+                    "job {id}: attempt {} became unknown ({})",
+                    event["attempt_id"], event["detail"]
                 ),
             );
         }

@@ -1,6 +1,7 @@
 //! The history of one fault run, as JSON lines: every client request and response, every
 //! side effect the fake provider saw (with the task's final status), the faults injected,
-//! and a final read-back of every job (view, attempts, event log) and of the job listing.
+//! what the scenario promises beyond DESIGN §2 ([`Expectation`]), and a final read-back of
+//! every job (view, attempts, event log) and of the job listing.
 //!
 //! A [`History`] is written while the run goes (one line per [`Record`], flushed as it
 //! goes, so a history survives a test that panics half-way) and read back by
@@ -96,6 +97,13 @@ pub enum Record {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         task: Option<Value>,
     },
+    /// What the scenario promises beyond DESIGN §2's rules, for its history in particular:
+    /// each [`Expectation`] becomes a rule of the checker of its own. A history without
+    /// this record is held to DESIGN §2 only.
+    Expect {
+        /// The promises.
+        expectations: Vec<Expectation>,
+    },
     /// A fault the run injected (for the reader; the checker does not need them).
     Fault {
         /// Milliseconds since the run started.
@@ -121,6 +129,35 @@ pub enum Record {
         /// Its event log (`GET /v1/jobs/{id}/events`), oldest first.
         events: Vec<Value>,
     },
+}
+
+/// A promise a scenario makes about its own history (a [`Record::Expect`]); the checker
+/// reports a broken one under the rule of the same name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Expectation {
+    /// Every key's last call was answered: `200`/`201` for `POST /v1/jobs`, and for a gateway
+    /// call a `200` whose body is the read-back job's result (its job succeeded). A scenario
+    /// whose callers go away and come back promises that every retry gets the answer.
+    EveryKeyAnswered,
+    /// Every key has a job read back, and each job exactly one side effect at the provider:
+    /// every intent reached the upstream once, however its callers behaved.
+    OneSideEffectPerKey,
+    /// No job or attempt is read back `unknown`, and no attempt ever became `unknown` (no
+    /// `attempt_unknown` event): a run without crashes, whose every attempt was run to its
+    /// end (DESIGN §2.11).
+    NeverUnknown,
+}
+
+impl Expectation {
+    /// The name of the rule that checks it (its serialised name).
+    pub fn rule(self) -> &'static str {
+        match self {
+            Expectation::EveryKeyAnswered => "every-key-answered",
+            Expectation::OneSideEffectPerKey => "one-side-effect-per-key",
+            Expectation::NeverUnknown => "never-unknown",
+        }
+    }
 }
 
 /// Why a history could not be written or read.
@@ -193,6 +230,13 @@ impl History {
         writeln!(out, "{line}")
             .and_then(|()| out.flush())
             .unwrap_or_else(|e| panic!("writing {}: {e}", self.path.display()));
+    }
+
+    /// Records what the scenario promises beyond DESIGN §2 (a [`Record::Expect`]).
+    pub fn expect(&self, expectations: &[Expectation]) {
+        self.write(&Record::Expect {
+            expectations: expectations.to_vec(),
+        });
     }
 
     /// Records an injected fault.

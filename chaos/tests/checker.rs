@@ -5,7 +5,7 @@
 
 use onejob_chaos::{
     checker::{Report, check},
-    history::Record,
+    history::{Expectation, Record},
 };
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -399,7 +399,8 @@ fn a_synchronous_winner_is_checked_against_the_answer_cached_under_its_key() {
 }
 
 // The gateway (`POST /v1/chat/completions`): answers name their job in a header, errors
-// come in OpenAI's shape, the job's result is the upstream's whole completion.
+// come in OpenAI's shape, the job's result is the upstream's whole completion; and a
+// history may promise more than DESIGN §2 (`Record::Expect`).
 
 fn completion() -> Value {
     json!({"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "fake-chat",
@@ -461,6 +462,16 @@ fn gateway_job() -> Value {
            "completed_by": ATTEMPT})
 }
 
+fn all_expectations() -> Record {
+    Record::Expect {
+        expectations: vec![
+            Expectation::EveryKeyAnswered,
+            Expectation::OneSideEffectPerKey,
+            Expectation::NeverUnknown,
+        ],
+    }
+}
+
 /// A gateway call whose client went away (a stream, request 1), then its retry without the
 /// stream answered with the completion (request 10: calls planted between are not the
 /// key's last); one upstream call, cached by the fake under the job's key.
@@ -470,6 +481,7 @@ fn gateway() -> Vec<Record> {
     fields.remove("task_id");
     fields.insert("provider".into(), json!("chat"));
     vec![
+        all_expectations(),
         chat_request(1, "g", chat_body(true)),
         vanished(1),
         chat_request(10, "g", chat_body(false)),
@@ -669,9 +681,109 @@ fn a_gateway_result_that_is_not_the_upstreams_answer_breaks_winner_output() {
 }
 
 #[test]
+fn a_key_whose_last_call_got_no_completion_breaks_every_key_answered() {
+    // The retry was told the outcome awaits proof (what a vanished caller left behind before
+    // intake ran apart from its caller).
+    let awaits_proof = json!({"error": {"code": "invalid-state", "job_id": JOB, "state": "unknown",
+                                        "message": "the outcome of its attempt is unknown"}});
+    let report = broken_gateway(|h| {
+        h.push(chat_request(19, "g", chat_body(false)));
+        h.push(chat_response(19, 409, awaits_proof.clone(), Some(JOB)));
+    });
+    assert_eq!(report, vec!["every-key-answered"]);
+    // Its last call vanished, never retried.
+    let report = broken_gateway(|h| {
+        h.push(chat_request(19, "g", chat_body(true)));
+        h.push(vanished(19));
+    });
+    assert_eq!(report, vec!["every-key-answered"]);
+    // A promise the history does not make is not checked.
+    let report = broken_gateway(|h| {
+        h.retain(|r| !matches!(r, Record::Expect { .. }));
+        h.push(chat_request(19, "g", chat_body(false)));
+        h.push(chat_response(19, 409, awaits_proof, Some(JOB)));
+    });
+    assert!(report.is_empty(), "{report:?}");
+}
+
+#[test]
+fn a_job_without_exactly_one_upstream_call_breaks_one_side_effect_per_key() {
+    // None: the intent never reached the upstream.
+    let report = broken_gateway(|h| h.retain(|r| !matches!(r, Record::SideEffect { .. })));
+    assert!(report.contains(&"one-side-effect-per-key"), "{report:?}");
+    // Two: it reached it twice (also more than the job's one attempt).
+    let report = broken_gateway(|h| {
+        h.push(Record::SideEffect {
+            provider: "chat".into(),
+            input_hash: "h".into(),
+            input: json!([]),
+            idempotency_key: Some(format!("onejob:{JOB}:2")),
+            task_id: None,
+            task: None,
+        });
+    });
+    assert!(
+        report.contains(&"one-side-effect-per-key") && report.contains(&"side-effects"),
+        "{report:?}"
+    );
+    // A key with no job at all.
+    let report = broken_gateway(|h| {
+        h.push(chat_request(9, "lost", chat_body(false)));
+        h.push(vanished(9));
+    });
+    assert!(report.contains(&"one-side-effect-per-key"), "{report:?}");
+}
+
+#[test]
+fn an_attempt_that_was_ever_unknown_breaks_never_unknown() {
+    // Made unknown at its lease's end, then resolved: still a broken promise.
+    let report = broken_gateway(|h| {
+        let (_, _, events) = job_dump(h);
+        events[2]["id"] = json!(4);
+        events.insert(
+            2,
+            event(
+                3,
+                "attempt_unknown",
+                Some(ATTEMPT),
+                json!({"reason": "lease"}),
+            ),
+        );
+    });
+    assert_eq!(report, vec!["never-unknown"]);
+    // Left unknown (no result, no winner).
+    let report = broken_gateway(|h| {
+        let (job, attempts, events) = job_dump(h);
+        *job = json!({"id": JOB, "kind": "chat.gateway", "state": "unknown"});
+        attempts[0]["state"] = json!("unknown");
+        attempts[0].as_object_mut().unwrap().remove("finished_at");
+        events.truncate(2);
+        events.push(event(
+            5,
+            "attempt_unknown",
+            Some(ATTEMPT),
+            json!({"reason": "lease"}),
+        ));
+    });
+    assert!(
+        report.iter().filter(|r| **r == "never-unknown").count() == 3,
+        "{report:?}"
+    );
+}
+
+#[test]
 fn histories_written_before_the_gateway_rules_still_read() {
-    // A response line without `job_id` (written before it was recorded).
+    // A response line without `job_id`, and the new lines, as the recorder writes them.
     let old = r#"{"type":"response","t_ms":1,"seq":1,"status":201,"body":{"id":"j"}}"#;
     let record: Record = serde_json::from_str(old).expect("an old response line");
     assert!(matches!(record, Record::Response { job_id: None, .. }));
+    let line = serde_json::to_string(&all_expectations()).unwrap();
+    assert_eq!(
+        line,
+        r#"{"type":"expect","expectations":["every-key-answered","one-side-effect-per-key","never-unknown"]}"#
+    );
+    assert_eq!(
+        serde_json::from_str::<Record>(&line).unwrap(),
+        all_expectations()
+    );
 }
