@@ -1,12 +1,18 @@
 //! A client that records every request it sends and every answer it gets into a
 //! [`History`], and resends submissions (and gateway calls) the way a careful client does:
-//! same key, after `Retry-After`, on another node when one does not answer.
+//! same key, after `Retry-After`, on another node when one does not answer. It also plays
+//! the caller that goes away mid-call ([`Vanish`]), over a raw TCP connection it closes at
+//! the chosen point, and records where it went away.
 
 use std::{sync::Arc, time::Duration};
 
 use reqwest::{Method, header::HeaderMap};
 use serde_json::Value;
-use tokio::time::Instant;
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+    time::Instant,
+};
 
 use crate::history::{History, Record};
 
@@ -225,6 +231,151 @@ impl RecordingClient {
         }
         answer
     }
+
+    /// Sends `POST path` with `body` under `key` to node `node` at `base` over a TCP
+    /// connection of its own, and goes away at the point `how` names: the connection is
+    /// closed there, whatever the server is doing. Records the request, and a response with
+    /// no status whose error says where the client went away (and what of the answer had
+    /// arrived by then: its status line, its `onejob-job-id`); returns that error.
+    pub async fn vanish(
+        &self,
+        node: usize,
+        base: &str,
+        path: &str,
+        key: &str,
+        body: &Value,
+        how: Vanish,
+    ) -> String {
+        let seq = self.history.next_seq();
+        self.history.write(&Record::Request {
+            t_ms: self.history.now_ms(),
+            seq,
+            client: self.name.clone(),
+            node,
+            method: "POST".into(),
+            path: path.to_owned(),
+            key: Some(key.to_owned()),
+            body: Some(body.clone()),
+        });
+        let (error, job_id) = match self.go_away(base, path, key, body, how).await {
+            Ok(gone) => gone,
+            Err(error) => (
+                format!(
+                    "client went away ({}) after a transport error of its own: {error}",
+                    how.name()
+                ),
+                None,
+            ),
+        };
+        self.history.write(&Record::Response {
+            t_ms: self.history.now_ms(),
+            seq,
+            status: None,
+            content_type: None,
+            retry_after: None,
+            replayed: None,
+            body: None,
+            error: Some(error.clone()),
+            job_id,
+        });
+        error
+    }
+
+    /// [`RecordingClient::vanish`] on the wire: the error to record and the job id seen.
+    async fn go_away(
+        &self,
+        base: &str,
+        path: &str,
+        key: &str,
+        body: &Value,
+        how: Vanish,
+    ) -> std::io::Result<(String, Option<String>)> {
+        let url = url::Url::parse(base).map_err(std::io::Error::other)?;
+        let host = url.host_str().unwrap_or("127.0.0.1").to_owned();
+        let port = url.port_or_known_default().unwrap_or(80);
+        let text = serde_json::to_vec(body).map_err(std::io::Error::other)?;
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {token}\r\n\
+             Idempotency-Key: {key}\r\nContent-Type: application/json\r\n\
+             Content-Length: {length}\r\n\r\n",
+            token = self.token,
+            length = text.len(),
+        );
+        let mut stream =
+            tokio::time::timeout(Duration::from_secs(5), TcpStream::connect((host, port)))
+                .await
+                .map_err(std::io::Error::other)??;
+        stream.set_nodelay(true)?;
+        stream.write_all(head.as_bytes()).await?;
+        match how {
+            Vanish::BeforeBody { sent } => {
+                let sent = sent.min(text.len().saturating_sub(1));
+                stream.write_all(&text[..sent]).await?;
+                stream.flush().await?;
+                Ok((
+                    format!(
+                        "client went away before its body was complete ({}): {sent} of {} bytes \
+                         of the body sent",
+                        how.name(),
+                        text.len()
+                    ),
+                    None,
+                ))
+            }
+            Vanish::AfterSend { after } | Vanish::MidSend { after } => {
+                stream.write_all(&text).await?;
+                stream.flush().await?;
+                tokio::time::sleep(after).await;
+                let mut arrived = Vec::new();
+                let mut buffer = [0u8; 4096];
+                while let Ok(n @ 1..) = stream.try_read(&mut buffer) {
+                    arrived.extend_from_slice(&buffer[..n]);
+                }
+                let seen = Head::of(&arrived);
+                Ok((
+                    format!(
+                        "client went away {} ms after sending the whole request ({}){}",
+                        after.as_millis(),
+                        how.name(),
+                        seen.describe()
+                    ),
+                    seen.job_id,
+                ))
+            }
+            Vanish::MidStream => {
+                stream.write_all(&text).await?;
+                stream.flush().await?;
+                let deadline = Instant::now() + Duration::from_secs(10);
+                let mut arrived = Vec::new();
+                let mut buffer = [0u8; 4096];
+                let why = loop {
+                    let read = tokio::time::timeout_at(deadline, stream.read(&mut buffer)).await;
+                    match read {
+                        Err(_) => break "gave up waiting for the first event after 10 s",
+                        Ok(Err(_) | Ok(0)) => break "the server closed the connection first",
+                        Ok(Ok(n)) => arrived.extend_from_slice(&buffer[..n]),
+                    }
+                    let seen = Head::of(&arrived);
+                    if seen.complete && !seen.stream {
+                        break "the answer was not a stream";
+                    }
+                    if seen.complete && contains(&arrived[seen.length..], b"data:") {
+                        break "after the first server-sent event bytes";
+                    }
+                };
+                let seen = Head::of(&arrived);
+                Ok((
+                    format!(
+                        "client went away mid-stream ({}), {why}: {} bytes read{}",
+                        how.name(),
+                        arrived.len(),
+                        seen.describe()
+                    ),
+                    seen.job_id,
+                ))
+            }
+        }
+    }
 }
 
 /// The gateway's chat path.
@@ -232,3 +383,103 @@ pub const CHAT_PATH: &str = "/v1/chat/completions";
 
 /// The header naming the job of a gateway answer.
 pub const JOB_ID_HEADER: &str = "onejob-job-id";
+
+/// Where a caller goes away from its call ([`RecordingClient::vanish`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Vanish {
+    /// Before its request is complete: the head (whose `Content-Length` promises the whole
+    /// body) and the first `sent` bytes of the body, then the connection closes. No intake
+    /// can have started.
+    BeforeBody {
+        /// Bytes of the body sent (fewer than all of them).
+        sent: usize,
+    },
+    /// Right after the whole request was sent: the connection closes `after` it (a few
+    /// milliseconds: before, during or just after intake commits).
+    AfterSend {
+        /// How long after the last byte.
+        after: Duration,
+    },
+    /// While the upstream works: the connection closes `after` the whole request was sent
+    /// (longer than intake takes, shorter than the upstream's answer).
+    MidSend {
+        /// How long after the last byte.
+        after: Duration,
+    },
+    /// Mid-stream: a `"stream": true` call whose client reads the answer up to its first
+    /// server-sent event bytes, then closes the connection.
+    MidStream,
+}
+
+impl Vanish {
+    /// Its name in histories and figures: `before-body`, `after-send`, `mid-send`,
+    /// `mid-stream`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Vanish::BeforeBody { .. } => "before-body",
+            Vanish::AfterSend { .. } => "after-send",
+            Vanish::MidSend { .. } => "mid-send",
+            Vanish::MidStream => "mid-stream",
+        }
+    }
+}
+
+/// What a vanishing client saw of an answer's head.
+struct Head {
+    /// The head is complete (its blank line arrived).
+    complete: bool,
+    /// Its length in bytes, blank line included, when complete.
+    length: usize,
+    /// The status line, if it arrived.
+    status_line: Option<String>,
+    /// `Content-Type: text/event-stream`.
+    stream: bool,
+    /// The `onejob-job-id` header.
+    job_id: Option<String>,
+}
+
+impl Head {
+    fn of(bytes: &[u8]) -> Head {
+        let end = bytes.windows(4).position(|w| w == b"\r\n\r\n");
+        let text = String::from_utf8_lossy(&bytes[..end.unwrap_or(bytes.len())]);
+        let mut lines = text.split("\r\n");
+        let status_line = lines
+            .next()
+            .filter(|line| line.starts_with("HTTP/"))
+            .map(str::to_owned);
+        let (mut stream, mut job_id) = (false, None);
+        for line in lines {
+            let Some((name, value)) = line.split_once(':') else {
+                continue;
+            };
+            let (name, value) = (name.trim().to_ascii_lowercase(), value.trim());
+            if name == "content-type" && value.starts_with("text/event-stream") {
+                stream = true;
+            }
+            // A half-received header line is no job id.
+            if name == JOB_ID_HEADER && end.is_some() {
+                job_id = Some(value.to_owned());
+            }
+        }
+        Head {
+            complete: end.is_some(),
+            length: end.map_or(0, |end| end + 4),
+            status_line,
+            stream,
+            job_id,
+        }
+    }
+
+    /// `""` when nothing arrived, else `"; the answer had begun: <status line>"`.
+    fn describe(&self) -> String {
+        match &self.status_line {
+            Some(line) => format!("; the answer had begun: {line}"),
+            None => String::new(),
+        }
+    }
+}
+
+/// Whether `needle` occurs in `haystack`.
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}

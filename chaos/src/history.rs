@@ -67,7 +67,8 @@ pub enum Record {
         /// The body: JSON when it parses, else the text as a JSON string.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         body: Option<Value>,
-        /// The transport error, when no answer came.
+        /// The transport error, when no answer came; for a client that went away on
+        /// purpose, where it went away (see [`crate::client::Vanish`]).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
         /// The `onejob-job-id` header: the job a gateway answer (`/v1/chat/completions`, …)
