@@ -135,7 +135,14 @@ pub struct NodeConfig {
     pub retry_backoff: Duration,
     /// More top-level tables, as TOML (such as `[retention]`), written before the providers.
     pub extra: String,
+    /// Model names the OpenAI-compatible gateway serves (`POST /v1/chat/completions`): when
+    /// any, a second kind, [`GATEWAY_KIND`], serves them on the `openai-chat` providers.
+    /// Empty (the default): no gateway kind.
+    pub gateway_models: Vec<String>,
 }
+
+/// The gateway kind a node serves its [`NodeConfig::gateway_models`] with.
+pub const GATEWAY_KIND: &str = "chat.gateway";
 
 impl NodeConfig {
     /// Sensible chaos defaults on `database` with one fake provider (`adapter = "fake"`).
@@ -154,11 +161,16 @@ impl NodeConfig {
             attempt_timeout: Duration::from_secs(30),
             retry_backoff: Duration::from_millis(100),
             extra: String::new(),
+            gateway_models: Vec::new(),
         }
     }
 
     /// The TOML text: `chat.completion` on the providers, each forwarding an idempotency
-    /// key, with one contract case (`onejob verify` runs it; nothing else does).
+    /// key, with one contract case (`onejob verify` runs it; nothing else does); and, where
+    /// [`NodeConfig::gateway_models`] names any, [`GATEWAY_KIND`] serving them on the
+    /// `openai-chat` providers, one attempt per job (nothing upstream fails in the
+    /// scenarios that use it: a second upstream call for a job could only be a second
+    /// attempt).
     pub fn to_toml(&self) -> String {
         let ms = |d: Duration| format!("{}ms", d.as_millis());
         let mut text = format!(
@@ -194,6 +206,28 @@ impl NodeConfig {
             timeout = ms(self.attempt_timeout),
             backoff = ms(self.retry_backoff),
         ));
+        if !self.gateway_models.is_empty() {
+            let quoted = |names: Vec<&str>| {
+                names
+                    .iter()
+                    .map(|n| format!("\"{n}\""))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let chat: Vec<&str> = self
+                .providers
+                .iter()
+                .filter(|p| matches!(p.adapter, Adapter::OpenAiChat { .. }))
+                .map(|p| p.name.as_str())
+                .collect();
+            text.push_str(&format!(
+                "\n[[kind]]\nname = \"{GATEWAY_KIND}\"\nopenai_models = [{models}]\n\
+                 providers = [{providers}]\nattempt_timeout = \"{timeout}\"\nmax_attempts = 1\n",
+                models = quoted(self.gateway_models.iter().map(String::as_str).collect()),
+                providers = quoted(chat),
+                timeout = ms(self.attempt_timeout),
+            ));
+        }
         text
     }
 
