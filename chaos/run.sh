@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # onejob's fault suite (RELIABILITY.md): storm across nodes, crashes mid-attempt, database
 # restarts, a node killed mid-storm, PostgreSQL failovers (one whose old primary stays up
-# but stops committing), the offline history checker, and hostile input.
+# but stops committing), gateway callers that go away mid-call (on PostgreSQL with and
+# without a separate worker, and on SQLite), the offline history checker, and hostile input.
 #
 #   chaos/run.sh [--quick|--full] [TEST-NAME-FILTER]
 #
@@ -30,7 +31,7 @@ echo "== build (onejob, the suite, the checker)"
 cargo build --locked -p onejob --bins
 cargo build --locked -p onejob-chaos --bins --tests
 
-echo "== fault scenarios ($scale): storm, crash, restart, killstorm, prune, fairness, failover, wedged, citus"
+echo "== fault scenarios ($scale): storm, crash, restart, killstorm, prune, fairness, failover, wedged, citus, vanished"
 cargo test --locked -p onejob-chaos --test chaos -- --ignored --test-threads=1 --nocapture "$@"
 
 echo "== offline history checker over the recorded histories"

@@ -9,7 +9,8 @@
 //! * [`postgres`]: a fresh database on the shared PostgreSQL, or a throwaway cluster of our
 //!   own that may be restarted;
 //! * [`citus`]: a local Citus cluster (a coordinator and worker nodes) of our own;
-//! * [`client`]: a client that records every request and answer into a [`history`];
+//! * [`client`]: a client that records every request and answer into a [`history`], and
+//!   plays callers that go away mid-call;
 //! * [`readback`]: the final read-back of every job and of the fake providers' side effects;
 //! * [`checker`]: the offline checker of DESIGN §2 over a history (also the
 //!   `onejob-chaos-check` binary);

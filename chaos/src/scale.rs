@@ -25,6 +25,9 @@ pub struct Scale {
     /// Wedged failover: keys the clients submit while the primary stops committing and the
     /// standby is promoted.
     pub wedge_keys: usize,
+    /// Vanishing callers: keys whose first call's client goes away mid-call (per store and
+    /// process layout).
+    pub vanish_keys: usize,
 }
 
 impl Scale {
@@ -40,6 +43,7 @@ impl Scale {
         killstorm_keys: 120,
         killstorm_copies: 6,
         wedge_keys: 300,
+        vanish_keys: 48,
     };
 
     /// The full scale (`RELIABILITY.md`).
@@ -54,6 +58,7 @@ impl Scale {
         killstorm_keys: 300,
         killstorm_copies: 6,
         wedge_keys: 3000,
+        vanish_keys: 400,
     };
 
     /// From `ONEJOB_CHAOS_SCALE` (`quick` when unset).

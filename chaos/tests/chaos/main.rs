@@ -14,4 +14,5 @@ mod killstorm;
 mod prune;
 mod restart;
 mod storm;
+mod vanished;
 mod wedged;
