@@ -114,6 +114,17 @@ impl KeyHash {
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.0
     }
+
+    /// The key of step `step` of the agent run under this key: the job of a later model
+    /// call of the run is stored under it, so the unique key index keeps one job per step.
+    /// Its input holds a NUL byte, which no raw key has, so it is no key's own hash.
+    pub fn step(&self, step: u32) -> KeyHash {
+        let mut hasher = Sha256::new();
+        hasher.update(b"onejob run step\0");
+        hasher.update(self.0);
+        hasher.update(step.to_be_bytes());
+        KeyHash(hasher.finalize().into())
+    }
 }
 
 impl fmt::Display for KeyHash {
@@ -130,6 +141,16 @@ impl fmt::Debug for KeyHash {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn each_step_of_a_run_has_a_key_of_its_own() {
+        let run = IdempotencyKey::parse("run-1").unwrap().hash();
+        assert_ne!(run.step(2), run.step(3));
+        assert_ne!(run.step(2), run);
+        assert_eq!(run.step(2), run.step(2));
+        let other = IdempotencyKey::parse("run-2").unwrap().hash();
+        assert_ne!(run.step(2), other.step(2));
+    }
+
     use super::*;
 
     #[test]

@@ -92,6 +92,30 @@ impl Endpoint {
         )
     }
 
+    /// The member of a request here that holds its conversation (chat's and Anthropic's
+    /// `messages`, the Responses API's `input`); `None` where a request has none.
+    pub fn conversation_member(self) -> Option<&'static str> {
+        match self {
+            Endpoint::Chat | Endpoint::Messages => Some("messages"),
+            Endpoint::Responses => Some("input"),
+            Endpoint::Embeddings | Endpoint::Images => None,
+        }
+    }
+
+    /// The items of a request's conversation (see [`Endpoint::conversation_member`]), in
+    /// order: a Responses API `input` given as text is the one user message it stands for
+    /// (`{"role": "user", "content": text}`, as the SDKs send it again on a run's next step).
+    /// `None` where the endpoint has no conversation, or the request holds none.
+    pub fn conversation(self, params: &Value) -> Option<Vec<Value>> {
+        match params.get(self.conversation_member()?)? {
+            Value::Array(items) => Some(items.clone()),
+            Value::String(text) if self == Endpoint::Responses => {
+                Some(vec![serde_json::json!({ "role": "user", "content": text })])
+            }
+            _ => None,
+        }
+    }
+
     /// Whether its stream names each event (`event: <type>`), as the Responses and
     /// Messages APIs do, rather than sending bare `data:` lines ending `[DONE]`.
     pub fn named_events(self) -> bool {

@@ -448,7 +448,10 @@ async fn call(
     } else {
         None
     };
-    let key = state.chat.key(sent_key).map_err(chat_problem)?;
+    let key = state
+        .chat
+        .key(sent_key)
+        .map_err(|error| chat_problem(endpoint, error))?;
     let (request, sent) = read_json_as_sent(headers, body, state.max_body_bytes).await?;
     let answer = state
         .chat
@@ -461,18 +464,30 @@ async fn call(
             sent,
         )
         .await
-        .map_err(chat_problem)?;
+        .map_err(|error| chat_problem(endpoint, error))?;
     Ok(respond(endpoint, answer))
 }
 
 /// The problem a refused call answers.
-fn chat_problem(error: ChatError) -> Problem {
+fn chat_problem(endpoint: Endpoint, error: ChatError) -> Problem {
     let detail = error.to_string();
     match error {
-        ChatError::KeyMissing => Problem::new(
-            ProblemType::IdempotencyKeyMissing,
-            format!("{detail} (an OpenAI SDK's `extra_headers`)"),
-        ),
+        ChatError::KeyMissing => {
+            let sdk = if endpoint == Endpoint::Messages {
+                "with Anthropic's SDK, `extra_headers` in Python or the request options' \
+                 `headers` in TypeScript"
+            } else {
+                "with an OpenAI SDK, `extra_headers` in Python or the request options' \
+                 `headers` in JavaScript"
+            };
+            Problem::new(
+                ProblemType::IdempotencyKeyMissing,
+                format!(
+                    "{detail} ({sdk}; an agent framework may set one key for a whole run, whose \
+                     model calls then become the run's steps)"
+                ),
+            )
+        }
         ChatError::NotAnObject
         | ChatError::NoModel
         | ChatError::Delivery { .. }
@@ -765,10 +780,13 @@ pub async fn model(
     if state.chat.serves(&model) {
         return Json(model_object(&model)).into_response();
     }
-    openai_error(chat_problem(ChatError::UnknownModel {
-        model,
-        models: state.chat.models(),
-    }))
+    openai_error(chat_problem(
+        Endpoint::Chat,
+        ChatError::UnknownModel {
+            model,
+            models: state.chat.models(),
+        },
+    ))
 }
 
 /// Whether `path` is one the gateway answers for: under `/v1/` and not onejob's own API

@@ -23,10 +23,11 @@ use super::{
     responses, view,
     view::{
         AttemptList, AttemptView, AttemptsView, Audience, EventView, EventsView, JobList, JobView,
+        StepView,
     },
 };
 use crate::{
-    jobs::{Submission, SubmitError, Submitted, listing::ListingError},
+    jobs::{Submission, SubmitError, Submitted, listing::ListingError, runs},
     store::{JobFilter, JobRecord, Scope},
 };
 
@@ -93,6 +94,7 @@ pub async fn submit(
                 kind,
                 params,
                 request_body: None,
+                steps: false,
             },
         )
         .await
@@ -249,12 +251,31 @@ pub async fn by_key(
     // refused rather than silently ignored.
     listing_filter(&query)?;
     let key = IdempotencyKey::parse(raw).map_err(key_problem)?;
-    let job = state
-        .jobs
-        .by_key(&caller.principal, &key)
-        .await?
+    let mut run = state.jobs.run(&caller.principal, &key).await?.into_iter();
+    let job = run
+        .next()
         .ok_or_else(|| Problem::new(ProblemType::NotFound, "no job under that idempotency key"))?;
-    Ok(job_response(StatusCode::OK, job))
+    tracing::Span::current().record("job", tracing::field::display(job.id));
+    // An agent run's later steps are listed with its first job, in order.
+    let later: Vec<StepView> = run
+        .filter_map(|step| {
+            Some(StepView {
+                step: step.run?.step,
+                id: step.id,
+                state: step.state,
+            })
+        })
+        .collect();
+    let first = StepView {
+        step: runs::step_of(state.jobs.kinds().get(&job.kind).map(|k| &**k), &job).unwrap_or(0),
+        id: job.id,
+        state: job.state,
+    };
+    let mut view = JobView::from(job);
+    if !later.is_empty() {
+        view.steps = Some(std::iter::once(first).chain(later).collect());
+    }
+    Ok(view_response(StatusCode::OK, view))
 }
 
 async fn list(
@@ -457,7 +478,11 @@ impl From<ListingError> for Problem {
 /// request's tracing span.
 pub fn job_response(status: StatusCode, job: JobRecord) -> Response {
     tracing::Span::current().record("job", tracing::field::display(job.id));
-    let view = JobView::from(job);
+    view_response(status, JobView::from(job))
+}
+
+/// [`job_response`] of a view already made.
+fn view_response(status: StatusCode, view: JobView) -> Response {
     let retry_after = view.poll_after_ms.map(|ms| ms.div_ceil(1000).max(1));
     let mut response = (status, Json(view)).into_response();
     if let Some(seconds) = retry_after {
@@ -554,6 +579,41 @@ pub(crate) fn submit_problem(error: SubmitError) -> Problem {
         )
         .with("job_id", job_id.to_string())
         .with("kind_changed", kind_changed)
+        .with("changed", changed),
+        SubmitError::StepReused {
+            job_id,
+            step,
+            changed,
+        } => Problem::new(
+            ProblemType::KeyReused,
+            format!(
+                "step {step} of the agent run under this Idempotency-Key (its call with {step} \
+                 conversation items) was sent before with different params (changed: {}); send \
+                 that step as it was, or start another run under a new key",
+                changed.join(", ")
+            ),
+        )
+        .with("job_id", job_id.to_string())
+        .with("step", step)
+        .with("kind_changed", false)
+        .with("changed", changed),
+        SubmitError::NotAnExtension {
+            job_id,
+            step,
+            changed,
+        } => Problem::new(
+            ProblemType::KeyReused,
+            format!(
+                "this Idempotency-Key names an agent run, and this request's conversation does \
+                 not continue the run's step {step} (changed: {}): a run's next call sends the \
+                 run's conversation so far unchanged and adds to it; another conversation needs \
+                 a new key (one per run)",
+                changed.join(", ")
+            ),
+        )
+        .with("job_id", job_id.to_string())
+        .with("step", step)
+        .with("kind_changed", false)
         .with("changed", changed),
         SubmitError::Store(error) => error.into(),
     }

@@ -62,6 +62,7 @@ use super::{
         Problem,
         jobs::SubmitBody,
         view::JobView,
+        view::StepView,
         view::JobList,
         jobs::JobOrList,
         view::AttemptView,

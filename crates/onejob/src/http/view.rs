@@ -130,6 +130,27 @@ pub struct JobView {
     /// The winning attempt; present only when succeeded.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub completed_by: Option<Uuid>,
+    /// A later step of an agent run (a model call under the run's Idempotency-Key whose
+    /// conversation extends the run's): its step, the number of conversation items it
+    /// carries. Absent for every other job.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step: Option<i32>,
+    /// Answered by `GET /v1/jobs?idempotency_key=…` for a key whose agent run has later
+    /// steps: every step of the run in order, this job (the run's first) included.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steps: Option<Vec<StepView>>,
+}
+
+/// One step of an agent run, as `GET /v1/jobs?idempotency_key=…` lists them.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StepView {
+    /// The step: how many conversation items its call carried.
+    pub step: i32,
+    /// Its job.
+    pub id: Uuid,
+    /// Its job's state.
+    #[schema(schema_with = job_state_schema)]
+    pub state: JobState,
 }
 
 impl From<JobRecord> for JobView {
@@ -152,6 +173,8 @@ impl From<JobRecord> for JobView {
                 .map(without_internal)
                 .map(|error| with_hint(error, job.id)),
             completed_by: job.completed_by.filter(|_| succeeded),
+            step: job.run.map(|run| run.step),
+            steps: None,
         }
     }
 }

@@ -355,6 +355,7 @@ impl ChatCalls {
             kind: kind.name.clone(),
             params,
             request_body: Some(sent),
+            steps: true,
         };
         // A slot of this process's worker, where one runs and has one free: a new job then
         // starts its first attempt in the transaction that creates it, and runs here at

@@ -51,6 +51,8 @@ pub struct JobDetail {
     pub attempts: Vec<AttemptRecord>,
     /// The first page of its event log.
     pub events: EventsPage,
+    /// Where it stands in its agent run, if it is in one.
+    pub run: Option<super::runs::RunPlace>,
 }
 
 impl Jobs {
@@ -125,10 +127,12 @@ impl Jobs {
             },
             page => page?,
         };
+        let run = self.run_place(&job).await?;
         Ok(JobDetail {
             job,
             attempts,
             events,
+            run,
         })
     }
 

@@ -14,6 +14,7 @@
 //! * [`lifecycle`]: the owner cancels a job (its live attempts' providers are asked to cancel
 //!   upstream) or retries a failed one;
 //! * [`resolution`]: an operator resolves an `unknown` attempt out of band;
+//! * [`runs`]: an agent run's later model calls under its one key, each a step of its own;
 //! * [`listing`]: jobs, attempts and event logs, paged, for the API and the dashboard;
 //! * [`certificates`]: the `onejob verify` runs recorded, and read (paged, with whether
 //!   each certifies now; whole, for failover);
@@ -28,6 +29,7 @@ pub mod keys;
 pub mod lifecycle;
 pub mod listing;
 pub mod resolution;
+pub mod runs;
 
 use std::sync::Arc;
 
@@ -55,6 +57,9 @@ pub struct Submission {
     /// The request as the caller sent it, for a gateway job: forwarded upstream as it is
     /// (see `crate::gateway::request`); `None` for every other job.
     pub request_body: Option<String>,
+    /// Whether a request whose conversation extends the conversation of the job already
+    /// under its key is that agent run's next step ([`runs`]): the gateway's calls.
+    pub steps: bool,
 }
 
 /// A submission that was accepted.
@@ -83,6 +88,28 @@ pub enum SubmitError {
     /// The params fail the kind's schema.
     #[error("params fail the kind's schema")]
     ParamsSchema(Vec<FieldError>),
+    /// The key's agent run already has this step (as many conversation items) with other
+    /// params.
+    #[error("step {step} of the agent run under this idempotency key was sent with other params")]
+    StepReused {
+        /// The step's job.
+        job_id: Uuid,
+        /// The step.
+        step: i32,
+        /// JSON Pointers of the params that differ (never their values).
+        changed: Vec<String>,
+    },
+    /// The request's conversation is longer than that of the agent run under its key, but
+    /// does not extend it: an earlier item differs.
+    #[error("the conversation does not extend the agent run under this idempotency key")]
+    NotAnExtension {
+        /// The run's job whose conversation it was compared with (the latest step before).
+        job_id: Uuid,
+        /// That job's step (its number of conversation items).
+        step: i32,
+        /// JSON Pointers of the conversation items that differ.
+        changed: Vec<String>,
+    },
     /// The key already names a job with another kind or fingerprint.
     #[error("the idempotency key is already used for a different request")]
     KeyReused {
@@ -174,6 +201,7 @@ impl Jobs {
         self.limits.check(&submission.params)?;
         kind.check_params(&submission.params)
             .map_err(SubmitError::ParamsSchema)?;
+        let submission_steps = submission.steps;
         let job = NewJob {
             id: Uuid::now_v7(),
             owner: owner.clone(),
@@ -182,6 +210,7 @@ impl Jobs {
             fingerprint: kind.fingerprint(&submission.params),
             params: submission.params,
             request_body: submission.request_body,
+            run: None,
             actor: actor.to_owned(),
             start,
         };
@@ -209,6 +238,11 @@ impl Jobs {
                 }
                 Intake::Conflict(existing) => existing,
             };
+            if submission_steps
+                && let Some(step) = self.submit_step(kind, &job, key, &existing).await?
+            {
+                return Ok(step);
+            }
             let kind_changed = existing.kind != job.kind;
             let fields = if kind_changed {
                 None

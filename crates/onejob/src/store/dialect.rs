@@ -80,6 +80,8 @@ pub(crate) enum Arg<'a> {
     Bool(bool),
     /// Bytes (hashes, salts).
     Bytes(&'a [u8]),
+    /// Bytes that may be missing.
+    OptBytes(Option<&'a [u8]>),
     /// A JSON document.
     Json(Option<&'a Value>),
     /// A point in time.
@@ -109,6 +111,7 @@ arg_from! {
     i32 => |value| Arg::Int32(value);
     bool => |value| Arg::Bool(value);
     &'a [u8] => |bytes| Arg::Bytes(bytes);
+    Option<&'a [u8]> => |bytes| Arg::OptBytes(bytes);
     &'a [Uuid] => |ids| Arg::Ids(ids);
     &'a [Option<Uuid>] => |ids| Arg::OptIds(ids);
     &'a [Option<&'a str>] => |texts| Arg::Texts(texts);
@@ -179,6 +182,10 @@ pub(crate) trait Dialect: Send + Sync + Sized + 'static {
     fn flag(row: &Row<Self>, column: &str) -> Result<bool, StoreError>;
     /// A bytes column.
     fn bytes(row: &Row<Self>, column: &str) -> Result<Vec<u8>, StoreError>;
+    /// A bytes column that may be NULL.
+    fn opt_bytes(row: &Row<Self>, column: &str) -> Result<Option<Vec<u8>>, StoreError>;
+    /// A 32-bit integer column that may be NULL.
+    fn opt_int32(row: &Row<Self>, column: &str) -> Result<Option<i32>, StoreError>;
     /// A JSON column.
     fn json(row: &Row<Self>, column: &str) -> Result<Value, StoreError>;
     /// A JSON column that may be NULL.

@@ -60,7 +60,7 @@ pub use records::{
     Acknowledged, ApiKeyRecord, ApiKeySummary, AttemptRecord, AttemptStart, CancelOutcome,
     CertificateRecord, Completion, EventRecord, FailOutcome, FirstAttempts, FirstStart, Intake,
     JobFilter, JobRecord, NewApiKey, NewEvent, NewJob, Pruned, RecoverOutcome, Resolution,
-    RetryPolicy, Revocation, Scope, StartAtIntake, StartOutcome, StartRefusal, UnknownBy,
+    RetryPolicy, Revocation, RunStep, Scope, StartAtIntake, StartOutcome, StartRefusal, UnknownBy,
     Unsuccessful, payload_digest, storable, storable_text,
 };
 pub use retention::Retention;
@@ -110,6 +110,14 @@ pub trait Store:
         owner: &Principal,
         key_hash: &KeyHash,
     ) -> Result<Option<JobRecord>, StoreError>;
+
+    /// The later steps of the owner's agent run under `run_key` (the hash of the run's
+    /// Idempotency-Key: its first call is the job under that key itself), in step order.
+    async fn run_steps(
+        &self,
+        owner: &Principal,
+        run_key: &KeyHash,
+    ) -> Result<Vec<JobRecord>, StoreError>;
 
     /// One page of the event log of the owner's job, oldest first: the events with an id
     /// above `after` (from the start when `None`), at most `limit` of them. `None` if the
@@ -195,6 +203,16 @@ impl<B: Backend + Retention> Store for B {
         let values = args![&owner.tenant, &owner.user, &key_hash.0[..]];
         let row = read_optional(self, B::SQL.job_by_key, values).await?;
         row.as_ref().map(rows::job::<B>).transpose()
+    }
+
+    async fn run_steps(
+        &self,
+        owner: &Principal,
+        run_key: &KeyHash,
+    ) -> Result<Vec<JobRecord>, StoreError> {
+        let values = args![&owner.tenant, &owner.user, &run_key.0[..]];
+        let rows = read_all(self, B::SQL.run_steps, values).await?;
+        rows.iter().map(rows::job::<B>).collect()
     }
 
     async fn events(

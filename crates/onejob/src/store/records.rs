@@ -27,11 +27,25 @@ pub struct NewJob {
     pub request_body: Option<String>,
     /// Who is acting, for the event log (`key:<api key id>`).
     pub actor: String,
+    /// The agent run this job is a later step of, where it is one ([`RunStep`]); its
+    /// `key_hash` is then the step's key (`KeyHash::step`).
+    pub run: Option<RunStep>,
     /// The job's first attempt, to start in the transaction that creates it, for a worker of
     /// this process that runs it at once ([`StartAtIntake`]); `None`: the job waits for
     /// dispatch. Whether it was started is seen from the created job
     /// ([`NewJob::started_attempt`]).
     pub start: Option<StartAtIntake>,
+}
+
+/// A later step of an agent run: a model call under the run's Idempotency-Key whose
+/// conversation extends the conversation of the run's jobs before it (docs/gateway.md,
+/// "Agent runs"). The run's first call is the job under the key itself, with no `RunStep`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunStep {
+    /// The hash of the run's Idempotency-Key (its first job's `key_hash`).
+    pub key: KeyHash,
+    /// The step: how many conversation items the call carries.
+    pub step: i32,
 }
 
 /// A first attempt started by intake, in the transaction that creates its job: the job is
@@ -133,8 +147,18 @@ impl NewJob {
             attempt_id: None,
             kind: EventKind::Created,
             actor: Some(self.actor.clone()),
-            detail: json!({ "kind": self.kind, "fingerprint": self.fingerprint.to_string() }),
+            detail: self.detail_of_run(
+                json!({ "kind": self.kind, "fingerprint": self.fingerprint.to_string() }),
+            ),
         }
+    }
+
+    /// `detail` with the step of the agent run this job is in, where it is a later step.
+    fn detail_of_run(&self, mut detail: Value) -> Value {
+        if let Some(run) = &self.run {
+            detail["step"] = json!(run.step);
+        }
+        detail
     }
 
     /// A submission of `acme`/`alice` of `kind` under `key`, with `{"prompt": key}`, for
@@ -150,6 +174,7 @@ impl NewJob {
             fingerprint: Fingerprint::of(kind, &params, None),
             params,
             request_body: None,
+            run: None,
             actor: "test".into(),
             start: None,
         }
@@ -163,7 +188,7 @@ impl NewJob {
             attempt_id: None,
             kind: EventKind::Replayed,
             actor: Some(self.actor.clone()),
-            detail: json!({ "state": record.state }),
+            detail: self.detail_of_run(json!({ "state": record.state })),
         }
     }
 }
@@ -199,6 +224,8 @@ pub struct JobRecord {
     /// the intent (and the fingerprint's source); this is only what is sent. `None` for other
     /// jobs.
     pub request_body: Option<String>,
+    /// The agent run it is a later step of, where it is one.
+    pub run: Option<RunStep>,
     /// Its state.
     pub state: JobState,
     /// Bumped by every change; completion compares and swaps it.

@@ -5,7 +5,7 @@ use onejob_domain::{Fingerprint, KeyHash, Principal};
 use uuid::Uuid;
 
 use super::{
-    ApiKeyRecord, ApiKeySummary, AttemptRecord, CertificateRecord, EventRecord, JobRecord,
+    ApiKeyRecord, ApiKeySummary, AttemptRecord, CertificateRecord, EventRecord, JobRecord, RunStep,
     StoreError,
     backend::{Backend, Row},
 };
@@ -37,6 +37,24 @@ pub(crate) fn key_of<B: Backend>(row: &Row<B>) -> Result<(String, String, KeyHas
     ))
 }
 
+/// The run a job is a later step of (`run_key`, `step`), where it is one.
+fn run_step<B: Backend>(row: &Row<B>) -> Result<Option<RunStep>, StoreError> {
+    match (B::opt_bytes(row, "run_key")?, B::opt_int32(row, "step")?) {
+        (Some(key), Some(step)) => {
+            let key = <[u8; 32]>::try_from(key.as_slice())
+                .map_err(|_| StoreError::Corrupt("run_key is not 32 bytes".into()))?;
+            Ok(Some(RunStep {
+                key: KeyHash(key),
+                step,
+            }))
+        }
+        (None, None) => Ok(None),
+        _ => Err(StoreError::Corrupt(
+            "a job has a run_key without a step, or a step without a run_key".into(),
+        )),
+    }
+}
+
 /// A job (the job columns).
 pub(crate) fn job<B: Backend>(row: &Row<B>) -> Result<JobRecord, StoreError> {
     Ok(JobRecord {
@@ -48,6 +66,7 @@ pub(crate) fn job<B: Backend>(row: &Row<B>) -> Result<JobRecord, StoreError> {
             .ok_or_else(|| StoreError::Corrupt("fingerprint is not 32 bytes".into()))?,
         params: B::json(row, "params")?,
         request_body: B::opt_text(row, "request_body")?,
+        run: run_step::<B>(row)?,
         state: state::<B, _>(row, "state")?,
         version: B::int(row, "version")?,
         attempts: B::int32(row, "attempts")?,

@@ -145,6 +145,7 @@ mod tests {
             fingerprint: Fingerprint([1; 32]),
             params: json!({}),
             request_body: None,
+            run: None,
             state,
             version: 3,
             attempts: 1,

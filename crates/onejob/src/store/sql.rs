@@ -12,7 +12,8 @@
 macro_rules! job_columns {
     () => {
         "id, tenant, user_id, key_hash, kind, fingerprint, params, state, version, attempts, \
-         recoveries, completed_by, result, error, created_at, updated_at, request_body"
+         recoveries, completed_by, result, error, created_at, updated_at, request_body, run_key, \
+         step"
     };
 }
 
@@ -132,6 +133,9 @@ statements! {
     lock_owned_job,
     /// `$1` tenant, `$2` user, `$3` key hash → job columns, searching the whole unique key.
     job_by_key,
+    /// `$1` tenant, `$2` user, `$3` a run's key hash → job columns of the run's later steps,
+    /// in step order.
+    run_steps,
     /// `$1` job id, `$2` tenant → job columns.
     job_in_tenant,
     /// `$1` job id → `found`.

@@ -495,8 +495,9 @@ impl<B: Backend> Tx<B> {
         Ok(())
     }
     /// One submission written one by one: the job inserted by `insert_job` (the backend's
-    /// `INSERT … ON CONFLICT DO NOTHING RETURNING` of `?1`–`?8`/`$1`–`$8`: id, tenant, user,
-    /// key hash, kind, fingerprint, params, request body) unless its key is taken, else the
+    /// `INSERT … ON CONFLICT DO NOTHING RETURNING` of `?1`–`?10`/`$1`–`$10`: id, tenant,
+    /// user, key hash, kind, fingerprint, params, request body, run key, step) unless its key
+    /// is taken, else the
     /// job under the key read back and compared; its `created` or `replayed` event written
     /// (a conflict writes nothing).
     pub(crate) async fn submit_one(
@@ -513,6 +514,8 @@ impl<B: Backend> Tx<B> {
             &job.fingerprint.0[..],
             &job.params,
             job.request_body.as_deref(),
+            job.run.as_ref().map(|run| &run.key.0[..]),
+            job.run.map(|run| i64::from(run.step)),
         ];
         // Its tenant, so that every statement about it names it (on Citus: its shard).
         self.remember(job.id, Some(job.owner.tenant.clone()));

@@ -424,6 +424,7 @@ pub fn new_job(key: &str, prompt: &str) -> onejob::store::NewJob {
         fingerprint: onejob_domain::Fingerprint::of("chat.completion", &params, None),
         params,
         request_body: None,
+        run: None,
         actor: "test".into(),
         start: None,
     }

@@ -36,6 +36,7 @@ mod providers;
 mod readme;
 mod recovery;
 mod retention;
+mod runs;
 mod sdk;
 mod slow_clients;
 mod tls;

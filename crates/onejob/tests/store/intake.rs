@@ -34,6 +34,7 @@ backend_tests!(
     a_replay_of_a_job_that_can_still_change_reads_it_again,
     replays_stop_answering_from_memory_while_their_events_cannot_be_written,
     an_event_naming_a_deleted_job_never_fails_the_others_of_its_batch,
+    a_runs_steps_are_one_job_each_and_read_back_in_step_order,
 );
 
 async fn racing_submissions_on_many_connections_create_one_job_per_key(backend: Backend) {
@@ -679,4 +680,63 @@ async fn an_event_naming_a_deleted_job_never_fails_the_others_of_its_batch(backe
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     assert_eq!(db.scalar("SELECT COUNT(*) FROM jobs").await, 1);
+}
+
+/// An agent run's later steps (`NewJob::run`, under keys derived from the run's key and the
+/// step): racing submissions of two steps on two pools make one job per step (the key's
+/// unique index decides), `run_steps` reads them back in step order with their run, only
+/// the owner's, and a step's run and step never change in the database.
+async fn a_runs_steps_are_one_job_each_and_read_back_in_step_order(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let stores: [Arc<dyn Store>; 2] = [db.open_store().await, db.open_store().await];
+    let run_key = IdempotencyKey::parse("agent-run").unwrap().hash();
+    stores[0]
+        .create_or_replay(new_job("agent-run", "step one"))
+        .await
+        .unwrap();
+    let step = |n: i32| {
+        let mut job = new_job("agent-run", &format!("step {n}"));
+        job.key_hash = run_key.step(n.unsigned_abs());
+        job.run = Some(onejob::store::RunStep {
+            key: run_key,
+            step: n,
+        });
+        job
+    };
+    let submissions = (0..16).map(|i| {
+        let store = stores[i % 2].clone();
+        let job = step(if i % 4 < 2 { 5 } else { 3 });
+        tokio::spawn(async move { store.create_or_replay(job).await })
+    });
+    let mut ids = std::collections::HashMap::<i32, std::collections::HashSet<Uuid>>::new();
+    for outcome in join_all(submissions).await {
+        let job = match outcome.unwrap().expect("store call") {
+            Intake::Created(job) | Intake::Replayed(job) => job,
+            Intake::Conflict(job) => panic!("same intent reported as a conflict: {job:?}"),
+        };
+        let run = job.run.expect("a step keeps its run");
+        assert_eq!(run.key, run_key);
+        ids.entry(run.step).or_default().insert(job.id);
+    }
+    assert!(
+        ids.values().all(|ids| ids.len() == 1),
+        "one job per step: {ids:?}"
+    );
+    let steps = stores[1].run_steps(&alice(), &run_key).await.unwrap();
+    let order: Vec<i32> = steps.iter().map(|s| s.run.unwrap().step).collect();
+    assert_eq!(order, [3, 5]);
+    assert_eq!(steps[0].params, json!({"prompt": "step 3"}));
+    let mallory = Principal::new("acme", "mallory");
+    assert!(
+        stores[0]
+            .run_steps(&mallory, &run_key)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM jobs").await, 3);
+    for statement in ["UPDATE jobs SET step = 4", "UPDATE jobs SET run_key = NULL"] {
+        let error = db.exec(statement).await.expect_err(statement);
+        assert!(error.contains("never changes"), "{statement}: {error}");
+    }
 }

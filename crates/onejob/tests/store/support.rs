@@ -185,6 +185,7 @@ pub fn new_job_of(owner: Principal, kind: &str, key: &str, prompt: &str) -> onej
         fingerprint: onejob_domain::Fingerprint::of(kind, &params, None),
         params,
         request_body: None,
+        run: None,
         actor: "test".into(),
         start: None,
     }

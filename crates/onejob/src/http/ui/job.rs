@@ -23,7 +23,10 @@ use super::{
 };
 use crate::{
     http::{AppState, Audience, jobs::parse_id, view::without_internal},
-    jobs::listing::{EventsPage, JobDetail},
+    jobs::{
+        listing::{EventsPage, JobDetail},
+        runs::RunPlace,
+    },
 };
 
 /// Most events the job page shows (the first ones; the API pages through the rest).
@@ -113,6 +116,9 @@ pub struct JobPage {
     pub events_after: Option<i64>,
     /// Whether the viewer may resolve unknown attempts.
     pub operator: bool,
+    /// Where the job stands in its agent run, if it is in one (its step, and links to the
+    /// steps before and after it).
+    pub run: Option<RunPlace>,
 }
 
 /// `GET /ui/jobs/{id}`.
@@ -130,6 +136,7 @@ pub async fn show(
             events,
             next_after: events_after,
         },
+        run,
     } = state.jobs.job_detail(owner, id, EVENTS).await?;
     let succeeded = job.state == JobState::Succeeded;
     let winner = job.completed_by.filter(|_| succeeded);
@@ -190,5 +197,6 @@ pub async fn show(
             .collect(),
         events_after,
         operator: session.caller.operator,
+        run,
     })
 }

@@ -76,6 +76,14 @@ impl Dialect for PgStore {
         get(row, column)
     }
 
+    fn opt_bytes(row: &PgRow, column: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        get(row, column)
+    }
+
+    fn opt_int32(row: &PgRow, column: &str) -> Result<Option<i32>, StoreError> {
+        get(row, column)
+    }
+
     fn json(row: &PgRow, column: &str) -> Result<Value, StoreError> {
         get::<Json<Value>>(row, column).map(|json| json.0)
     }
@@ -119,6 +127,7 @@ fn arguments(args: &[Arg<'_>]) -> Result<PgArguments, StoreError> {
             Arg::Float(value) => arguments.add(value),
             Arg::Bool(value) => arguments.add(value),
             Arg::Bytes(bytes) => arguments.add(bytes),
+            Arg::OptBytes(bytes) => arguments.add(bytes),
             Arg::Json(value) => arguments.add(value.map(Json)),
             Arg::Time(at) => arguments.add(at),
         }

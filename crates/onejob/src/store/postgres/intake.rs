@@ -369,16 +369,17 @@ macro_rules! intake_sql {
         concat!(
             "WITH inserted AS (\
                INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params, request_body, \
-                 state, attempts, version, dispatch_at) \
+                 run_key, step, state, attempts, version, dispatch_at) \
                SELECT batch.id, batch.tenant, batch.user_id, batch.key_hash, batch.kind, batch.fingerprint, \
-                 batch.params, batch.request_body, \
+                 batch.params, batch.request_body, batch.run_key, batch.step, \
                  CASE WHEN batch.attempt_id IS NULL THEN 'pending' ELSE 'running' END, \
                  CASE WHEN batch.attempt_id IS NULL THEN 0 ELSE 1 END, \
                  CASE WHEN batch.attempt_id IS NULL THEN 0 ELSE 1 END, \
                  CASE WHEN batch.attempt_id IS NULL THEN now() END \
                FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::text[], \
-               $6::bytea[], $7::jsonb[], $12::text[], $13::uuid[]) \
-               AS batch (id, tenant, user_id, key_hash, kind, fingerprint, params, request_body, attempt_id) \
+               $6::bytea[], $7::jsonb[], $12::text[], $13::uuid[], $18::bytea[], $19::int4[]) \
+               AS batch (id, tenant, user_id, key_hash, kind, fingerprint, params, request_body, attempt_id, \
+                 run_key, step) \
                ORDER BY key_hash, tenant, user_id \
                ON CONFLICT DO NOTHING RETURNING ",
             job_columns!(),
@@ -450,6 +451,16 @@ async fn insert_new(connection: &mut PgConnection, jobs: &[NewJob]) -> Result<Wr
         .bind(first.workers)
         .bind(first.leases)
         .bind(first.timeouts)
+        .bind(
+            jobs.iter()
+                .map(|j| j.run.map(|run| run.key.0.to_vec()))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            jobs.iter()
+                .map(|j| j.run.map(|run| run.step))
+                .collect::<Vec<_>>(),
+        )
         .fetch_all(connection)
         .await?;
     let ids: HashSet<Uuid> = jobs.iter().map(|j| j.id).collect();

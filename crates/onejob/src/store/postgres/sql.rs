@@ -41,6 +41,11 @@ pub(super) const SQL: Sql = Sql {
         " FROM jobs WHERE tenant = $1 AND user_id = $2 AND key_hash = $3 \
          AND environment = 'default'"
     ),
+    run_steps: concat!(
+        "SELECT ",
+        job_columns!(),
+        " FROM jobs WHERE tenant = $1 AND user_id = $2 AND run_key = $3 ORDER BY step"
+    ),
     job_in_tenant: concat!(
         "SELECT ",
         job_columns!(),

@@ -76,6 +76,14 @@ impl Dialect for SqliteStore {
         get(row, column)
     }
 
+    fn opt_bytes(row: &SqliteRow, column: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        get(row, column)
+    }
+
+    fn opt_int32(row: &SqliteRow, column: &str) -> Result<Option<i32>, StoreError> {
+        get(row, column)
+    }
+
     fn json(row: &SqliteRow, column: &str) -> Result<Value, StoreError> {
         parse_json(get(row, column)?)
     }
@@ -149,6 +157,7 @@ fn arguments(args: &[Arg<'_>]) -> Result<SqliteArguments, StoreError> {
             Arg::Float(value) => arguments.add(value),
             Arg::Bool(value) => arguments.add(value),
             Arg::Bytes(bytes) => arguments.add(bytes),
+            Arg::OptBytes(bytes) => arguments.add(bytes),
             Arg::Json(value) => arguments.add(value.map(Value::to_string)),
             Arg::Time(at) => {
                 let text = at

@@ -23,11 +23,12 @@ use crate::store::{
 /// Most submissions one intake transaction carries.
 const MAX_BATCH: usize = 256;
 
-/// The insert of one submission: `?1`–`?8` the job's columns → job columns, or no row when
+/// The insert of one submission: `?1`–`?10` the job's columns → job columns, or no row when
 /// its key is taken.
 const INSERT_JOB: &str = concat!(
-    "INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params, request_body) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT DO NOTHING RETURNING ",
+    "INSERT INTO jobs (id, tenant, user_id, key_hash, kind, fingerprint, params, request_body, \
+     run_key, step) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
+     ON CONFLICT DO NOTHING RETURNING ",
     job_columns!()
 );
 

@@ -77,6 +77,11 @@ pub(super) const SQL: Sql = Sql {
         " FROM jobs WHERE id = ?1 AND tenant = ?2 AND user_id = ?3"
     ),
     job_by_key: job_by_key!(),
+    run_steps: concat!(
+        "SELECT ",
+        job_columns!(),
+        " FROM jobs WHERE tenant = ?1 AND user_id = ?2 AND run_key = ?3 ORDER BY step"
+    ),
     job_in_tenant: concat!(
         "SELECT ",
         job_columns!(),
