@@ -13,7 +13,13 @@
 //! `f32`s for `encoding_format: "base64"`); a message or response whose text is
 //! `fake answer: <the last user text>` (the JSON `{"text": …}` for a response asking for a
 //! JSON schema in `text.format`), or a call of the tool `tool_choice` names (a response's
-//! `"required"` calls its first tool); images at `https://fake.invalid/images/…` or as a
+//! `"required"` and a message's `{"type": "any"}` call the first tool, unless the user
+//! text says `call <name>` of another), or of the tool the last user text asks for with
+//! `call <name>` while the conversation does not end with a tool's result (a response's
+//! trailing `function_call_output` items, a message's trailing `user` turn of `tool_result`
+//! blocks), after which the text is `fake answer: <the last user text> (tool result: …)`
+//! (see [`crate::tool_loop`]); `tool_choice` `"none"` (`{"type": "none"}`) never calls one;
+//! images at `https://fake.invalid/images/…` or as a
 //! tiny PNG in `b64_json`; a rule's `output` is the answer itself, whatever it holds (a
 //! message of thinking blocks only, a response of reasoning items only, …). `stream: true`
 //! (messages, responses) streams the answer's events (see `onejob_domain::wire`), each as
@@ -43,7 +49,7 @@ use crate::behaviour::{Behaviour, Outcome};
 use crate::error::{FakeError, parse_json};
 use crate::idempotency::{idempotency_key, mark_replayed};
 use crate::state::{OtherAdmission, OtherSlot, Shared, StoredReply};
-use crate::task::{ECHO_CHARS, truncate};
+use crate::tool_loop::{self, result_text};
 
 /// One endpoint beyond chat.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -385,12 +391,17 @@ fn embedding_list(request: &Value, behaviour: &Behaviour) -> Value {
         "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}})
 }
 
-/// The text of the last user turn of a chat-like `messages` or Responses `input`.
+/// The text of the last user turn of a chat-like `messages` or Responses `input` (an
+/// Anthropic `user` turn of `tool_result` blocks only is a tool's answer, not the user's).
 fn last_user_text(turns: &Value) -> String {
     let Some(turns) = turns.as_array() else {
         return turns.as_str().unwrap_or_default().to_owned();
     };
-    let Some(turn) = turns.iter().rev().find(|t| t["role"] == "user") else {
+    let Some(turn) = turns
+        .iter()
+        .rev()
+        .find(|t| t["role"] == "user" && !only_tool_results(t))
+    else {
         return String::new();
     };
     match &turn["content"] {
@@ -404,27 +415,70 @@ fn last_user_text(turns: &Value) -> String {
     }
 }
 
-fn answer_text(text: &str, behaviour: &Behaviour) -> String {
+/// Whether an Anthropic turn is a `user` turn of `tool_result` blocks only.
+fn only_tool_results(turn: &Value) -> bool {
+    turn["content"].as_array().is_some_and(|blocks| {
+        !blocks.is_empty() && blocks.iter().all(|b| b["type"] == "tool_result")
+    })
+}
+
+/// The results of the tool calls an Anthropic conversation ends with: the `tool_result`
+/// blocks of its last turn, a `user` one.
+fn message_tool_results(messages: &Value) -> Option<Vec<String>> {
+    let last = messages.as_array()?.last()?;
+    if last["role"] != "user" {
+        return None;
+    }
+    let results: Vec<String> = last["content"]
+        .as_array()?
+        .iter()
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| result_text(&b["content"]))
+        .collect();
+    (!results.is_empty()).then_some(results)
+}
+
+/// The results of the tool calls a Responses `input` ends with: its trailing
+/// `function_call_output` items, in order.
+fn response_tool_results(input: &Value) -> Option<Vec<String>> {
+    let items = input.as_array()?;
+    let results: Vec<String> = items
+        .iter()
+        .rev()
+        .take_while(|item| item["type"] == "function_call_output")
+        .map(|item| result_text(&item["output"]))
+        .collect();
+    (!results.is_empty()).then(|| results.into_iter().rev().collect())
+}
+
+/// The names of the tools in `tools` (Responses' and Anthropic's: `name` at the top).
+fn tool_names(tools: &[Value]) -> Vec<&str> {
+    tools.iter().filter_map(|t| t["name"].as_str()).collect()
+}
+
+fn answer_text(text: &str, results: Option<&[String]>, behaviour: &Behaviour) -> String {
     if behaviour.outcome == Outcome::MissingArtifact {
         return String::new();
     }
-    format!("fake answer: {}", truncate(text, ECHO_CHARS))
+    tool_loop::answer_text(text, results)
 }
 
-/// An Anthropic `message`: text, or a `tool_use` of the tool `tool_choice` names
-/// (`{"type": "tool", "name"}`, or `{"type": "any"}` for the first tool).
+/// An Anthropic `message`: text, or a `tool_use` (see the module docs): of the tool
+/// `tool_choice` names (`{"type": "tool", "name"}`), of the mentioned or else the first tool
+/// for `{"type": "any"}`, of the mentioned one unless the messages end with its result.
 fn message_of(request: &Value, behaviour: &Behaviour) -> Value {
     let asked = last_user_text(&request["messages"]);
     let tools = request["tools"].as_array().cloned().unwrap_or_default();
+    let names = tool_names(&tools);
+    let results = message_tool_results(&request["messages"]);
     let called = match request["tool_choice"]["type"].as_str() {
         Some("tool") => request["tool_choice"]["name"].as_str().map(str::to_owned),
-        Some("any") => tools
-            .first()
-            .and_then(|t| t["name"].as_str())
-            .map(str::to_owned),
-        _ => None,
+        Some("any") => tool_loop::mentioned_tool(&asked, &names)
+            .or_else(|| names.first().map(|name| (*name).to_owned())),
+        Some("none") => None,
+        _ => tool_loop::unforced_call(&asked, &names, results.as_deref()),
     };
-    let text = answer_text(&asked, behaviour);
+    let text = answer_text(&asked, results.as_deref(), behaviour);
     let (content, stop_reason) = match called {
         Some(name) => (
             json!([{"type": "tool_use", "id": id("toolu"), "name": name, "input": {}}]),
@@ -443,18 +497,20 @@ fn message_of(request: &Value, behaviour: &Behaviour) -> Value {
 fn response_of(request: &Value, behaviour: &Behaviour) -> Value {
     let asked = last_user_text(&request["input"]);
     let tools = request["tools"].as_array().cloned().unwrap_or_default();
+    let names = tool_names(&tools);
+    let results = response_tool_results(&request["input"]);
+    let unforced = || tool_loop::unforced_call(&asked, &names, results.as_deref());
     let called = match &request["tool_choice"] {
-        Value::String(choice) if choice == "required" => tools
-            .first()
-            .and_then(|t| t["name"].as_str())
-            .map(str::to_owned),
-        Value::Object(choice) => choice
-            .get("name")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
-        _ => None,
+        Value::String(choice) if choice == "none" => None,
+        Value::String(choice) if choice == "required" => tool_loop::mentioned_tool(&asked, &names)
+            .or_else(|| names.first().map(|name| (*name).to_owned())),
+        Value::Object(choice) => match choice.get("name").and_then(Value::as_str) {
+            Some(name) => Some(name.to_owned()),
+            None => unforced(),
+        },
+        _ => unforced(),
     };
-    let mut text = answer_text(&asked, behaviour);
+    let mut text = answer_text(&asked, results.as_deref(), behaviour);
     if request["text"]["format"]["type"] == "json_schema" && !text.is_empty() {
         text = json!({ "text": text }).to_string();
     }
@@ -577,5 +633,151 @@ mod tests {
             &Behaviour::default(),
         );
         assert_eq!(encoded["data"][0]["embedding"].as_str().unwrap().len(), 44);
+    }
+
+    /// The text of a response's only output item, or the name of the function it calls.
+    fn response_answer(response: &Value) -> (&str, &str) {
+        let item = &response["output"][0];
+        match item["type"].as_str() {
+            Some("function_call") => ("function_call", item["name"].as_str().unwrap()),
+            _ => ("message", item["content"][0]["text"].as_str().unwrap()),
+        }
+    }
+
+    #[test]
+    fn a_response_calls_the_tool_the_input_asks_for_then_answers_its_result() {
+        let tools = json!([
+            {"type": "function", "name": "lookup", "parameters": {"type": "object"}},
+            {"type": "function", "name": "weigh", "parameters": {"type": "object"}},
+        ]);
+        let asked = "please call weigh the fox";
+        let step = |input: Value, choice: Value| {
+            let mut request = json!({"model": "m", "tools": tools, "input": input});
+            if !choice.is_null() {
+                request["tool_choice"] = choice;
+            }
+            response_of(&request, &Behaviour::default())
+        };
+        // As text, or as items with content parts: the mention calls the tool.
+        let first = json!([{"role": "user", "content": [{"type": "input_text", "text": asked}]}]);
+        for input in [json!(asked), first.clone()] {
+            assert_eq!(
+                response_answer(&step(input, Value::Null)),
+                ("function_call", "weigh")
+            );
+        }
+        assert_eq!(
+            response_answer(&step(first.clone(), json!("none"))).0,
+            "message",
+            "`none` never calls"
+        );
+        // The call and its output appended: the answer names the result.
+        let mut answered = first.as_array().unwrap().clone();
+        answered.push(
+            json!({"type": "function_call", "id": "fc_1", "call_id": "call_1",
+            "name": "weigh", "arguments": "{}", "status": "completed"}),
+        );
+        answered.push(json!({"type": "function_call_output", "call_id": "call_1",
+            "output": "7 kg"}));
+        let answered = Value::Array(answered);
+        for choice in [Value::Null, json!("auto")] {
+            let response = step(answered.clone(), choice);
+            assert_eq!(
+                response_answer(&response),
+                (
+                    "message",
+                    "fake answer: please call weigh the fox (tool result: 7 kg)"
+                )
+            );
+        }
+        assert_eq!(
+            response_answer(&step(answered.clone(), json!("required"))),
+            ("function_call", "weigh"),
+            "`required` still forces a call (of the tool asked for)"
+        );
+        assert_eq!(
+            response_answer(&step(
+                answered.clone(),
+                json!({"type": "function", "name": "lookup"})
+            )),
+            ("function_call", "lookup")
+        );
+        // An output given as content parts is read as its text.
+        let parts = json!([{"type": "function_call_output", "call_id": "c",
+            "output": [{"type": "input_text", "text": "red"}]}]);
+        assert_eq!(response_tool_results(&parts), Some(vec!["red".to_owned()]));
+        assert_eq!(response_tool_results(&json!("text")), None);
+    }
+
+    /// The text of a message's only block, or the name of the tool it uses.
+    fn message_answer(message: &Value) -> (&str, &str) {
+        let block = &message["content"][0];
+        match block["type"].as_str() {
+            Some("tool_use") => ("tool_use", block["name"].as_str().unwrap()),
+            _ => ("text", block["text"].as_str().unwrap()),
+        }
+    }
+
+    #[test]
+    fn a_message_uses_the_tool_the_user_asks_for_then_answers_its_result() {
+        let tools = json!([
+            {"name": "lookup", "input_schema": {"type": "object"}},
+            {"name": "weigh", "input_schema": {"type": "object"}},
+        ]);
+        let asked = "please call weigh the fox";
+        let step = |messages: Value, choice: Value| {
+            let mut request =
+                json!({"model": "m", "max_tokens": 100, "tools": tools, "messages": messages});
+            if !choice.is_null() {
+                request["tool_choice"] = choice;
+            }
+            message_of(&request, &Behaviour::default())
+        };
+        let first = json!([{"role": "user", "content": [{"type": "text", "text": asked}]}]);
+        let used = step(first.clone(), Value::Null);
+        assert_eq!(message_answer(&used), ("tool_use", "weigh"));
+        assert_eq!(used["stop_reason"], "tool_use");
+        assert_eq!(
+            message_answer(&step(
+                json!([{"role": "user", "content": asked}]),
+                json!({"type": "auto"})
+            )),
+            ("tool_use", "weigh")
+        );
+        assert_eq!(
+            message_answer(&step(first.clone(), json!({"type": "none"}))).0,
+            "text"
+        );
+        let mut answered = first.as_array().unwrap().clone();
+        answered.push(json!({"role": "assistant", "content": [{"type": "tool_use",
+            "id": "toolu_1", "name": "weigh", "input": {}}]}));
+        answered.push(json!({"role": "user", "content": [{"type": "tool_result",
+            "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "7 kg"}]}]}));
+        let answered = Value::Array(answered);
+        let after = step(answered.clone(), Value::Null);
+        assert_eq!(
+            message_answer(&after),
+            (
+                "text",
+                "fake answer: please call weigh the fox (tool result: 7 kg)"
+            ),
+            "the user's text is the turn before the tool results"
+        );
+        assert_eq!(after["stop_reason"], "end_turn");
+        assert_eq!(
+            message_answer(&step(answered.clone(), json!({"type": "any"}))),
+            ("tool_use", "weigh"),
+            "`any` still forces a call (of the tool asked for)"
+        );
+        assert_eq!(
+            message_answer(&step(answered, json!({"type": "tool", "name": "lookup"}))),
+            ("tool_use", "lookup")
+        );
+        // Without a mention, `any` calls the first tool, as before.
+        let plain = json!([{"role": "user", "content": "hello"}]);
+        assert_eq!(
+            message_answer(&step(plain, json!({"type": "any"}))),
+            ("tool_use", "lookup")
+        );
     }
 }

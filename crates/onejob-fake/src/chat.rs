@@ -7,8 +7,10 @@
 //! of the output, by default `{"text": "fake answer: <last user message>"}`, whatever the
 //! `response_format`. The answer is a tool call instead when the request has `tools` and its
 //! `tool_choice` is `"required"` or names a function, or the last user message says
-//! `call <name>` of a listed tool (unless `tool_choice` is `"none"`); the call's arguments
-//! are the JSON text of the scripted `output`, else `{}`.
+//! `call <name>` of a listed tool (unless `tool_choice` is `"none"`, or the messages end
+//! with `role: "tool"` results: that call was answered, see [`crate::tool_loop`]); the
+//! call's arguments are the JSON text of the scripted `output`, else `{}`. After tool
+//! results the text names them: `fake answer: <last user message> (tool result: …)`.
 //!
 //! The timeline: the acknowledgement (a stream's role chunk) comes after `ack_delay_ms`, the
 //! content chunks follow spread evenly over `run_ms`, and a non-streamed answer comes when
@@ -37,7 +39,7 @@ use crate::error::{FakeError, parse_json};
 use crate::idempotency::{idempotency_key, mark_replayed};
 use crate::state::{ChatAdmission, ChatSlot, Progress, SentChat, Shared, StoredReply};
 use crate::submissions::canonical_text;
-use crate::task::{ECHO_CHARS, truncate};
+use crate::tool_loop::{answer_text, mentioned_tool, result_text, unforced_call};
 
 /// How long a cut answer waits after its last bytes before the connection closes, so they
 /// leave the server first.
@@ -396,14 +398,18 @@ fn called_tool(request: &Value, messages: &Value) -> Result<Option<String>, Fake
                 .collect()
         })
         .unwrap_or_default();
-    let mentioned = || mentioned_tool(&last_user_text(messages), &names);
+    let asked = last_user_text(messages);
+    let results = tool_results(messages);
+    let unforced = || unforced_call(&asked, &names, results.as_deref());
     match request.get("tool_choice") {
         Some(Value::String(choice)) if choice == "none" => Ok(None),
         Some(Value::String(choice)) if choice == "required" => {
             let first = names.first().ok_or_else(|| {
                 FakeError::BadRequest("tool_choice `required` needs a non-empty `tools`".into())
             })?;
-            Ok(Some(mentioned().unwrap_or_else(|| (*first).to_owned())))
+            Ok(Some(
+                mentioned_tool(&asked, &names).unwrap_or_else(|| (*first).to_owned()),
+            ))
         }
         Some(Value::Object(choice)) => match choice
             .get("function")
@@ -414,29 +420,10 @@ fn called_tool(request: &Value, messages: &Value) -> Result<Option<String>, Fake
             Some(name) => Err(FakeError::BadRequest(format!(
                 "tool_choice names the function `{name}`, which is not in `tools`"
             ))),
-            None => Ok(mentioned()),
+            None => Ok(unforced()),
         },
-        _ => Ok(mentioned()),
+        _ => Ok(unforced()),
     }
-}
-
-/// The listed tool whose `call <name>` comes first in the text (as whole words).
-fn mentioned_tool(text: &str, names: &[&str]) -> Option<String> {
-    let word = |c: char| c.is_alphanumeric() || c == '_' || c == '-';
-    names
-        .iter()
-        .filter_map(|name| {
-            let needle = format!("call {name}");
-            text.match_indices(&needle)
-                .find(|(at, _)| {
-                    let before = text[..*at].chars().next_back();
-                    let after = text[at + needle.len()..].chars().next();
-                    !before.is_some_and(word) && !after.is_some_and(word)
-                })
-                .map(|(at, _)| (at, *name))
-        })
-        .min_by_key(|(at, _)| *at)
-        .map(|(_, name)| name.to_owned())
 }
 
 /// What the work ends with: the completion, or the scripted failure.
@@ -464,10 +451,7 @@ fn outcome_of(
             },
         },
         None => {
-            let text = format!(
-                "fake answer: {}",
-                truncate(&last_user_text(messages), ECHO_CHARS)
-            );
+            let text = answer_text(&last_user_text(messages), tool_results(messages).as_deref());
             Answer::Content(match (&behaviour.output, behaviour.outcome) {
                 (Some(output), _) => output.to_string(),
                 (None, Outcome::Malformed) => "not json {".to_owned(),
@@ -525,6 +509,19 @@ fn last_user_text(messages: &Value) -> String {
             .join(" "),
         Some(other) => canonical_text(other),
     }
+}
+
+/// The results of the tool calls the messages end with (their trailing `role: "tool"`
+/// messages, in order), if they end so.
+fn tool_results(messages: &Value) -> Option<Vec<String>> {
+    let all = messages.as_array()?;
+    let results: Vec<String> = all
+        .iter()
+        .rev()
+        .take_while(|m| m["role"] == "tool")
+        .map(|m| result_text(&m["content"]))
+        .collect();
+    (!results.is_empty()).then(|| results.into_iter().rev().collect())
 }
 
 /// A rough token count: whitespace-separated words, at least 1.
@@ -617,5 +614,91 @@ mod tests {
             called_tool(&bare, &bare["messages"]),
             Err(FakeError::BadRequest(_))
         ));
+    }
+
+    #[test]
+    fn after_a_tools_result_the_answer_is_text_naming_it_unless_a_call_is_forced() {
+        let tools = json!([
+            {"type": "function", "function": {"name": "lookup"}},
+            {"type": "function", "function": {"name": "weigh"}},
+        ]);
+        let asked = "please call weigh the fox";
+        let call = json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "weigh", "arguments": "{}"}},
+        ]});
+        let answered = json!([
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": asked},
+            call,
+            {"role": "tool", "tool_call_id": "call_1", "content": "7 kg"},
+        ]);
+        let request = |messages: &Value, choice: Value| {
+            let mut request = json!({"model": "m", "tools": tools, "messages": messages});
+            if !choice.is_null() {
+                request["tool_choice"] = choice;
+            }
+            request
+        };
+        let first = json!([{"role": "user", "content": asked}]);
+        assert_eq!(
+            called_tool(&request(&first, Value::Null), &first)
+                .unwrap()
+                .as_deref(),
+            Some("weigh"),
+            "the first step calls the tool the user asked for"
+        );
+        for choice in [Value::Null, json!("auto")] {
+            let step = request(&answered, choice);
+            let tool = called_tool(&step, &answered).unwrap();
+            assert_eq!(tool, None, "{step}");
+            let completion = outcome_of(&step, tool, &Behaviour::default())
+                .expect("a completion")
+                .json();
+            let message = &completion["choices"][0]["message"];
+            assert_eq!(completion["choices"][0]["finish_reason"], "stop");
+            assert_eq!(
+                message["content"],
+                json!({"text": format!("fake answer: {asked} (tool result: 7 kg)")}).to_string()
+            );
+        }
+        assert_eq!(
+            called_tool(&request(&answered, json!("required")), &answered)
+                .unwrap()
+                .as_deref(),
+            Some("weigh"),
+            "`required` still forces a call"
+        );
+        let named = json!({"type": "function", "function": {"name": "lookup"}});
+        assert_eq!(
+            called_tool(&request(&answered, named), &answered)
+                .unwrap()
+                .as_deref(),
+            Some("lookup"),
+            "a named function still forces a call"
+        );
+        // Two results of parallel calls, as parts: both named, in order.
+        let mut parallel = answered.clone();
+        parallel
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"role": "tool", "tool_call_id": "call_2",
+                "content": [{"type": "text", "text": "red"}]}));
+        assert_eq!(
+            tool_results(&parallel),
+            Some(vec!["7 kg".into(), "red".into()])
+        );
+        // A user turn after the result starts over: the mention asks again.
+        let mut again = answered.clone();
+        again
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"role": "user", "content": "now call lookup"}));
+        assert_eq!(tool_results(&again), None);
+        assert_eq!(
+            called_tool(&request(&again, Value::Null), &again)
+                .unwrap()
+                .as_deref(),
+            Some("lookup")
+        );
     }
 }

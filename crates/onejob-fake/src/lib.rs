@@ -21,7 +21,8 @@
 //!
 //! Module map: [`behaviour`] (rules and what they script), [`submissions`] (the side-effect
 //! log), `completion` (one chat answer in its JSON and streamed forms), [`task`] (one
-//! task's timeline and result), [`idempotency`] (the upstream idempotency headers),
+//! task's timeline and result), [`tool_loop`] (answering as a model in an agent's tool
+//! loop, on every conversation endpoint), [`idempotency`] (the upstream idempotency headers),
 //! [`error`] (the JSON error answers), `state` (the shared state behind every handler) and
 //! [`server`] (binding and serving).
 
@@ -37,6 +38,7 @@ mod state;
 pub mod submissions;
 pub mod task;
 pub mod tasks;
+pub mod tool_loop;
 
 pub use behaviour::{Behaviour, Outcome, Rule, RuleError};
 pub use error::FakeError;
