@@ -32,6 +32,15 @@
 //! one upstream call at the fake, a changed body as the SDK's 422, refused conversation
 //! state, and an SDK timeout whose retries re-attach to the one job.
 //!
+//! Agent runs (§9 "Agent runs"): agent frameworks send one `Idempotency-Key` for every
+//! model call of a run. `sdk/python/test_agents.py` runs an OpenAI Agents SDK agent
+//! (`openai-agents`) with one function tool, on its default Responses model and on
+//! `OpenAIChatCompletionsModel`, and `sdk/js/agents.test.mjs` the Vercel AI SDK's
+//! `generateText` with one tool on `openai.responses`, `openai.chat` and `anthropic`, each
+//! against the fake answering like a model in a tool loop: a run is two model calls around
+//! the tool under one key; the same run again replays every step (no upstream call); a run
+//! whose process died in its tool goes on from the unanswered step (one upstream call).
+//!
 //! The tools are installed by `.ci/run`: a Python venv (`ONEJOB_SDK_VENV`, default
 //! `/var/cache/onejob/venv-sdk`) with `sdk/python/requirements.txt`, and `npm ci --prefix
 //! sdk/js`. Without them these tests fail with those instructions; they never skip.
@@ -59,6 +68,8 @@ backend_tests!(
     langchain_and_litellm_get_one_job_per_key_and_onejobs_answers,
     the_python_sdks_get_one_job_per_key_beyond_chat,
     the_js_sdk_gets_one_job_per_key_beyond_chat,
+    the_openai_agents_sdk_runs_a_tool_loop_under_one_key,
+    the_ai_sdk_runs_a_tool_loop_under_one_key,
 );
 
 /// `[gateway] wait` for these tests: short, so that a `409` still running is cheap to see.
@@ -79,6 +90,12 @@ const JS_BEYOND_CASES: u32 = 12;
 /// The cases of `sdk/js/gateway.test.mjs`.
 const JS_CASES: u32 = 21;
 
+/// The cases of `sdk/python/test_agents.py`: three for each of the Agents SDK's two models.
+const PYTHON_AGENTS_CASES: u32 = 6;
+
+/// The cases of `sdk/js/agents.test.mjs`: three for each of the AI SDK's three models.
+const JS_AGENTS_CASES: u32 = 9;
+
 /// How long one script may take.
 const WITHIN: Duration = Duration::from_secs(180);
 
@@ -96,8 +113,11 @@ pub(crate) fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// The venv's Python, with the `openai` version `sdk/python/requirements.txt` pins. Fails
-/// (never skips) with how to install it.
+/// The packages whose pinned versions the venv must have (the scripts' own clients).
+const PYTHON_PACKAGES: [&str; 2] = ["openai", "openai-agents"];
+
+/// The venv's Python, with the versions of [`PYTHON_PACKAGES`] that
+/// `sdk/python/requirements.txt` pins. Fails (never skips) with how to install it.
 fn python() -> PathBuf {
     let venv =
         PathBuf::from(std::env::var("ONEJOB_SDK_VENV").unwrap_or_else(|_| DEFAULT_VENV.to_owned()));
@@ -114,44 +134,57 @@ fn python() -> PathBuf {
         venv.display()
     );
     let requirements = read(&sdk("python/requirements.txt"));
-    let pinned = requirements
-        .lines()
-        .find_map(|line| line.trim().strip_prefix("openai=="))
-        .expect("sdk/python/requirements.txt pins openai");
-    let found = std::process::Command::new(&python)
-        .args(["-c", "import openai; print(openai.__version__)"])
-        .stderr(Stdio::null())
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
-    assert_eq!(
-        found.as_deref(),
-        Some(pinned),
-        "the venv at {} must have openai {pinned} (sdk/python/requirements.txt): {install}",
-        venv.display()
-    );
+    for package in PYTHON_PACKAGES {
+        let pinned = requirements
+            .lines()
+            .find_map(|line| line.trim().strip_prefix(&format!("{package}==")))
+            .unwrap_or_else(|| panic!("sdk/python/requirements.txt pins {package}"));
+        let found = std::process::Command::new(&python)
+            .args([
+                "-c",
+                "import importlib.metadata, sys; print(importlib.metadata.version(sys.argv[1]))",
+                package,
+            ])
+            .stderr(Stdio::null())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+        assert_eq!(
+            found.as_deref(),
+            Some(pinned),
+            "the venv at {} must have {package} {pinned} (sdk/python/requirements.txt): \
+             {install}",
+            venv.display()
+        );
+    }
     python
 }
 
-/// `sdk/js`, with `node_modules` holding the `openai` version its lock pins. Fails (never
-/// skips) with how to install it.
+/// The npm packages whose locked versions `sdk/js/node_modules` must have.
+const NODE_PACKAGES: [&str; 4] = ["openai", "ai", "@ai-sdk/openai", "@ai-sdk/anthropic"];
+
+/// `sdk/js`, with `node_modules` holding the versions of [`NODE_PACKAGES`] its lock pins.
+/// Fails (never skips) with how to install it.
 fn node_sdk() -> PathBuf {
     let dir = sdk("js");
     let install = "install it with `npm ci --prefix sdk/js` at the repository root (.ci/run \
                    does this), with Node.js 20 or later on PATH";
     let lock: Value = serde_json::from_str(&read(&dir.join("package-lock.json"))).unwrap();
-    let pinned = lock["packages"]["node_modules/openai"]["version"]
-        .as_str()
-        .expect("sdk/js/package-lock.json pins openai");
-    let installed = std::fs::read_to_string(dir.join("node_modules/openai/package.json"))
-        .ok()
-        .and_then(|text| serde_json::from_str::<Value>(&text).ok());
-    assert_eq!(
-        installed.as_ref().and_then(|p| p["version"].as_str()),
-        Some(pinned),
-        "the OpenAI SDK tests need sdk/js/node_modules with openai {pinned}: {install}"
-    );
+    for package in NODE_PACKAGES {
+        let pinned = lock["packages"][format!("node_modules/{package}")]["version"]
+            .as_str()
+            .unwrap_or_else(|| panic!("sdk/js/package-lock.json pins {package}"));
+        let installed =
+            std::fs::read_to_string(dir.join("node_modules").join(package).join("package.json"))
+                .ok()
+                .and_then(|text| serde_json::from_str::<Value>(&text).ok());
+        assert_eq!(
+            installed.as_ref().and_then(|p| p["version"].as_str()),
+            Some(pinned),
+            "the OpenAI SDK tests need sdk/js/node_modules with {package} {pinned}: {install}"
+        );
+    }
     assert!(
         std::process::Command::new("node")
             .arg("--version")
@@ -220,6 +253,26 @@ async fn serving_beyond(db: &TestDatabase, fakes: &Fakes) -> TestApp {
         polled.providers = vec!["tasks".into()];
         polled.contract.clear();
         config.kinds.push(polled);
+    })
+    .await
+}
+
+/// onejob serving the demo's conversation endpoints on the primary fake only, with one
+/// attempt per job: model `fast` (chat), `respond` (Responses) and `converse` (Anthropic's
+/// Messages), as the agent frameworks call them.
+async fn serving_agents(db: &TestDatabase, fakes: &Fakes) -> TestApp {
+    TestApp::running(db, fakes, |config| {
+        gateway(config);
+        config.gateway.wait = WAIT;
+        for kind in &mut config.kinds {
+            if kind
+                .served()
+                .iter()
+                .any(|(endpoint, _)| matches!(endpoint, Endpoint::Responses | Endpoint::Messages))
+            {
+                kind.providers = vec!["fake".into()];
+            }
+        }
     })
     .await
 }
@@ -310,10 +363,10 @@ async fn python_suite(backend: Backend, script: &str, cases: u32) {
     let python = python();
     let db = TestDatabase::create(backend).await;
     let fakes = Fakes::spawn().await;
-    let app = if script == "test_beyond.py" {
-        serving_beyond(&db, &fakes).await
-    } else {
-        serving(&db, &fakes).await
+    let app = match script {
+        "test_beyond.py" => serving_beyond(&db, &fakes).await,
+        "test_agents.py" => serving_agents(&db, &fakes).await,
+        _ => serving(&db, &fakes).await,
     };
     let printed = run(
         in_dir(&python, &sdk("python"), &[script]),
@@ -339,6 +392,18 @@ async fn langchain_and_litellm_get_one_job_per_key_and_onejobs_answers(backend: 
 
 async fn the_python_sdks_get_one_job_per_key_beyond_chat(backend: Backend) {
     python_suite(backend, "test_beyond.py", PYTHON_BEYOND_CASES).await;
+}
+
+async fn the_openai_agents_sdk_runs_a_tool_loop_under_one_key(backend: Backend) {
+    python_suite(backend, "test_agents.py", PYTHON_AGENTS_CASES).await;
+}
+
+async fn the_ai_sdk_runs_a_tool_loop_under_one_key(backend: Backend) {
+    let dir = node_sdk();
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = serving_agents(&db, &fakes).await;
+    node_suite(&dir, &app, &fakes, "agents.test.mjs", JS_AGENTS_CASES).await;
 }
 
 async fn the_js_sdk_gets_one_job_per_key_and_onejobs_answers(backend: Backend) {
