@@ -504,3 +504,108 @@ fn the_readme_includes_the_quickstarts_verbatim() {
         "README.md says what the snippets print: `{QUICKSTART_PRINTS}`"
     );
 }
+
+/// What docs/gateway.md's agent run snippets print against `onejob serve`'s demo: the demo
+/// fake's answer, quoting the tool's result.
+const AGENT_RUN_PRINTS: &str =
+    "fake answer: How heavy is the fox? call weigh_fox (tool result: the fox weighs 7 kg)";
+
+/// docs/gateway.md's "Agent runs" snippets, run as shown against `onejob serve` with no
+/// configuration (the demo, model `respond` on the bundled fake), twice each: the first run
+/// makes its two steps, the second is answered from them (the same jobs, each with its one
+/// attempt).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_run_snippets_run_against_the_demo_and_replay_when_run_again() {
+    let (python, js) = (python(), node_sdk());
+    let dir = tempfile::tempdir().unwrap();
+    let (mut server, url, api_key) = crate::cli::serve_demo(dir.path()).await;
+    let target = Target {
+        url,
+        api_key,
+        fake_url: None,
+    };
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::new();
+    let run_of = |key: &'static str| {
+        let client = client.clone();
+        let (url, api_key) = (target.url.clone(), target.api_key.clone());
+        async move {
+            let job: Value = client
+                .get(format!("{url}/v1/jobs?idempotency_key={key}"))
+                .bearer_auth(api_key)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            job
+        }
+    };
+    for (command, dir, script, key) in [
+        (
+            python.as_os_str(),
+            sdk("python"),
+            "agent_run.py",
+            "order-45:weigh",
+        ),
+        (
+            std::ffi::OsStr::new("node"),
+            js.clone(),
+            "agent_run.mjs",
+            "order-45:weigh-js",
+        ),
+    ] {
+        let mut runs = Vec::new();
+        for _ in 0..2 {
+            let printed = run(in_dir(command, &dir, &[script]), &target).await.stdout;
+            assert_eq!(printed.trim_end(), AGENT_RUN_PRINTS, "{script}");
+            runs.push(run_of(key).await);
+        }
+        let steps = runs[0]["steps"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{}", runs[0]));
+        assert_eq!(
+            steps.len(),
+            2,
+            "{script}: two model calls, two steps: {}",
+            runs[0]
+        );
+        assert_eq!(
+            runs[0], runs[1],
+            "{script}: the second run replayed the first's steps"
+        );
+        for step in steps {
+            let id = step["id"].as_str().unwrap();
+            let job: Value = client
+                .get(format!("{}/v1/jobs/{id}", target.url))
+                .bearer_auth(&target.api_key)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            assert_eq!(
+                job["attempts"], 1,
+                "{script}: one upstream call per step: {job}"
+            );
+        }
+    }
+    let _ = server.kill().await;
+}
+
+#[test]
+fn the_gateway_page_includes_the_agent_run_snippets_verbatim() {
+    let page = read(&repository().join("docs/gateway.md"));
+    for (file, fence) in [
+        ("python/agent_run.py", "python"),
+        ("js/agent_run.mjs", "js"),
+    ] {
+        let snippet = read(&sdk(file));
+        assert!(
+            page.contains(&format!("```{fence}\n{snippet}```\n")),
+            "docs/gateway.md must include sdk/{file} verbatim in a ```{fence} block:\n{snippet}"
+        );
+    }
+}
