@@ -16,6 +16,7 @@ onejob_fixtures::every_backend_tests!(
     callers_racing_for_one_step_share_its_job,
     a_drifted_step_and_a_conversation_that_does_not_extend_the_run_are_refused,
     responses_and_messages_runs_step_through_their_conversations,
+    a_steps_job_page_links_the_steps_before_and_after_it,
 );
 
 /// The demo's gateway kinds on the primary fake only, one attempt each.
@@ -299,4 +300,53 @@ async fn responses_and_messages_runs_step_through_their_conversations(backend: B
             .count();
         assert_eq!(calls, 2, "{endpoint}: one upstream call per step");
     }
+}
+
+/// The dashboard's job page of a run's step names its step and links the steps before and
+/// after it (the run's first job links its next step only, the last its previous only).
+async fn a_steps_job_page_links_the_steps_before_and_after_it(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, quick).await;
+    let mut ids = Vec::new();
+    for turns in 0..3 {
+        let (status, headers, _) =
+            called(&app, "paged-run", &chat_request(conversation(turns))).await;
+        assert_eq!(status, 200);
+        ids.push(job_of(&headers));
+    }
+    let page = |id: &str| {
+        let request = reqwest::Client::new()
+            .get(app.url(&format!("/ui/jobs/{id}")))
+            .header("cookie", format!("onejob_ui={}", app.token));
+        async move {
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), 200);
+            response.text().await.unwrap()
+        }
+    };
+    let link = |id: &str, step: i32, rel: &str| {
+        let arrow = if rel == "previous" {
+            format!("← step {step}")
+        } else {
+            format!("step {step} →")
+        };
+        format!("<a id=\"run-{rel}\" href=\"/ui/jobs/{id}\">{arrow}</a>")
+    };
+    let first = page(&ids[0]).await;
+    assert!(first.contains("step 1"), "{first}");
+    assert!(first.contains(&link(&ids[1], 3, "next")), "{first}");
+    assert!(!first.contains("run-previous"), "{first}");
+    let middle = page(&ids[1]).await;
+    assert!(middle.contains("step 3"), "{middle}");
+    assert!(middle.contains(&link(&ids[0], 1, "previous")), "{middle}");
+    assert!(middle.contains(&link(&ids[2], 5, "next")), "{middle}");
+    let last = page(&ids[2]).await;
+    assert!(last.contains(&link(&ids[1], 3, "previous")), "{last}");
+    assert!(!last.contains("run-next"), "{last}");
+    // A job in no run shows none of it.
+    let (status, headers, _) = called(&app, "lonely", &chat_request(conversation(0))).await;
+    assert_eq!(status, 200);
+    let lonely = page(&job_of(&headers)).await;
+    assert!(!lonely.contains("run-step"), "{lonely}");
 }
