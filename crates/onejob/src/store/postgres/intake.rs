@@ -713,7 +713,8 @@ mod tests {
          ARRAY['{}'::jsonb, '{}'::jsonb], ARRAY[NULL::text, NULL::text], \
          ARRAY[NULL::uuid, NULL::uuid], ARRAY[NULL::text, NULL::text], \
          ARRAY[NULL::text, NULL::text], ARRAY[NULL::float8, NULL::float8], \
-         ARRAY[NULL::float8, NULL::float8])";
+         ARRAY[NULL::float8, NULL::float8], ARRAY[NULL::bytea, NULL::bytea], \
+         ARRAY[NULL::int4, NULL::int4])";
 
     /// The intake statement's lookup of the jobs already under its keys, likewise (EXPLAIN
     /// only plans it: nothing is inserted).
