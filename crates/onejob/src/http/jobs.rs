@@ -493,6 +493,16 @@ fn view_response(status: StatusCode, view: JobView) -> Response {
     response
 }
 
+/// A `422` refusing a step of an agent run (see [`SubmitError::StepReused`] and
+/// [`SubmitError::NotAnExtension`]): `detail`, the job and step it names, what changed.
+fn step_refused(detail: String, job_id: Uuid, step: i32, changed: Vec<String>) -> Problem {
+    Problem::new(ProblemType::KeyReused, detail)
+        .with("job_id", job_id.to_string())
+        .with("step", step)
+        .with("kind_changed", false)
+        .with("changed", changed)
+}
+
 /// Parses a resource id from a path segment.
 pub fn parse_id(raw: &str) -> Result<Uuid, Problem> {
     Uuid::parse_str(raw).map_err(|_| {
@@ -584,25 +594,22 @@ pub(crate) fn submit_problem(error: SubmitError) -> Problem {
             job_id,
             step,
             changed,
-        } => Problem::new(
-            ProblemType::KeyReused,
+        } => step_refused(
             format!(
                 "step {step} of the agent run under this Idempotency-Key (its call with {step} \
                  conversation items) was sent before with different params (changed: {}); send \
                  that step as it was, or start another run under a new key",
                 changed.join(", ")
             ),
-        )
-        .with("job_id", job_id.to_string())
-        .with("step", step)
-        .with("kind_changed", false)
-        .with("changed", changed),
+            job_id,
+            step,
+            changed,
+        ),
         SubmitError::NotAnExtension {
             job_id,
             step,
             changed,
-        } => Problem::new(
-            ProblemType::KeyReused,
+        } => step_refused(
             format!(
                 "this Idempotency-Key names an agent run, and this request's conversation does \
                  not continue the run's step {step} (changed: {}): a run's next call sends the \
@@ -610,11 +617,10 @@ pub(crate) fn submit_problem(error: SubmitError) -> Problem {
                  a new key (one per run)",
                 changed.join(", ")
             ),
-        )
-        .with("job_id", job_id.to_string())
-        .with("step", step)
-        .with("kind_changed", false)
-        .with("changed", changed),
+            job_id,
+            step,
+            changed,
+        ),
         SubmitError::Store(error) => error.into(),
     }
 }

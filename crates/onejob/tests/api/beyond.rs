@@ -15,7 +15,7 @@ use reqwest::Response;
 use serde_json::{Value, json};
 
 use crate::{
-    helpers::{Backend, Fakes, TestApp, TestDatabase, backend_tests, json},
+    helpers::{Backend, Fakes, TestApp, TestDatabase, backend_tests, fake_task_api, json},
     openai_schemas::conforms,
     upstream::{Answer, Upstream, named},
 };
@@ -782,15 +782,8 @@ async fn an_async_task_image_provider_answers_images_as_one_job(backend: Backend
     let app = TestApp::running(&db, &fakes, |config| {
         quick(config, "image.draw");
         // The seed's own case: an image API that answers a task id and a status to poll.
-        let mut tasks =
-            onejob::config::ProviderConfig::new("tasks", onejob::config::Adapter::AsyncTask);
-        tasks.submit_url = Some(format!("{base}/v1/tasks"));
-        tasks.status_url = Some(format!("{base}/v1/tasks/{{task_id}}"));
-        tasks.task_id_pointer = Some("/task_id".into());
-        tasks.status_pointer = Some("/status".into());
-        tasks.result_pointer = Some("/result".into());
-        tasks.succeeded = vec!["succeeded".into()];
-        tasks.failed = vec!["failed".into(), "cancelled".into()];
+        let mut tasks = fake_task_api("tasks", &base);
+        tasks.failed.push("cancelled".into());
         config.providers.push(tasks);
         kind(config, "image.draw").providers = vec!["tasks".into()];
         // Long enough for the task's status to be polled to its end within one call.
@@ -1069,16 +1062,7 @@ async fn an_async_task_image_that_is_any_other_string_is_no_image(backend: Backe
     let base = fakes.primary.base_url();
     let app = TestApp::running(&db, &fakes, |config| {
         quick(config, "image.draw");
-        let mut tasks =
-            onejob::config::ProviderConfig::new("tasks", onejob::config::Adapter::AsyncTask);
-        tasks.submit_url = Some(format!("{base}/v1/tasks"));
-        tasks.status_url = Some(format!("{base}/v1/tasks/{{task_id}}"));
-        tasks.task_id_pointer = Some("/task_id".into());
-        tasks.status_pointer = Some("/status".into());
-        tasks.result_pointer = Some("/result".into());
-        tasks.succeeded = vec!["succeeded".into()];
-        tasks.failed = vec!["failed".into()];
-        config.providers.push(tasks);
+        config.providers.push(fake_task_api("tasks", &base));
         kind(config, "image.draw").providers = vec!["tasks".into()];
         config.gateway.wait = Duration::from_secs(10);
     })

@@ -135,6 +135,20 @@ impl Fakes {
     }
 }
 
+/// An `async-task` provider named `name` on the task API of the fake at `base` (its
+/// submit and status endpoints, pointers and statuses), failing on `failed` only.
+pub fn fake_task_api(name: &str, base: &str) -> onejob::config::ProviderConfig {
+    let mut tasks = onejob::config::ProviderConfig::new(name, onejob::config::Adapter::AsyncTask);
+    tasks.submit_url = Some(format!("{base}/v1/tasks"));
+    tasks.status_url = Some(format!("{base}/v1/tasks/{{task_id}}"));
+    tasks.task_id_pointer = Some("/task_id".into());
+    tasks.status_pointer = Some("/status".into());
+    tasks.result_pointer = Some("/result".into());
+    tasks.succeeded = vec!["succeeded".into()];
+    tasks.failed = vec!["failed".into()];
+    tasks
+}
+
 /// A onejob serving on a loopback port.
 pub struct TestApp {
     pub addr: SocketAddr,

@@ -168,15 +168,8 @@ async fn async_task_adapter_follows_pointers_to_the_result(backend: Backend) {
     });
     let app = TestApp::running(&db, &fakes, |config| {
         let base = fakes.primary.base_url();
-        let mut tasks = provider("tasks", Adapter::AsyncTask);
-        tasks.submit_url = Some(format!("{base}/v1/tasks"));
-        tasks.status_url = Some(format!("{base}/v1/tasks/{{task_id}}"));
+        let mut tasks = crate::helpers::fake_task_api("tasks", &base);
         tasks.cancel_url = Some(format!("{base}/v1/tasks/{{task_id}}/cancel"));
-        tasks.task_id_pointer = Some("/task_id".into());
-        tasks.status_pointer = Some("/status".into());
-        tasks.result_pointer = Some("/result".into());
-        tasks.succeeded = vec!["succeeded".into()];
-        tasks.failed = vec!["failed".into()];
         config.providers.push(tasks);
         config.kinds[0].providers = vec!["tasks".into()];
     })

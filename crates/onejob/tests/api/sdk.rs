@@ -51,10 +51,7 @@ use std::{
     time::Duration,
 };
 
-use onejob::{
-    config::{Adapter, ProviderConfig},
-    gateway::Endpoint,
-};
+use onejob::gateway::Endpoint;
 use serde_json::Value;
 
 use crate::{
@@ -233,15 +230,9 @@ async fn serving_beyond(db: &TestDatabase, fakes: &Fakes) -> TestApp {
                 kind.providers = vec!["fake".into()];
             }
         }
-        let mut tasks = ProviderConfig::new("tasks", Adapter::AsyncTask);
-        tasks.submit_url = Some(format!("{base}/v1/tasks"));
-        tasks.status_url = Some(format!("{base}/v1/tasks/{{task_id}}"));
-        tasks.task_id_pointer = Some("/task_id".into());
-        tasks.status_pointer = Some("/status".into());
-        tasks.result_pointer = Some("/result".into());
-        tasks.succeeded = vec!["succeeded".into()];
-        tasks.failed = vec!["failed".into()];
-        config.providers.push(tasks);
+        config
+            .providers
+            .push(crate::helpers::fake_task_api("tasks", &base));
         let mut polled = config
             .kinds
             .iter()
@@ -488,17 +479,7 @@ async fn the_readme_quickstarts_run_against_the_demo_and_make_one_job() {
 
 #[test]
 fn the_readme_includes_the_quickstarts_verbatim() {
-    let readme = read(&repository().join("README.md"));
-    for (file, fence) in [
-        ("python/quickstart.py", "python"),
-        ("js/quickstart.mjs", "js"),
-    ] {
-        let snippet = read(&sdk(file));
-        assert!(
-            readme.contains(&format!("```{fence}\n{snippet}```\n")),
-            "README.md must include sdk/{file} verbatim in a ```{fence} block:\n{snippet}"
-        );
-    }
+    let readme = includes_verbatim("README.md", ["python/quickstart.py", "js/quickstart.mjs"]);
     assert!(
         readme.contains(&format!("`{QUICKSTART_PRINTS}`")),
         "README.md says what the snippets print: `{QUICKSTART_PRINTS}`"
@@ -597,15 +578,27 @@ async fn the_agent_run_snippets_run_against_the_demo_and_replay_when_run_again()
 
 #[test]
 fn the_gateway_page_includes_the_agent_run_snippets_verbatim() {
-    let page = read(&repository().join("docs/gateway.md"));
-    for (file, fence) in [
-        ("python/agent_run.py", "python"),
-        ("js/agent_run.mjs", "js"),
-    ] {
+    includes_verbatim(
+        "docs/gateway.md",
+        ["python/agent_run.py", "js/agent_run.mjs"],
+    );
+}
+
+/// The page at `page` (from the repository's root), which must include each of `snippets`
+/// (a Python and a JS file under `sdk/`) verbatim in a fenced block of its language.
+fn includes_verbatim(page: &str, snippets: [&str; 2]) -> String {
+    let text = read(&repository().join(page));
+    for file in snippets {
+        let fence = if file.starts_with("python/") {
+            "python"
+        } else {
+            "js"
+        };
         let snippet = read(&sdk(file));
         assert!(
-            page.contains(&format!("```{fence}\n{snippet}```\n")),
-            "docs/gateway.md must include sdk/{file} verbatim in a ```{fence} block:\n{snippet}"
+            text.contains(&format!("```{fence}\n{snippet}```\n")),
+            "{page} must include sdk/{file} verbatim in a ```{fence} block:\n{snippet}"
         );
     }
+    text
 }
