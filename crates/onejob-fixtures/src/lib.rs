@@ -1,6 +1,6 @@
 //! The fixtures every onejob test suite that talks to a database shares (the store
 //! conformance suite, the API suite, the client's suite): which backend a test runs on
-//! ([`Backend`]), the macros that run one test body on several ([`backend_tests!`],
+//! ([`Backend`]), the macros that run one test body on several ([`postgres_and_sqlite_tests!`],
 //! [`citus_tests!`], [`every_backend_tests!`]), a fresh database per test that is removed
 //! when dropped ([`TestDatabase`]), and raw SQL for the checks only the database can make.
 //!
@@ -36,7 +36,7 @@ impl Backend {
 /// Runs each listed async test body (a `fn(Backend) -> impl Future`) once per backend, as
 /// `postgres::name` and `sqlite::name`.
 #[macro_export]
-macro_rules! backend_tests {
+macro_rules! postgres_and_sqlite_tests {
     ($($name:ident),+ $(,)?) => {
         mod postgres {
             $(
@@ -58,7 +58,7 @@ macro_rules! backend_tests {
 }
 
 /// Runs each listed async test body on this process's Citus cluster, as `citus::name`
-/// (beside a [`backend_tests!`] of the same bodies).
+/// (beside a [`postgres_and_sqlite_tests!`] of the same bodies).
 #[macro_export]
 macro_rules! citus_tests {
     ($($name:ident),+ $(,)?) => {
@@ -77,7 +77,7 @@ macro_rules! citus_tests {
 #[macro_export]
 macro_rules! every_backend_tests {
     ($($name:ident),+ $(,)?) => {
-        $crate::backend_tests!($($name),+);
+        $crate::postgres_and_sqlite_tests!($($name),+);
         $crate::citus_tests!($($name),+);
     };
 }

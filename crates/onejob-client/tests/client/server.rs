@@ -1,6 +1,6 @@
 //! Test fixtures: a onejob serving on port 0 ([`Server`]) and API keys, over the shared
-//! fixtures of `onejob-fixtures` (a fresh database per test, and `both_backends!`, its
-//! `backend_tests!`, to run one test on PostgreSQL and SQLite).
+//! fixtures of `onejob-fixtures` (a fresh database per test, and `postgres_and_sqlite_tests!`, its
+//! `postgres_and_sqlite_tests!`, to run one test on PostgreSQL and SQLite).
 
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 
 pub use onejob_fixtures::Backend;
 use onejob_fixtures::TestDatabase as Database;
-pub(crate) use onejob_fixtures::backend_tests as both_backends;
+pub(crate) use onejob_fixtures::postgres_and_sqlite_tests;
 
 /// A onejob with the demo configuration serving on a loopback port.
 pub struct Server {

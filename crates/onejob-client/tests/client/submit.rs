@@ -5,9 +5,9 @@
 use onejob_client::{Client, Error, EventKind, JobFilter, KeyError, RetryPolicy};
 use serde_json::json;
 
-use crate::server::{Backend, Server, both_backends};
+use crate::server::{Backend, Server, postgres_and_sqlite_tests};
 
-both_backends!(
+postgres_and_sqlite_tests!(
     the_same_key_and_params_replay_the_same_job,
     changed_params_are_key_reused_with_their_paths_and_sent_once,
     a_changed_kind_is_key_reused_with_kind_changed,

@@ -8,9 +8,11 @@ use futures::future::join_all;
 use onejob_fake::{Behaviour, Outcome, Rule};
 use serde_json::{Value, json};
 
-use crate::helpers::{Backend, Fakes, TestApp, TestDatabase, backend_tests, chat, json};
+use crate::helpers::{
+    Backend, Fakes, TestApp, TestDatabase, chat, json, postgres_and_sqlite_tests,
+};
 
-backend_tests!(
+postgres_and_sqlite_tests!(
     a_double_click_is_one_job_and_one_side_effect,
     a_mismatched_key_runs_nothing,
     a_timeout_is_unknown_and_blocks_further_attempts,

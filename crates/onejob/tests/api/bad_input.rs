@@ -7,9 +7,9 @@ use reqwest::{
 };
 use serde_json::{Value, json};
 
-use crate::helpers::{Backend, TestApp, TestDatabase, backend_tests, chat};
+use crate::helpers::{Backend, TestApp, TestDatabase, chat, postgres_and_sqlite_tests};
 
-backend_tests!(
+postgres_and_sqlite_tests!(
     bad_inputs_get_problems_and_write_nothing,
     body_limit_is_configurable
 );

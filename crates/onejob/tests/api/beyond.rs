@@ -15,13 +15,15 @@ use reqwest::Response;
 use serde_json::{Value, json};
 
 use crate::{
-    helpers::{Backend, Fakes, TestApp, TestDatabase, backend_tests, fake_task_api, json},
+    helpers::{
+        Backend, Fakes, TestApp, TestDatabase, fake_task_api, json, postgres_and_sqlite_tests,
+    },
     openai_schemas::conforms,
     upstream::{Answer, Upstream, named},
 };
 use onejob::gateway::{Endpoint, assembly::Assembly};
 
-backend_tests!(
+postgres_and_sqlite_tests!(
     embeddings_keep_the_one_job_contract,
     embeddings_pass_the_encoding_through_and_keep_the_usage,
     a_model_is_served_only_at_its_own_endpoint,

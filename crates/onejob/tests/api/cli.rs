@@ -7,9 +7,11 @@ use onejob_fake::{Behaviour, Outcome, Rule};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::helpers::{Backend, Fakes, TestApp, TestDatabase, backend_tests, chat, create_key};
+use crate::helpers::{
+    Backend, Fakes, TestApp, TestDatabase, chat, create_key, postgres_and_sqlite_tests,
+};
 
-backend_tests!(
+postgres_and_sqlite_tests!(
     keys_create_prints_only_the_key_and_it_works,
     verify_certifies_a_passing_provider_and_refuses_a_drifting_one,
     attempts_resolve_frees_an_unknown_attempt,

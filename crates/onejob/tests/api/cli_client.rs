@@ -11,10 +11,10 @@ use tokio::io::AsyncWriteExt;
 
 use crate::{
     cli::{onejob, output},
-    helpers::{Backend, Fakes, TestApp, TestDatabase, backend_tests, chat, json},
+    helpers::{Backend, Fakes, TestApp, TestDatabase, chat, json, postgres_and_sqlite_tests},
 };
 
-backend_tests!(
+postgres_and_sqlite_tests!(
     submit_replay_and_conflict_have_their_exit_codes,
     status_and_watch_follow_a_job_until_it_succeeds,
     jobs_list_json_pages_and_filters,

@@ -12,13 +12,13 @@ use reqwest::Response;
 use serde_json::{Value, json};
 
 use crate::{
-    helpers::{Backend, Fakes, TestApp, TestDatabase, backend_tests, json},
+    helpers::{Backend, Fakes, TestApp, TestDatabase, json, postgres_and_sqlite_tests},
     openai_schemas::{conforms, conforms_as_answer, conforms_as_event},
     upstream::{Answer, Upstream},
 };
 use onejob::gateway::{Endpoint, assembly::Assembly};
 
-backend_tests!(
+postgres_and_sqlite_tests!(
     the_models_are_listed_in_openai_shape,
     a_call_is_one_job_and_its_retry_is_replayed,
     a_different_body_under_the_key_is_refused_naming_what_changed,

@@ -1,6 +1,6 @@
 //! Test fixtures of the API suite: a running onejob on port 0, the fake providers, API keys,
 //! over the shared fixtures of `onejob-fixtures` (a fresh database per test, raw SQL, the
-//! `backend_tests!` macro that runs one test body on PostgreSQL and on SQLite, and
+//! `postgres_and_sqlite_tests!` macro that runs one test body on PostgreSQL and on SQLite, and
 //! `citus_tests!`, which runs the invariant tests' bodies on this process's Citus cluster).
 
 use std::{
@@ -27,7 +27,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 pub use onejob_fixtures::{Backend, postgres_admin_url};
-pub(crate) use onejob_fixtures::{backend_tests, citus_tests};
+pub(crate) use onejob_fixtures::{citus_tests, postgres_and_sqlite_tests};
 
 /// A fresh, empty database that is removed when dropped: the shared
 /// [`onejob_fixtures::TestDatabase`] (raw SQL, the dialect), and a store on it.

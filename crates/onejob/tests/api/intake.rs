@@ -6,10 +6,10 @@ use futures::future::join_all;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    Backend, TestApp, TestDatabase, backend_tests, chat, citus_tests, create_key, json,
+    Backend, TestApp, TestDatabase, chat, citus_tests, create_key, json, postgres_and_sqlite_tests,
 };
 
-backend_tests!(
+postgres_and_sqlite_tests!(
     double_click_of_fifty_makes_one_job,
     double_click_across_two_instances_makes_one_job,
     replay_returns_the_job_and_changes_nothing,

@@ -4,10 +4,11 @@
 use serde_json::Value;
 
 use crate::helpers::{
-    Backend, Fakes, TestApp, TestDatabase, backend_tests, chat, citus_tests, create_key, json,
+    Backend, Fakes, TestApp, TestDatabase, chat, citus_tests, create_key, json,
+    postgres_and_sqlite_tests,
 };
 
-backend_tests!(
+postgres_and_sqlite_tests!(
     foreign_jobs_look_exactly_like_missing_ones,
     attempts_writes_and_resolutions_of_foreign_jobs_look_like_missing_ones,
     attempt_listings_are_scoped_to_the_caller_or_the_operators_tenant,

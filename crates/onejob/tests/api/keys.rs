@@ -8,10 +8,10 @@ use onejob_domain::Principal;
 
 use crate::{
     cli::{onejob, output},
-    helpers::{Backend, TestApp, TestDatabase, backend_tests, chat, create_key},
+    helpers::{Backend, TestApp, TestDatabase, chat, create_key, postgres_and_sqlite_tests},
 };
 
-backend_tests!(
+postgres_and_sqlite_tests!(
     keys_list_and_revoke_and_a_revoked_key_is_refused_after_the_cache_time,
     an_unknown_key_id_is_remembered_for_the_cache_time,
 );

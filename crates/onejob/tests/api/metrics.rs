@@ -3,9 +3,9 @@
 
 use std::{collections::BTreeSet, time::Duration};
 
-use crate::helpers::{Backend, Fakes, TestApp, TestDatabase, backend_tests, chat};
+use crate::helpers::{Backend, Fakes, TestApp, TestDatabase, chat, postgres_and_sqlite_tests};
 
-backend_tests!(metrics_count_submissions_attempts_and_latencies);
+postgres_and_sqlite_tests!(metrics_count_submissions_attempts_and_latencies);
 
 async fn metrics_count_submissions_attempts_and_latencies(backend: Backend) {
     let db = TestDatabase::create(backend).await;

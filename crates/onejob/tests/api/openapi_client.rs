@@ -20,11 +20,11 @@ use std::{
 };
 
 use crate::{
-    helpers::{Backend, Fakes, TestApp, TestDatabase, backend_tests},
+    helpers::{Backend, Fakes, TestApp, TestDatabase, postgres_and_sqlite_tests},
     sdk::{Target, count_after, in_dir, read, repository, run},
 };
 
-backend_tests!(a_generated_python_client_submits_replays_and_reads_jobs);
+postgres_and_sqlite_tests!(a_generated_python_client_submits_replays_and_reads_jobs);
 
 /// The cases `test_generated_client.py` has.
 const CASES: u32 = 4;

@@ -9,9 +9,11 @@ use onejob_fake::{Behaviour, Outcome, Rule};
 use reqwest::Response;
 use serde_json::Value;
 
-use crate::helpers::{Backend, Fakes, TestApp, TestDatabase, backend_tests, chat, create_key};
+use crate::helpers::{
+    Backend, Fakes, TestApp, TestDatabase, chat, create_key, postgres_and_sqlite_tests,
+};
 
-backend_tests!(
+postgres_and_sqlite_tests!(
     the_event_log_is_read_in_pages_without_gaps_or_duplicates,
     bad_event_paging_parameters_are_400_problems,
     certificates_are_for_operator_keys_only,

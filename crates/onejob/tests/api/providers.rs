@@ -10,9 +10,9 @@ use onejob::{
 use onejob_fake::{Behaviour, Outcome, Rule};
 use serde_json::{Value, json};
 
-use crate::helpers::{Backend, Fakes, TestApp, TestDatabase, backend_tests};
+use crate::helpers::{Backend, Fakes, TestApp, TestDatabase, postgres_and_sqlite_tests};
 
-backend_tests!(
+postgres_and_sqlite_tests!(
     openai_chat_sends_messages_and_reads_json_content,
     openai_chat_renders_the_kinds_template,
     openai_chat_malformed_content_is_a_failed_attempt,

@@ -9,10 +9,10 @@ use onejob_fake::{Behaviour, Outcome, Rule};
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    Backend, Fakes, TestApp, TestDatabase, backend_tests, chat, create_key, json,
+    Backend, Fakes, TestApp, TestDatabase, chat, create_key, json, postgres_and_sqlite_tests,
 };
 
-backend_tests!(
+postgres_and_sqlite_tests!(
     an_unknown_reconciled_as_succeeded_wins_with_one_side_effect,
     an_unknown_reconciled_as_failed_moves_to_the_next_certified_provider,
     a_submit_timed_out_before_its_task_id_is_found_by_its_idempotency_key,

@@ -8,10 +8,10 @@ use onejob_fake::{Behaviour, Rule};
 use serde_json::Value;
 
 use crate::helpers::{
-    Backend, Fakes, TestApp, TestDatabase, backend_tests, chat, create_key, json,
+    Backend, Fakes, TestApp, TestDatabase, chat, create_key, json, postgres_and_sqlite_tests,
 };
 
-backend_tests!(
+postgres_and_sqlite_tests!(
     finished_jobs_go_with_their_attempts_and_events_and_their_keys_are_free_again,
     nothing_recent_or_unfinished_is_pruned,
     replays_of_a_job_being_pruned_never_fail_nor_point_at_nothing,

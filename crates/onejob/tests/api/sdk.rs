@@ -56,10 +56,10 @@ use serde_json::Value;
 
 use crate::{
     gateway::gateway,
-    helpers::{Backend, Fakes, TestApp, TestDatabase, backend_tests},
+    helpers::{Backend, Fakes, TestApp, TestDatabase, postgres_and_sqlite_tests},
 };
 
-backend_tests!(
+postgres_and_sqlite_tests!(
     the_python_sdk_gets_one_job_per_key_and_onejobs_answers,
     the_js_sdk_gets_one_job_per_key_and_onejobs_answers,
     langchain_and_litellm_get_one_job_per_key_and_onejobs_answers,

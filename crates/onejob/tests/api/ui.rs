@@ -9,10 +9,10 @@ use reqwest::{Client, RequestBuilder, Response, StatusCode, header, redirect::Po
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    Backend, Fakes, TestApp, TestDatabase, backend_tests, chat, create_key, json,
+    Backend, Fakes, TestApp, TestDatabase, chat, create_key, json, postgres_and_sqlite_tests,
 };
 
-backend_tests!(
+postgres_and_sqlite_tests!(
     signing_in_sets_an_http_only_strict_cookie_scoped_to_ui,
     the_cookie_is_secure_unless_plain_http_to_a_loopback_host,
     a_wrong_key_shows_an_error_and_sets_no_cookie,

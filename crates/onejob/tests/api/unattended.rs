@@ -18,10 +18,11 @@ use time::{OffsetDateTime, format_description::well_known::Rfc3339};
 use uuid::Uuid;
 
 use crate::helpers::{
-    Backend, Fakes, TestApp, TestDatabase, backend_tests, chat, create_key, json, new_job,
+    Backend, Fakes, TestApp, TestDatabase, chat, create_key, json, new_job,
+    postgres_and_sqlite_tests,
 };
 
-backend_tests!(
+postgres_and_sqlite_tests!(
     never_received_is_believed_late_and_keeps_the_upstream_key,
     a_lost_acknowledgement_is_found_by_lookup_url,
     a_certified_deduplicating_task_api_gets_the_attempt_resent,

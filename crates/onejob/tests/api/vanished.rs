@@ -9,9 +9,11 @@ use onejob_fake::{Behaviour, Rule};
 use rand::Rng;
 use serde_json::{Value, json};
 
-use crate::helpers::{Backend, Fakes, TestApp, TestDatabase, backend_tests, create_key, json};
+use crate::helpers::{
+    Backend, Fakes, TestApp, TestDatabase, create_key, json, postgres_and_sqlite_tests,
+};
 
-backend_tests!(
+postgres_and_sqlite_tests!(
     callers_that_go_away_at_random_points_leave_no_job_unknown,
     calls_cut_at_the_request_deadline_still_run_the_attempts_they_started,
     a_stream_whose_caller_left_midway_completes_and_its_retry_replays_it,

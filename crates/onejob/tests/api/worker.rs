@@ -11,9 +11,11 @@ use serde_json::Value;
 
 use futures::StreamExt;
 
-use crate::helpers::{Backend, Fakes, TestApp, TestDatabase, backend_tests, chat, citus_tests};
+use crate::helpers::{
+    Backend, Fakes, TestApp, TestDatabase, chat, citus_tests, postgres_and_sqlite_tests,
+};
 
-backend_tests!(
+postgres_and_sqlite_tests!(
     a_worker_aborted_after_the_answer_is_resolved_by_proof_and_nothing_resent,
     a_worker_killed_after_acknowledgement_leaves_unknown_and_nothing_resent,
     a_worker_killed_before_acknowledgement_leaves_unknown_and_nothing_resent,

@@ -16,11 +16,11 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::support::{
-    Backend, RETRY, TestDatabase, alice, backend_tests, created, fail, new_job, start_for, started,
-    unknown_attempt,
+    Backend, RETRY, TestDatabase, alice, created, every_backend_tests, fail, new_job, start_for,
+    started, unknown_attempt,
 };
 
-backend_tests!(
+every_backend_tests!(
     a_result_needs_a_winning_attempt_of_the_same_job,
     racing_completions_have_exactly_one_winner,
     a_result_is_written_once_in_the_database,

@@ -19,10 +19,11 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::support::{
-    Backend, TestDatabase, alice, backend_tests, created, fail, new_job_of, start_for, started,
+    Backend, TestDatabase, alice, created, every_backend_tests, fail, new_job_of, start_for,
+    started,
 };
 
-backend_tests!(
+every_backend_tests!(
     a_batch_starts_the_first_attempt_of_each_due_new_job,
     a_batch_takes_the_oldest_due_jobs_up_to_its_limit,
     racing_batches_and_single_starts_make_one_attempt_per_job,
@@ -498,7 +499,7 @@ async fn an_acknowledgement_without_a_task_id_writes_its_attempt_once(backend: B
 mod refused {
     use super::*;
 
-    onejob_fixtures::backend_tests!(a_refused_acknowledgement_fails_alone_in_its_group);
+    onejob_fixtures::every_backend_tests!(a_refused_acknowledgement_fails_alone_in_its_group);
 
     async fn a_refused_acknowledgement_fails_alone_in_its_group(backend: Backend) {
         let db = TestDatabase::create(backend).await;

@@ -15,11 +15,11 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::support::{
-    Backend, RETRY, TestDatabase, alice, backend_tests, created, fail, new_job_of, start_for,
+    Backend, RETRY, TestDatabase, alice, created, every_backend_tests, fail, new_job_of, start_for,
     started,
 };
 
-backend_tests!(
+every_backend_tests!(
     thirty_two_racing_starts_make_exactly_one_attempt,
     nothing_starts_beside_a_starting_or_unknown_attempt,
     a_hedge_starts_only_beside_a_running_attempt,

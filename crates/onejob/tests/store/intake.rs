@@ -12,11 +12,11 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::support::{
-    Backend, RETRY, TestDatabase, alice, backend_tests, created, fail, new_job, new_job_of,
+    Backend, RETRY, TestDatabase, alice, created, every_backend_tests, fail, new_job, new_job_of,
     start_for, started,
 };
 
-backend_tests!(
+every_backend_tests!(
     racing_submissions_on_many_connections_create_one_job_per_key,
     overlapping_batches_in_opposite_orders_never_deadlock,
     a_different_fingerprint_conflicts_and_writes_nothing,

@@ -8,9 +8,9 @@ use futures::future::join_all;
 use onejob::store::{Revocation, Store};
 use onejob_domain::Principal;
 
-use crate::support::{Backend, TestDatabase, backend_tests};
+use crate::support::{Backend, TestDatabase, every_backend_tests};
 
-backend_tests!(
+every_backend_tests!(
     a_stored_key_is_found_by_its_public_id,
     keys_are_listed_oldest_first_revoked_ones_included,
     a_key_is_revoked_once,

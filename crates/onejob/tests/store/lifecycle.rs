@@ -15,10 +15,10 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::support::{
-    Backend, TestDatabase, alice, backend_tests, created, fail, new_job, start_for, started,
+    Backend, TestDatabase, alice, created, every_backend_tests, fail, new_job, start_for, started,
 };
 
-backend_tests!(
+every_backend_tests!(
     acknowledging_an_attempt_of_a_cancelled_job_cancels_it,
     a_result_after_cancellation_is_discarded,
     cancelling_twice_answers_the_cancelled_job_unchanged,

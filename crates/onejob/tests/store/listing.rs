@@ -14,10 +14,11 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::support::{
-    Backend, RETRY, TestDatabase, alice, backend_tests, created, new_job_of, start_for, started,
+    Backend, RETRY, TestDatabase, alice, created, every_backend_tests, new_job_of, start_for,
+    started,
 };
 
-backend_tests!(
+every_backend_tests!(
     jobs_are_listed_newest_first_by_each_filter,
     a_jobs_attempts_are_listed_oldest_first,
     attempts_are_listed_by_scope_and_state,

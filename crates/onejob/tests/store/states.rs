@@ -5,9 +5,9 @@
 
 use onejob_domain::{AttemptState, JobState};
 
-use crate::support::{Backend, TestDatabase, backend_tests, created, start_for, started};
+use crate::support::{Backend, TestDatabase, created, every_backend_tests, start_for, started};
 
-backend_tests!(
+every_backend_tests!(
     the_database_refuses_every_job_state_change_the_machine_does_not_allow,
     the_database_refuses_every_attempt_state_change_the_machine_does_not_allow,
 );

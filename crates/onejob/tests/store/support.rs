@@ -1,7 +1,7 @@
 //! The backend fixture of the store suite: a fresh database per test (a PostgreSQL database
 //! copied from a migrated template, a migrated database on this process's Citus cluster, or
 //! a SQLite file in a temporary directory), with the shared fixtures of `onejob-fixtures`
-//! (the backends, `backend_tests!` here meaning every backend, raw SQL for the checks the
+//! (the backends, `every_backend_tests!`, raw SQL for the checks the
 //! [`Store`] trait cannot make), and the small builders the noun files share (a job, an
 //! attempt start, an attempt in a given state).
 //!
@@ -17,7 +17,7 @@ use onejob::store::{
 };
 use onejob_domain::Principal;
 /// Every store test runs on PostgreSQL, SQLite and Citus.
-pub(crate) use onejob_fixtures::every_backend_tests as backend_tests;
+pub(crate) use onejob_fixtures::every_backend_tests;
 pub use onejob_fixtures::{Backend, citus};
 use onejob_fixtures::{admin, database_url};
 use serde_json::json;
