@@ -168,7 +168,7 @@ impl App {
                 self.config.http.key_cache_ttl,
             ),
             request_timeout: self.config.http.request_timeout,
-            chat: crate::jobs::gateway::ChatCalls::new(
+            gateway: crate::jobs::gateway::GatewayCalls::new(
                 self.jobs.clone(),
                 self.hub.clone(),
                 self.config.gateway.allow_keyless,

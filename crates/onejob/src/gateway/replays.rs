@@ -168,7 +168,7 @@ struct ChatChoice {
 
 /// A generated chat answer and how its choices' chunks interleave.
 #[derive(Debug, Clone)]
-struct ChatAnswer {
+struct GatewayAnswer {
     head: Map<String, Value>,
     choices: Vec<ChatChoice>,
     usage: Value,
@@ -194,7 +194,7 @@ fn chat_choice() -> impl Strategy<Value = ChatChoice> {
         )
 }
 
-fn chat_answer() -> impl Strategy<Value = ChatAnswer> {
+fn chat_answer() -> impl Strategy<Value = GatewayAnswer> {
     (
         "chatcmpl-[a-zA-Z0-9]{4}",
         any::<u32>(),
@@ -214,7 +214,7 @@ fn chat_answer() -> impl Strategy<Value = ChatAnswer> {
             if let Some(reasoning) = reasoning {
                 usage["completion_tokens_details"] = json!({"reasoning_tokens": reasoning});
             }
-            ChatAnswer {
+            GatewayAnswer {
                 head,
                 choices,
                 usage,
@@ -310,7 +310,7 @@ impl ChatChoice {
     }
 }
 
-impl ChatAnswer {
+impl GatewayAnswer {
     /// Its chunks as OpenAI streams them to onejob (which always asks for the usage):
     /// `"usage": null` in every chunk, the choices' chunks interleaved, the usage chunk last.
     fn live(&self) -> Vec<Value> {

@@ -44,7 +44,7 @@ use super::{
 };
 use crate::{
     gateway::Endpoint,
-    jobs::gateway::{ChatAnswer, ChatError, ChatOutcome, LiveEvent, UpstreamFailure},
+    jobs::gateway::{GatewayAnswer, GatewayError, GatewayOutcome, LiveEvent, UpstreamFailure},
 };
 
 /// The header naming the job a gateway answer belongs to.
@@ -449,12 +449,12 @@ async fn call(
         None
     };
     let key = state
-        .chat
+        .gateway
         .key(sent_key)
-        .map_err(|error| chat_problem(endpoint, error))?;
+        .map_err(|error| gateway_problem(endpoint, error))?;
     let (request, sent) = read_json_as_sent(headers, body, state.max_body_bytes).await?;
     let answer = state
-        .chat
+        .gateway
         .call(
             endpoint,
             &caller.principal,
@@ -464,15 +464,15 @@ async fn call(
             sent,
         )
         .await
-        .map_err(|error| chat_problem(endpoint, error))?;
+        .map_err(|error| gateway_problem(endpoint, error))?;
     Ok(respond(endpoint, answer))
 }
 
 /// The problem a refused call answers.
-fn chat_problem(endpoint: Endpoint, error: ChatError) -> Problem {
+fn gateway_problem(endpoint: Endpoint, error: GatewayError) -> Problem {
     let detail = error.to_string();
     match error {
-        ChatError::KeyMissing => {
+        GatewayError::KeyMissing => {
             let sdk = if endpoint == Endpoint::Messages {
                 "with Anthropic's SDK, `extra_headers` in Python or the request options' \
                  `headers` in TypeScript"
@@ -488,21 +488,21 @@ fn chat_problem(endpoint: Endpoint, error: ChatError) -> Problem {
                 ),
             )
         }
-        ChatError::NotAnObject
-        | ChatError::NoModel
-        | ChatError::Delivery { .. }
-        | ChatError::Stateful { .. }
-        | ChatError::Background
-        | ChatError::ItemReference { .. } => Problem::new(ProblemType::InvalidRequest, detail),
-        ChatError::OtherEndpoint { served_at, .. } => {
+        GatewayError::NotAnObject
+        | GatewayError::NoModel
+        | GatewayError::Delivery { .. }
+        | GatewayError::Stateful { .. }
+        | GatewayError::Background
+        | GatewayError::ItemReference { .. } => Problem::new(ProblemType::InvalidRequest, detail),
+        GatewayError::OtherEndpoint { served_at, .. } => {
             Problem::new(ProblemType::NotFound, detail).with("served_at", served_at)
         }
-        ChatError::UnknownModel { models, .. } => {
+        GatewayError::UnknownModel { models, .. } => {
             Problem::new(ProblemType::NotFound, detail).with("models", models)
         }
-        ChatError::Submit(error) => submit_problem(error),
-        ChatError::Store(error) => error.into(),
-        ChatError::Stopping => {
+        GatewayError::Submit(error) => submit_problem(error),
+        GatewayError::Store(error) => error.into(),
+        GatewayError::Stopping => {
             let mut problem = Problem::new(ProblemType::Unavailable, detail);
             problem.retry_after = Some(1);
             problem
@@ -511,16 +511,18 @@ fn chat_problem(endpoint: Endpoint, error: ChatError) -> Problem {
 }
 
 /// The answer for a call's outcome at `endpoint`.
-fn respond(endpoint: Endpoint, answer: ChatAnswer) -> Response {
-    let ChatAnswer {
+fn respond(endpoint: Endpoint, answer: GatewayAnswer) -> Response {
+    let GatewayAnswer {
         job_id,
         replayed,
         request_id,
         outcome,
     } = answer;
     let response = match outcome {
-        ChatOutcome::Completion(completion) => (StatusCode::OK, Json(completion)).into_response(),
-        ChatOutcome::Chunks(chunks) => {
+        GatewayOutcome::Completion(completion) => {
+            (StatusCode::OK, Json(completion)).into_response()
+        }
+        GatewayOutcome::Chunks(chunks) => {
             let events = chunks.into_iter().map(move |chunk| event(endpoint, chunk));
             if endpoint.named_events() {
                 sse(stream::iter(events))
@@ -528,7 +530,7 @@ fn respond(endpoint: Endpoint, answer: ChatAnswer) -> Response {
                 sse(stream::iter(events).chain(stream::once(async { done() })))
             }
         }
-        ChatOutcome::Live(live) => {
+        GatewayOutcome::Live(live) => {
             let mut sent = 0u64;
             sse(live.events().filter_map(move |live| {
                 sent += 1;
@@ -543,11 +545,11 @@ fn respond(endpoint: Endpoint, answer: ChatAnswer) -> Response {
                 async move { next }
             }))
         }
-        ChatOutcome::Failed(failure) => final_answer(failed(endpoint, job_id, failure)),
-        ChatOutcome::NotDone(JobState::Cancelled) => {
+        GatewayOutcome::Failed(failure) => final_answer(failed(endpoint, job_id, failure)),
+        GatewayOutcome::NotDone(JobState::Cancelled) => {
             final_answer(error_at(endpoint, waiting(job_id, JobState::Cancelled)))
         }
-        ChatOutcome::NotDone(state) => error_at(endpoint, waiting(job_id, state)),
+        GatewayOutcome::NotDone(state) => error_at(endpoint, waiting(job_id, state)),
     };
     let mut response = with_job(response, job_id, replayed);
     if let Some(value) = request_id.and_then(|id| HeaderValue::from_str(&id).ok()) {
@@ -746,7 +748,7 @@ pub async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
         return openai_error(problem);
     }
     let data: Vec<Value> = state
-        .chat
+        .gateway
         .models()
         .iter()
         .map(|model| model_object(model))
@@ -777,14 +779,14 @@ pub async fn model(
     if let Err(problem) = caller(&headers, &state).await {
         return openai_error(problem);
     }
-    if state.chat.serves(&model) {
+    if state.gateway.serves(&model) {
         return Json(model_object(&model)).into_response();
     }
-    openai_error(chat_problem(
+    openai_error(gateway_problem(
         Endpoint::Chat,
-        ChatError::UnknownModel {
+        GatewayError::UnknownModel {
             model,
-            models: state.chat.models(),
+            models: state.gateway.models(),
         },
     ))
 }

@@ -50,7 +50,7 @@ pub struct AppState {
     pub request_timeout: Duration,
     /// The gateway's use case (its live streams and job notices shared with this process's
     /// worker).
-    pub chat: crate::jobs::gateway::ChatCalls,
+    pub gateway: crate::jobs::gateway::GatewayCalls,
 }
 
 /// Builds the API's router.

@@ -1,4 +1,4 @@
-//! The gateway's use case (docs/design.md §9): one OpenAI chat call as one job.
+//! The gateway's use case (docs/design.md §9): one call to any of its endpoints as one job.
 //!
 //! A call names a model; the kind serving it (`openai_models`) takes the request, less its
 //! delivery (`stream`, `stream_options`), as a job's params under the caller's
@@ -6,7 +6,7 @@
 //! then waits, at most `[gateway] wait`, for the job's outcome: its completion, a live
 //! stream of its attempt (a caller asking for a stream registers before the job exists,
 //! so whichever attempt starts finds it), the stored completion as a stream, a failure
-//! told as the upstream's, or the job still running. [`ChatCalls`] decides all of this;
+//! told as the upstream's, or the job still running. [`GatewayCalls`] decides all of this;
 //! the HTTP adapter (`crate::http::gateway`) only parses the call and shapes the answer.
 //!
 //! The same holds at every endpoint of the gateway ([`Endpoint`]): a call names the
@@ -48,7 +48,7 @@ const POLL: Duration = Duration::from_millis(250);
 /// The gateway's calls, over the job use cases and this process's live streams and job
 /// notices.
 #[derive(Clone)]
-pub struct ChatCalls {
+pub struct GatewayCalls {
     jobs: Jobs,
     hub: Hub,
     allow_keyless: bool,
@@ -57,7 +57,7 @@ pub struct ChatCalls {
 
 /// Why a call was refused. Nothing was created.
 #[derive(Debug, thiserror::Error)]
-pub enum ChatError {
+pub enum GatewayError {
     /// No Idempotency-Key, and keyless calls are not allowed.
     #[error("send an Idempotency-Key header naming this call, the same on every retry of it")]
     KeyMissing,
@@ -133,7 +133,7 @@ pub enum ChatError {
 }
 
 /// What a call is answered.
-pub struct ChatAnswer {
+pub struct GatewayAnswer {
     /// The job.
     pub job_id: Uuid,
     /// Whether the key already named the job.
@@ -142,11 +142,11 @@ pub struct ChatAnswer {
     /// success, or a failure's last refusal).
     pub request_id: Option<String>,
     /// The outcome.
-    pub outcome: ChatOutcome,
+    pub outcome: GatewayOutcome,
 }
 
 /// The outcome a call is answered with.
-pub enum ChatOutcome {
+pub enum GatewayOutcome {
     /// The winning completion, as JSON.
     Completion(Value),
     /// The winning completion, as the chunks of a stream (the stored one, replayed).
@@ -288,7 +288,7 @@ fn usage_only(chunk: &Value) -> bool {
         && chunk.get("usage").is_some_and(|usage| !usage.is_null())
 }
 
-impl ChatCalls {
+impl GatewayCalls {
     /// The calls over `jobs` and `hub`; a call waits at most `wait` for its job, and a call
     /// without a key is served (as its own job) only if `allow_keyless`.
     pub fn new(jobs: Jobs, hub: Hub, allow_keyless: bool, wait: Duration) -> Self {
@@ -302,14 +302,14 @@ impl ChatCalls {
 
     /// The key a call runs under: the caller's, or, for a call without one where keyless
     /// calls are allowed, a key of its own that nobody can send again.
-    pub fn key(&self, sent: Option<IdempotencyKey>) -> Result<IdempotencyKey, ChatError> {
+    pub fn key(&self, sent: Option<IdempotencyKey>) -> Result<IdempotencyKey, GatewayError> {
         match (sent, self.allow_keyless) {
             (Some(key), _) => Ok(key),
             (None, true) => Ok(
                 IdempotencyKey::parse(&format!("keyless:{}", Uuid::now_v7()))
                     .expect("a generated key is valid"),
             ),
-            (None, false) => Err(ChatError::KeyMissing),
+            (None, false) => Err(GatewayError::KeyMissing),
         }
     }
 
@@ -339,9 +339,9 @@ impl ChatCalls {
         key: &IdempotencyKey,
         request: Value,
         sent: String,
-    ) -> Result<ChatAnswer, ChatError> {
+    ) -> Result<GatewayAnswer, GatewayError> {
         let Value::Object(request) = request else {
-            return Err(ChatError::NotAnObject);
+            return Err(GatewayError::NotAnObject);
         };
         let kind = self.kind_of(endpoint, &request)?;
         check_delivery(endpoint, &request)?;
@@ -378,7 +378,7 @@ impl ChatCalls {
         let submitted = match intake.await {
             Ok(submitted) => submitted?,
             Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
-            Err(_) => return Err(ChatError::Stopping),
+            Err(_) => return Err(GatewayError::Stopping),
         };
         let (job, replayed) = match submitted {
             Submitted::Created(job) => (job, false),
@@ -392,11 +392,11 @@ impl ChatCalls {
         let job = match settled {
             Settled::Live => {
                 let wanted = wanted.expect("a live stream was wished for");
-                return Ok(ChatAnswer {
+                return Ok(GatewayAnswer {
                     job_id,
                     replayed,
                     request_id: request_id.as_deref().map(str::to_owned),
-                    outcome: ChatOutcome::Live(LiveStream::new(
+                    outcome: GatewayOutcome::Live(LiveStream::new(
                         wanted,
                         endpoint,
                         delivery.include_usage,
@@ -407,11 +407,11 @@ impl ChatCalls {
             // Won in this process while the call waited: answered as it was written.
             Settled::Won(result) => {
                 let outcome = if delivery.stream {
-                    ChatOutcome::Chunks(endpoint.events_of(&result, delivery.include_usage))
+                    GatewayOutcome::Chunks(endpoint.events_of(&result, delivery.include_usage))
                 } else {
-                    ChatOutcome::Completion(Arc::unwrap_or_clone(result))
+                    GatewayOutcome::Completion(Arc::unwrap_or_clone(result))
                 };
-                return Ok(ChatAnswer {
+                return Ok(GatewayAnswer {
                     job_id,
                     replayed,
                     request_id: request_id.as_deref().map(str::to_owned),
@@ -419,27 +419,27 @@ impl ChatCalls {
                 });
             }
         };
-        let mut answer = ChatAnswer {
+        let mut answer = GatewayAnswer {
             job_id: job.id,
             replayed,
             request_id: request_id.as_deref().map(str::to_owned),
-            outcome: ChatOutcome::NotDone(job.state),
+            outcome: GatewayOutcome::NotDone(job.state),
         };
         answer.outcome = match job.state {
             JobState::Succeeded => {
                 let completion = job.result.unwrap_or(Value::Null);
                 if delivery.stream {
-                    ChatOutcome::Chunks(endpoint.events_of(&completion, delivery.include_usage))
+                    GatewayOutcome::Chunks(endpoint.events_of(&completion, delivery.include_usage))
                 } else {
-                    ChatOutcome::Completion(completion)
+                    GatewayOutcome::Completion(completion)
                 }
             }
             JobState::Failed => {
                 let (failure, request_id) = failure_of(job.error.as_ref());
                 answer.request_id = request_id;
-                ChatOutcome::Failed(failure)
+                GatewayOutcome::Failed(failure)
             }
-            state => ChatOutcome::NotDone(state),
+            state => GatewayOutcome::NotDone(state),
         };
         Ok(answer)
     }
@@ -449,21 +449,18 @@ impl ChatCalls {
         &self,
         endpoint: Endpoint,
         request: &Map<String, Value>,
-    ) -> Result<Arc<Kind>, ChatError> {
+    ) -> Result<Arc<Kind>, GatewayError> {
         let Some(Value::String(model)) = request.get("model") else {
-            return Err(ChatError::NoModel);
+            return Err(GatewayError::NoModel);
         };
-        let kind =
-            self.jobs
-                .kinds()
-                .by_model(model)
-                .cloned()
-                .ok_or_else(|| ChatError::UnknownModel {
-                    model: model.clone(),
-                    models: self.models(),
-                })?;
+        let kind = self.jobs.kinds().by_model(model).cloned().ok_or_else(|| {
+            GatewayError::UnknownModel {
+                model: model.clone(),
+                models: self.models(),
+            }
+        })?;
         if kind.endpoint != endpoint {
-            return Err(ChatError::OtherEndpoint {
+            return Err(GatewayError::OtherEndpoint {
                 model: model.clone(),
                 served_at: kind.endpoint.path(),
             });
@@ -587,20 +584,20 @@ enum Settled {
 /// background. Left out, `store` is taken as `false`, and sent upstream so
 /// (`crate::provider::openai_chat`): onejob keeps nothing to continue from, nor lets its
 /// upstream keep it.
-fn check_stateless(endpoint: Endpoint, request: &Map<String, Value>) -> Result<(), ChatError> {
+fn check_stateless(endpoint: Endpoint, request: &Map<String, Value>) -> Result<(), GatewayError> {
     if endpoint != Endpoint::Responses {
         return Ok(());
     }
     if request.get("store") == Some(&Value::Bool(true)) {
-        return Err(ChatError::Stateful { field: "store" });
+        return Err(GatewayError::Stateful { field: "store" });
     }
     for field in ["previous_response_id", "conversation"] {
         if request.get(field).is_some_and(|v| !v.is_null()) {
-            return Err(ChatError::Stateful { field });
+            return Err(GatewayError::Stateful { field });
         }
     }
     if request.get("background") == Some(&Value::Bool(true)) {
-        return Err(ChatError::Background);
+        return Err(GatewayError::Background);
     }
     let items = request.get("input").and_then(Value::as_array);
     if let Some(index) = items.and_then(|items| {
@@ -608,15 +605,15 @@ fn check_stateless(endpoint: Endpoint, request: &Map<String, Value>) -> Result<(
             .iter()
             .position(|item| item.get("type").and_then(Value::as_str) == Some("item_reference"))
     }) {
-        return Err(ChatError::ItemReference { index });
+        return Err(GatewayError::ItemReference { index });
     }
     Ok(())
 }
 
 /// `stream` must be a boolean and `stream_options` an object, where given; an endpoint that
 /// does not stream refuses `stream: true`.
-fn check_delivery(endpoint: Endpoint, request: &Map<String, Value>) -> Result<(), ChatError> {
-    let wrong = |field, expected| Err(ChatError::Delivery { field, expected });
+fn check_delivery(endpoint: Endpoint, request: &Map<String, Value>) -> Result<(), GatewayError> {
+    let wrong = |field, expected| Err(GatewayError::Delivery { field, expected });
     if !endpoint.streams() && request.get("stream") == Some(&Value::Bool(true)) {
         return wrong(
             "stream",
@@ -734,7 +731,7 @@ mod tests {
         ] {
             let refused = check_delivery(Endpoint::Chat, body.as_object().unwrap()).unwrap_err();
             assert!(
-                matches!(refused, ChatError::Delivery { field: f, .. } if f == field),
+                matches!(refused, GatewayError::Delivery { field: f, .. } if f == field),
                 "{body}"
             );
         }
