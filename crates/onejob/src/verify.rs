@@ -20,7 +20,7 @@ use uuid::Uuid;
 use crate::{
     config::ContractCase,
     kind::Kind,
-    provider::{AttemptRequest, Provider, Submitted, TaskStatus, openai_chat::render_prompt},
+    provider::{AttemptRequest, Provider, Submitted, TaskStatus, model_api::render_prompt},
     store::CertificateRecord,
 };
 

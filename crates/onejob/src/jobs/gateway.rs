@@ -582,7 +582,7 @@ enum Settled {
 /// A Responses API call may not ask for conversation state (`store: true`,
 /// `previous_response_id`, `conversation`, an `item_reference` input item) nor to run in the
 /// background. Left out, `store` is taken as `false`, and sent upstream so
-/// (`crate::provider::openai_chat`): onejob keeps nothing to continue from, nor lets its
+/// (`crate::provider::model_api`): onejob keeps nothing to continue from, nor lets its
 /// upstream keep it.
 fn check_stateless(endpoint: Endpoint, request: &Map<String, Value>) -> Result<(), GatewayError> {
     if endpoint != Endpoint::Responses {

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use super::{
     AttemptRequest, Provider, ProviderError, Sent, Submitted, TaskStatus, TokenCount,
     async_task::{AsyncTask, SubmitBody, TaskApi},
-    openai_chat::OpenAiChat,
+    model_api::ModelApi,
 };
 use crate::{config::ProviderConfig, gateway::streams::StreamSink};
 
@@ -22,7 +22,7 @@ use crate::{config::ProviderConfig, gateway::streams::StreamSink};
 #[derive(Debug)]
 pub struct Fake {
     tasks: AsyncTask,
-    chat: OpenAiChat,
+    chat: ModelApi,
 }
 
 /// Builds the adapter for a fake server at `base_url` (`http://127.0.0.1:PORT`).
@@ -51,7 +51,7 @@ pub fn adapter(
     let mut chat = config.clone();
     chat.base_url = Some(format!("{base}/v1"));
     chat.model = Some(config.model.clone().unwrap_or_else(|| "fake".into()));
-    let chat = OpenAiChat::new(&chat, http)?;
+    let chat = ModelApi::new(&chat, http)?;
     Ok(Fake { tasks, chat })
 }
 

@@ -1,6 +1,7 @@
 //! Providers: the upstreams attempts are sent to, behind one [`Provider`] trait.
 //!
-//! Adapters: [`openai_chat`] (an OpenAI-compatible `/chat/completions`), [`async_task`] (a
+//! Adapters: [`model_api`] (`openai-chat`, an OpenAI-compatible API, and `anthropic-messages`,
+//! Anthropic's Messages API), [`async_task`] (a
 //! configurable submit / status / cancel task API) and [`fake`] (the bundled fake provider,
 //! started in-process when it has no `base_url`). [`Providers`] builds them from the
 //! configuration.
@@ -17,7 +18,7 @@ pub mod answer;
 pub mod async_task;
 mod error;
 pub mod fake;
-pub mod openai_chat;
+pub mod model_api;
 mod registry;
 
 use async_trait::async_trait;

@@ -12,7 +12,7 @@ use onejob_fake::FakeServer;
 
 #[cfg(feature = "fake")]
 use super::fake;
-use super::{Provider, async_task::AsyncTask, openai_chat::OpenAiChat};
+use super::{Provider, async_task::AsyncTask, model_api::ModelApi};
 use crate::{
     certification::ProviderHashes,
     config::{Adapter, Config, ConfigError, DEFAULT_CONNECT_TIMEOUT, ProviderConfig},
@@ -43,7 +43,7 @@ impl Providers {
             let http = super::provider_client(connect_timeout(config, raw)?);
             let adapter: Arc<dyn Provider> = match raw.adapter {
                 Adapter::OpenaiChat | Adapter::AnthropicMessages => {
-                    Arc::new(OpenAiChat::new(raw, http.clone()).map_err(invalid)?)
+                    Arc::new(ModelApi::new(raw, http.clone()).map_err(invalid)?)
                 }
                 Adapter::AsyncTask => Arc::new(AsyncTask::new(raw, http.clone()).map_err(invalid)?),
                 #[cfg(not(feature = "fake"))]

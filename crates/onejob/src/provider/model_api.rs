@@ -1,4 +1,7 @@
-//! The `openai-chat` adapter: an OpenAI-compatible `POST {base_url}/chat/completions`.
+//! The model APIs' adapter: `openai-chat` (an OpenAI-compatible API: `POST
+//! {base_url}/chat/completions`, and for the gateway's other endpoints `/embeddings`,
+//! `/responses`, `/images/generations`) and `anthropic-messages` (Anthropic's `POST
+//! {base_url}/messages`), both [`ModelApi`].
 //!
 //! Messages come from the kind's prompt template rendered over the params (minijinja), or
 //! from `params.prompt` (and `params.system`) without one. With an output schema the request
@@ -39,9 +42,10 @@ use crate::{
     kind::Kind,
 };
 
-/// An OpenAI-compatible chat completions endpoint.
+/// A model API (OpenAI-compatible, or Anthropic's Messages API): the `openai-chat` and
+/// `anthropic-messages` adapters.
 #[derive(Debug)]
-pub struct OpenAiChat {
+pub struct ModelApi {
     name: String,
     url: String,
     base: String,
@@ -59,7 +63,7 @@ pub struct OpenAiChat {
     http: reqwest::Client,
 }
 
-impl OpenAiChat {
+impl ModelApi {
     /// Builds the adapter from its `[[provider]]` table (`base_url` and `model` required).
     pub fn new(config: &ProviderConfig, http: reqwest::Client) -> Result<Self, String> {
         let anthropic = config.adapter == crate::config::Adapter::AnthropicMessages;
@@ -165,7 +169,7 @@ impl OpenAiChat {
     }
 }
 
-impl OpenAiChat {
+impl ModelApi {
     /// The API a request of `kind` speaks, for what its error answers prove: Anthropic's
     /// at the Messages API (whatever adapter sends it there), else OpenAI's.
     fn api(&self, kind: &Kind) -> super::UpstreamApi {
@@ -415,7 +419,7 @@ pub fn output_of(kind: &Kind, answer: &Value) -> Result<Value, ProviderError> {
 }
 
 #[async_trait]
-impl Provider for OpenAiChat {
+impl Provider for ModelApi {
     fn name(&self) -> &str {
         &self.name
     }
@@ -628,12 +632,12 @@ mod tests {
         (**kinds.get("chat.completion").unwrap()).clone()
     }
 
-    fn adapter(change: impl FnOnce(&mut ProviderConfig)) -> OpenAiChat {
+    fn adapter(change: impl FnOnce(&mut ProviderConfig)) -> ModelApi {
         let mut config = ProviderConfig::new("llm", Adapter::OpenaiChat);
         config.base_url = Some("http://127.0.0.1:9/v1".into());
         config.model = Some("gemma-3-270m".into());
         change(&mut config);
-        OpenAiChat::new(&config, crate::provider::http_client()).unwrap()
+        ModelApi::new(&config, crate::provider::http_client()).unwrap()
     }
 
     #[test]
@@ -643,7 +647,7 @@ mod tests {
         config.base_url = Some("http://127.0.0.1:9/v1".into());
         config.model = Some("m".into());
         config.tokenizer = Some("/nonexistent/tokenizer.json".into());
-        let error = OpenAiChat::new(&config, crate::provider::http_client()).unwrap_err();
+        let error = ModelApi::new(&config, crate::provider::http_client()).unwrap_err();
         assert!(error.contains("`tokenizers` feature"), "{error}");
     }
 
@@ -654,7 +658,7 @@ mod tests {
         config.base_url = Some("http://127.0.0.1:9/v1".into());
         config.model = Some("m".into());
         config.tokenizer = Some("/nonexistent/tokenizer.json".into());
-        let error = OpenAiChat::new(&config, crate::provider::http_client()).unwrap_err();
+        let error = ModelApi::new(&config, crate::provider::http_client()).unwrap_err();
         assert!(
             error.contains("/nonexistent/tokenizer.json is not a readable file"),
             "{error}"
