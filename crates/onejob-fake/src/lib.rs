@@ -6,7 +6,7 @@
 //! * [`chat`]: an OpenAI-compatible `POST /v1/chat/completions`, answered as one JSON
 //!   completion or, for `"stream": true`, as server-sent `chat.completion.chunk` events
 //!   (tool calls included);
-//! * [`beyond`]: OpenAI's `POST /v1/embeddings`, `/v1/responses` and
+//! * [`endpoints`]: OpenAI's `POST /v1/embeddings`, `/v1/responses` and
 //!   `/v1/images/generations`, and Anthropic's `POST /v1/messages` (streams included);
 //! * [`tasks`]: an asynchronous task API (`POST /v1/tasks` → task id, status by id, cancel,
 //!   and lookup by `Idempotency-Key`).
@@ -27,10 +27,10 @@
 //! [`server`] (binding and serving).
 
 pub mod behaviour;
-pub mod beyond;
 pub mod chat;
 mod completion;
 pub mod control;
+pub mod endpoints;
 pub mod error;
 pub mod idempotency;
 pub mod server;

@@ -15,7 +15,7 @@ use crate::behaviour::Rule;
 use crate::error::FakeError;
 use crate::state::Shared;
 use crate::submissions::Submissions;
-use crate::{beyond, chat, control, tasks};
+use crate::{chat, control, endpoints, tasks};
 
 /// A running fake provider. Dropping it stops the server: hanging requests are answered
 /// with 503 and the listener closes.
@@ -93,10 +93,10 @@ impl std::fmt::Debug for FakeServer {
 fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat::completions))
-        .route("/v1/embeddings", post(beyond::embeddings))
-        .route("/v1/responses", post(beyond::responses))
-        .route("/v1/images/generations", post(beyond::images))
-        .route("/v1/messages", post(beyond::messages))
+        .route("/v1/embeddings", post(endpoints::embeddings))
+        .route("/v1/responses", post(endpoints::responses))
+        .route("/v1/images/generations", post(endpoints::images))
+        .route("/v1/messages", post(endpoints::messages))
         .route("/v1/tasks", post(tasks::submit).get(tasks::by_key))
         .route("/v1/tasks/{task_id}", get(tasks::status))
         .route("/v1/tasks/{task_id}/cancel", post(tasks::cancel))

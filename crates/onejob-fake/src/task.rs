@@ -150,7 +150,7 @@ fn finish_of(task_id: &str, body: &Value, behaviour: &Behaviour) -> Finish {
     let url = format!("https://fake.invalid/images/{task_id}.png");
     // `response_format: "b64_json"` answers the image itself, base64-encoded.
     let image = if body["response_format"] == "b64_json" {
-        json!({"b64_json": crate::beyond::base64_encode(crate::beyond::PNG)})
+        json!({"b64_json": crate::endpoints::base64_encode(crate::endpoints::PNG)})
     } else {
         json!({"url": url})
     };
