@@ -8,7 +8,7 @@
 //! once its request went out; one stopped before its request went out was not sent.
 //! Every wait is bounded (the deadline, shutdown, the job's cancellation), every store write
 //! is retried while retrying can help ([`super::recording`]), and an answer that still cannot
-//! be recorded is held for the reconciler ([`super::held`]), never dropped.
+//! be recorded is held for the reconciler ([`super::unrecorded`]), never dropped.
 
 use crate::store::Chain;
 use std::{sync::Arc, time::Duration};
@@ -20,10 +20,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::{
-    WorkerContext,
-    held::HeldAnswer,
-    plan,
+    WorkerContext, plan,
     recording::{self, with_retries},
+    unrecorded::UnrecordedAnswer,
 };
 use crate::{
     certification::Certified,
@@ -593,7 +592,7 @@ async fn finish(
         }
         Err(error) => {
             tracing::error!(error = %Chain(&error), "could not record the result");
-            ctx.held.keep(HeldAnswer {
+            ctx.unrecorded.keep(UnrecordedAnswer {
                 attempt: attempt.clone(),
                 kind: kind.name.clone(),
                 output,

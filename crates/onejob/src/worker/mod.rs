@@ -14,13 +14,13 @@
 
 mod attempt;
 mod handoff;
-mod held;
 mod lease;
 mod live;
 pub mod plan;
 mod reconcile;
 mod recording;
 pub mod retention;
+mod unrecorded;
 
 use crate::store::Chain;
 use std::{collections::HashSet, sync::Arc, time::Duration};
@@ -34,10 +34,10 @@ use uuid::Uuid;
 
 pub use attempt::Ending;
 pub use handoff::{Handoff, Reserved};
-pub use held::{Held, HeldAnswer};
 pub use lease::rescue_once;
 pub use live::Live;
 pub use reconcile::reconcile_once;
+pub use unrecorded::{Unrecorded, UnrecordedAnswer};
 
 use onejob_domain::EventKind;
 
@@ -105,7 +105,7 @@ pub struct WorkerContext {
     /// The attempts running in this worker.
     pub live: Live,
     /// Answers not recorded yet, offered again by the reconciler.
-    pub held: Held,
+    pub unrecorded: Unrecorded,
     /// The gateway's live streams and job notices, shared with this process's HTTP API.
     pub hub: crate::gateway::Hub,
 }
@@ -125,7 +125,7 @@ impl WorkerContext {
             providers,
             settings,
             live: Live::default(),
-            held: Held::default(),
+            unrecorded: Unrecorded::default(),
             hub,
         }
     }
@@ -305,9 +305,9 @@ async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
             abort.abort();
         }
     }
-    if !ctx.held.is_empty() {
+    if !ctx.unrecorded.is_empty() {
         tracing::error!(
-            answers = ctx.held.len(),
+            answers = ctx.unrecorded.len(),
             "stopping with provider answers not recorded (each was logged with its output)"
         );
     }

@@ -21,7 +21,7 @@
 //!   kind opts in with `settle_unknown_after`, until that long has passed, when it is settled
 //!   as failed (keeping its key) and the event log says so.
 //!
-//! Each pass also offers again the answers this worker could not record ([`super::held`]).
+//! Each pass also offers again the answers this worker could not record ([`super::unrecorded`]).
 
 use crate::store::Chain;
 use std::{sync::Arc, time::Duration};
@@ -104,7 +104,7 @@ pub async fn run(ctx: Arc<WorkerContext>, stop: CancellationToken) {
                 }
             }
         }
-        offer_held(&ctx).await;
+        offer_unrecorded(&ctx).await;
         let free = CONCURRENT.saturating_sub(items.len()).min(BATCH);
         if free == 0 {
             continue;
@@ -150,10 +150,10 @@ async fn claim(
     Ok((claimed, Arc::new(certified)))
 }
 
-/// One pass over the held answers and the unknown attempts due for a check, waiting for
+/// One pass over the unrecorded answers and the unknown attempts due for a check, waiting for
 /// every item (each within its budget); returns how many unknown attempts were resolved.
 pub async fn reconcile_once(ctx: &WorkerContext) -> Result<usize, StoreError> {
-    offer_held(ctx).await;
+    offer_unrecorded(ctx).await;
     let (claimed, certified) = claim(ctx, BATCH).await?;
     let certified = &*certified;
     let outcomes: Vec<Result<bool, StoreError>> = futures::stream::iter(claimed)
@@ -431,24 +431,24 @@ async fn resend(
 }
 
 /// Offers again the answers this worker could not record.
-async fn offer_held(ctx: &WorkerContext) {
-    for answer in ctx.held.all() {
+async fn offer_unrecorded(ctx: &WorkerContext) {
+    for answer in ctx.unrecorded.all() {
         let Some(kind) = ctx.kinds.get(&answer.kind).cloned() else {
-            ctx.held.forget(answer.attempt.id);
+            ctx.unrecorded.forget(answer.attempt.id);
             continue;
         };
         let by = Resolution::worker();
         match outcome::offer(&*ctx.store, &kind, &answer.attempt, &answer.output, &by).await {
             Ok(offered) => {
-                tracing::info!(attempt = %answer.attempt.id, ?offered, "a held answer was recorded");
-                ctx.held.forget(answer.attempt.id);
+                tracing::info!(attempt = %answer.attempt.id, ?offered, "an unrecorded answer was recorded");
+                ctx.unrecorded.forget(answer.attempt.id);
             }
             Err(error) if error.is_retryable() => {
-                tracing::warn!(error = %Chain(&error), attempt = %answer.attempt.id, "a held answer still cannot be recorded");
+                tracing::warn!(error = %Chain(&error), attempt = %answer.attempt.id, "an unrecorded answer still cannot be recorded");
             }
             Err(error) => {
-                tracing::error!(error = %Chain(&error), attempt = %answer.attempt.id, "a held answer cannot be recorded; giving up on it (its output was logged)");
-                ctx.held.forget(answer.attempt.id);
+                tracing::error!(error = %Chain(&error), attempt = %answer.attempt.id, "an unrecorded answer cannot be recorded; giving up on it (its output was logged)");
+                ctx.unrecorded.forget(answer.attempt.id);
             }
         }
     }

@@ -20,7 +20,7 @@ use crate::store::AttemptRecord;
 
 /// One answer waiting to be recorded.
 #[derive(Debug, Clone)]
-pub struct HeldAnswer {
+pub struct UnrecordedAnswer {
     /// The attempt it answers.
     pub attempt: AttemptRecord,
     /// The job's kind (to validate and offer the output).
@@ -31,15 +31,15 @@ pub struct HeldAnswer {
 
 /// The answers one worker holds.
 #[derive(Debug, Clone, Default)]
-pub struct Held(Arc<Mutex<HashMap<Uuid, HeldAnswer>>>);
+pub struct Unrecorded(Arc<Mutex<HashMap<Uuid, UnrecordedAnswer>>>);
 
-impl Held {
-    fn lock(&self) -> MutexGuard<'_, HashMap<Uuid, HeldAnswer>> {
+impl Unrecorded {
+    fn lock(&self) -> MutexGuard<'_, HashMap<Uuid, UnrecordedAnswer>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Keeps `answer` until it is recorded.
-    pub fn keep(&self, answer: HeldAnswer) {
+    pub fn keep(&self, answer: UnrecordedAnswer) {
         tracing::error!(
             attempt = %answer.attempt.id,
             job = %answer.attempt.job_id,
@@ -51,7 +51,7 @@ impl Held {
     }
 
     /// The answers held now.
-    pub fn all(&self) -> Vec<HeldAnswer> {
+    pub fn all(&self) -> Vec<UnrecordedAnswer> {
         self.lock().values().cloned().collect()
     }
 
