@@ -27,7 +27,7 @@ impl PartialSchema for Problem {
                 "RFC 9457 problem details. `type` is stable (`{PROBLEM_BASE}<slug>`); \
                  extension members carry specifics: `errors` [{{path, message}}] for \
                  params-invalid and result-invalid, `changed`, `kind_changed` and `job_id` \
-                 for key-reused, `known_kinds` for unknown-kind, `limit_bytes` for \
+                 for key-reused (and `step`, for a step of an agent run), `known_kinds` for unknown-kind, `limit_bytes` for \
                  body-too-large, `state` for invalid-state."
             )))
             .property("type", string().enum_values(Some(types)))
