@@ -218,6 +218,47 @@ pub struct OpenAiErrorDetail {
     code: String,
 }
 
+/// The error answers every gateway endpoint shares, in the shape of its API (`$body`), for
+/// the OpenAPI document: each operation lists its own `200` beside them.
+macro_rules! gateway_errors {
+    ($(#[$doc:meta])* $name:ident, $body:ty) => {
+        $(#[$doc])*
+        #[derive(utoipa::IntoResponses)]
+        #[allow(dead_code)]
+        pub enum $name {
+            #[response(status = 400, description = "No or a malformed Idempotency-Key, bad JSON, or not such a request")]
+            BadRequest($body),
+            #[response(status = 401, description = "Missing or invalid API key")]
+            Unauthorized($body),
+            #[response(status = 404, description = "No kind serves this model here")]
+            NotFound($body),
+            #[response(status = 409, description = "Still running after the wait (retry with the same key after Retry-After), awaiting proof (unknown), or cancelled")]
+            Conflict($body),
+            #[response(status = 413, description = "Body over max_body_bytes")]
+            TooLarge($body),
+            #[response(status = 415, description = "Not JSON")]
+            NotJson($body),
+            #[response(status = 422, description = "The key names a call with another body (or, in an agent run, this step with other content)")]
+            KeyReused($body),
+            #[response(status = 502, description = "Every attempt failed without a definite upstream status")]
+            UpstreamFailed($body),
+            #[response(status = 503, description = "The database is unavailable; retry after Retry-After")]
+            Unavailable($body),
+        }
+    };
+}
+
+gateway_errors!(
+    /// The error answers of the gateway's endpoints in OpenAI's shape.
+    OpenAiErrors,
+    OpenAiError
+);
+gateway_errors!(
+    /// The error answers of Anthropic's Messages API, in its shape.
+    AnthropicErrors,
+    AnthropicError
+);
+
 /// An error answer of Anthropic's Messages API, as `POST /v1/messages` answers (the schema
 /// only).
 #[derive(Debug, utoipa::ToSchema)]
@@ -259,15 +300,7 @@ pub struct AnthropicErrorDetail {
         ), headers(
             ("onejob-job-id" = String, description = "The job"),
             ("Idempotent-Replayed" = String, description = "`true` when the key already named the job"))),
-        (status = 400, description = "No or a malformed Idempotency-Key, bad JSON, or not a chat request", body = OpenAiError),
-        (status = 401, description = "Missing or invalid API key", body = OpenAiError),
-        (status = 404, description = "No kind serves this model", body = OpenAiError),
-        (status = 409, description = "Still running after the wait (retry with the same key after Retry-After), awaiting proof (unknown), or cancelled", body = OpenAiError),
-        (status = 413, description = "Body over max_body_bytes", body = OpenAiError),
-        (status = 415, description = "Not JSON", body = OpenAiError),
-        (status = 422, description = "The key names a call with another body", body = OpenAiError),
-        (status = 502, description = "Every attempt failed without a definite upstream status", body = OpenAiError),
-        (status = 503, description = "The database is unavailable; retry after Retry-After", body = OpenAiError),
+        OpenAiErrors,
     )
 )]
 pub async fn chat_completions(
@@ -290,15 +323,7 @@ pub async fn chat_completions(
         (status = 200, description = "The winning attempt's embeddings list (its usage kept)", body = Object, headers(
             ("onejob-job-id" = String, description = "The job"),
             ("Idempotent-Replayed" = String, description = "`true` when the key already named the job"))),
-        (status = 400, description = "No or a malformed Idempotency-Key, bad JSON, or not such a request", body = OpenAiError),
-        (status = 401, description = "Missing or invalid API key", body = OpenAiError),
-        (status = 404, description = "No kind serves this model here", body = OpenAiError),
-        (status = 409, description = "Still running after the wait (retry with the same key after Retry-After), awaiting proof (unknown), or cancelled", body = OpenAiError),
-        (status = 413, description = "Body over max_body_bytes", body = OpenAiError),
-        (status = 415, description = "Not JSON", body = OpenAiError),
-        (status = 422, description = "The key names a call with another body", body = OpenAiError),
-        (status = 502, description = "Every attempt failed without a definite upstream status", body = OpenAiError),
-        (status = 503, description = "The database is unavailable; retry after Retry-After", body = OpenAiError),
+        OpenAiErrors,
     )
 )]
 pub async fn embeddings(
@@ -324,15 +349,7 @@ pub async fn embeddings(
         ), headers(
             ("onejob-job-id" = String, description = "The job"),
             ("Idempotent-Replayed" = String, description = "`true` when the key already named the job"))),
-        (status = 400, description = "No or a malformed Idempotency-Key, bad JSON, or not such a request", body = OpenAiError),
-        (status = 401, description = "Missing or invalid API key", body = OpenAiError),
-        (status = 404, description = "No kind serves this model here", body = OpenAiError),
-        (status = 409, description = "Still running after the wait (retry with the same key after Retry-After), awaiting proof (unknown), or cancelled", body = OpenAiError),
-        (status = 413, description = "Body over max_body_bytes", body = OpenAiError),
-        (status = 415, description = "Not JSON", body = OpenAiError),
-        (status = 422, description = "The key names a call with another body", body = OpenAiError),
-        (status = 502, description = "Every attempt failed without a definite upstream status", body = OpenAiError),
-        (status = 503, description = "The database is unavailable; retry after Retry-After", body = OpenAiError),
+        OpenAiErrors,
     )
 )]
 pub async fn responses(
@@ -355,15 +372,7 @@ pub async fn responses(
         (status = 200, description = "The winning attempt's images (an answer without an image is a failed attempt, never a success)", body = Object, headers(
             ("onejob-job-id" = String, description = "The job"),
             ("Idempotent-Replayed" = String, description = "`true` when the key already named the job"))),
-        (status = 400, description = "No or a malformed Idempotency-Key, bad JSON, or not such a request", body = OpenAiError),
-        (status = 401, description = "Missing or invalid API key", body = OpenAiError),
-        (status = 404, description = "No kind serves this model here", body = OpenAiError),
-        (status = 409, description = "Still running after the wait (retry with the same key after Retry-After), awaiting proof (unknown), or cancelled", body = OpenAiError),
-        (status = 413, description = "Body over max_body_bytes", body = OpenAiError),
-        (status = 415, description = "Not JSON", body = OpenAiError),
-        (status = 422, description = "The key names a call with another body", body = OpenAiError),
-        (status = 502, description = "Every attempt failed without a definite upstream status", body = OpenAiError),
-        (status = 503, description = "The database is unavailable; retry after Retry-After", body = OpenAiError),
+        OpenAiErrors,
     )
 )]
 pub async fn images(
@@ -389,15 +398,7 @@ pub async fn images(
         ), headers(
             ("onejob-job-id" = String, description = "The job"),
             ("Idempotent-Replayed" = String, description = "`true` when the key already named the job"))),
-        (status = 400, description = "No or a malformed Idempotency-Key, bad JSON, or not such a request", body = AnthropicError),
-        (status = 401, description = "Missing or invalid API key", body = AnthropicError),
-        (status = 404, description = "No kind serves this model here", body = AnthropicError),
-        (status = 409, description = "Still running after the wait (retry with the same key after Retry-After), awaiting proof (unknown), or cancelled", body = AnthropicError),
-        (status = 413, description = "Body over max_body_bytes", body = AnthropicError),
-        (status = 415, description = "Not JSON", body = AnthropicError),
-        (status = 422, description = "The key names a call with another body", body = AnthropicError),
-        (status = 502, description = "Every attempt failed without a definite upstream status", body = AnthropicError),
-        (status = 503, description = "The database is unavailable; retry after Retry-After", body = AnthropicError),
+        AnthropicErrors,
     )
 )]
 pub async fn messages(
