@@ -503,11 +503,7 @@ fn gateway_problem(endpoint: Endpoint, error: GatewayError) -> Problem {
         }
         GatewayError::Submit(error) => submit_problem(error),
         GatewayError::Store(error) => error.into(),
-        GatewayError::Stopping => {
-            let mut problem = Problem::new(ProblemType::Unavailable, detail);
-            problem.retry_after = Some(1);
-            problem
-        }
+        GatewayError::Stopping => Problem::unavailable(detail),
     }
 }
 

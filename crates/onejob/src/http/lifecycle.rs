@@ -60,11 +60,7 @@ impl From<CancelError> for Problem {
                     .with("state", state.as_str())
             }
             CancelError::Store(error) => error.into(),
-            CancelError::Stopping => {
-                let mut problem = Problem::new(ProblemType::Unavailable, error.to_string());
-                problem.retry_after = Some(1);
-                problem
-            }
+            CancelError::Stopping => Problem::unavailable(error.to_string()),
         }
     }
 }

@@ -112,6 +112,13 @@ impl Problem {
         self
     }
 
+    /// A `503` (unavailable) saying `detail`, to be retried after a second.
+    pub fn unavailable(detail: impl Into<String>) -> Self {
+        let mut problem = Self::new(ProblemType::Unavailable, detail);
+        problem.retry_after = Some(1);
+        problem
+    }
+
     /// The 404 every missing or foreign resource gets.
     pub fn not_found(what: &str) -> Self {
         Self::new(ProblemType::NotFound, format!("no {what} with that id"))
@@ -154,13 +161,10 @@ impl From<StoreError> for Problem {
     fn from(error: StoreError) -> Self {
         if error.is_retryable() || matches!(error, StoreError::Vanished(_)) {
             tracing::warn!(error = %Chain(&error), "database unavailable");
-            let mut problem = Problem::new(
-                ProblemType::Unavailable,
+            Problem::unavailable(
                 "the database is unavailable right now; retry after the time in Retry-After \
                  with the same Idempotency-Key",
-            );
-            problem.retry_after = Some(1);
-            problem
+            )
         } else {
             tracing::error!(error = %Chain(&error), "store error");
             Problem::new(
