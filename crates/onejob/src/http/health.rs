@@ -6,11 +6,7 @@ use std::sync::Arc;
 use axum::{Json, extract::State};
 use serde_json::{Value, json};
 
-use super::{
-    AppState,
-    problem::{Problem, ProblemType},
-    responses,
-};
+use super::{AppState, problem::Problem, responses};
 
 /// `GET /healthz`: 200 while the process serves requests.
 #[utoipa::path(
@@ -45,9 +41,7 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Result<Json<Value>, P
         } else {
             format!("the database does not answer: {error}")
         };
-        let mut problem = Problem::new(ProblemType::Unavailable, detail);
-        problem.retry_after = Some(1);
-        problem
+        Problem::unavailable(detail)
     })?;
     Ok(Json(json!({ "status": "ready", "database": backend })))
 }
