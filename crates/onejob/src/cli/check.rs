@@ -280,10 +280,76 @@ async fn reach(report: &mut Report, provider: &ProviderConfig) {
                 answer.status().as_u16()
             ),
         ),
-        Err(error) => report.unreachable(format!(
-            "provider {} at {url}: {}",
-            provider.name,
-            crate::store::Chain(&error)
-        )),
+        Err(error) => {
+            return report.unreachable(format!(
+                "provider {} at {url}: {}",
+                provider.name,
+                crate::store::Chain(&error)
+            ));
+        }
     }
+    if let (Adapter::AsyncTask, Some(template), Some(pointer)) = (
+        provider.adapter,
+        &provider.status_url,
+        &provider.status_pointer,
+    ) {
+        status_probe(report, provider, &client, template, pointer).await;
+    }
+}
+
+/// The task id a status probe asks about: no task has it, so no work is touched.
+const PROBE_TASK_ID: &str = "onejob-config-check";
+
+/// Asks an `async-task` provider's status URL about a task that does not exist and says
+/// what `status_pointer` found in the answer: a pointer that finds nothing in an error
+/// answer may still be right, so this informs and never fails the check.
+async fn status_probe(
+    report: &mut Report,
+    provider: &ProviderConfig,
+    client: &reqwest::Client,
+    template: &str,
+    pointer: &str,
+) {
+    let url = template.replace("{task_id}", PROBE_TASK_ID);
+    let answer = match client
+        .get(&url)
+        .timeout(provider.request_timeout)
+        .send()
+        .await
+    {
+        Ok(answer) => answer,
+        Err(error) => {
+            return report.unreachable(format!(
+                "provider {} status probe at {url}: {}",
+                provider.name,
+                crate::store::Chain(&error)
+            ));
+        }
+    };
+    let status = answer.status().as_u16();
+    let found = match answer.json::<serde_json::Value>().await {
+        Ok(body) => match body.pointer(pointer) {
+            Some(value) => format!("status_pointer {pointer:?} found {value}"),
+            None => {
+                let keys = match &body {
+                    serde_json::Value::Object(fields) => fields
+                        .keys()
+                        .take(20)
+                        .map(String::as_str)
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    _ => "none: not an object".into(),
+                };
+                format!("status_pointer {pointer:?} found nothing (top-level keys: {keys})")
+            }
+        },
+        Err(_) => "the answer is not JSON".into(),
+    };
+    report.ok(
+        "probed",
+        format!(
+            "{} status of task {PROBE_TASK_ID:?} at {url}: HTTP {status}; {found}",
+            provider.name
+        ),
+    );
 }

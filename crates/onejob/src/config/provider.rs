@@ -157,6 +157,28 @@ impl ProviderConfig {
         )))
     }
 
+    /// Refuses a `*_pointer` that is not a JSON Pointer (RFC 6901): `""` or `/`-separated
+    /// tokens with `~` only as `~0` or `~1`. `serde_json` finds nothing at such a string, so
+    /// every answer would look incomplete and the typo would surface as an upstream fault.
+    pub fn check_pointers(&self) -> Result<(), super::ConfigError> {
+        let pointers = [
+            ("task_id_pointer", &self.task_id_pointer),
+            ("status_pointer", &self.status_pointer),
+            ("result_pointer", &self.result_pointer),
+        ];
+        for (key, pointer) in pointers {
+            if let Some(pointer) = pointer
+                && let Err(problem) = json_pointer(pointer)
+            {
+                return Err(super::ConfigError::invalid(
+                    format!("provider[{}].{key}", self.name),
+                    format!("{key} = {pointer:?} is not a JSON Pointer (RFC 6901): {problem}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// A provider with this name and adapter and every optional key unset.
     pub fn new(name: impl Into<String>, adapter: Adapter) -> Self {
         Self {
@@ -183,5 +205,45 @@ impl ProviderConfig {
             request_timeout: default_request_timeout(),
             max_response_bytes: default_max_response_bytes(),
         }
+    }
+}
+
+/// Checks `pointer` against RFC 6901, saying what is wrong and how to write it instead.
+fn json_pointer(pointer: &str) -> Result<(), String> {
+    if !pointer.is_empty() && !pointer.starts_with('/') {
+        // `status`, `data.status` and `$.data.status` all mean `/data/status` here.
+        let path = pointer.trim_start_matches('$').trim_start_matches('.');
+        return Err(format!(
+            "it must start with \"/\" (or be \"\" for the whole answer); write {:?}",
+            format!("/{}", path.replace('.', "/"))
+        ));
+    }
+    let mut rest = pointer;
+    while let Some(at) = rest.find('~') {
+        rest = &rest[at + 1..];
+        if !(rest.starts_with('0') || rest.starts_with('1')) {
+            return Err(
+                "a \"~\" must be followed by 0 (a literal \"~\") or 1 (a literal \"/\")".into(),
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod pointer_tests {
+    use super::json_pointer;
+
+    #[test]
+    fn rfc_6901_pointers_pass_and_others_say_how_to_write_them() {
+        for good in ["", "/", "/status", "/data/0/id", "/a~0b/c~1d"] {
+            assert_eq!(json_pointer(good), Ok(()), "{good}");
+        }
+        let said = json_pointer("status").unwrap_err();
+        assert!(said.contains("write \"/status\""), "{said}");
+        let said = json_pointer("$.data.status").unwrap_err();
+        assert!(said.contains("write \"/data/status\""), "{said}");
+        assert!(json_pointer("/a~2").unwrap_err().contains("~"));
+        assert!(json_pointer("/a~").is_err());
     }
 }

@@ -180,8 +180,9 @@ impl Provider for AsyncTask {
         let task_id = task_id_at(&answer, &self.api.task_id_pointer).ok_or_else(|| {
             // Accepted, but we cannot follow it: the work may run; say so.
             ProviderError::Ambiguous(format!(
-                "the submit answer has no usable task id at {}",
-                self.api.task_id_pointer
+                "the submit answer has no usable task id at task_id_pointer {:?} ({})",
+                self.api.task_id_pointer,
+                top_level_keys(&answer)
             ))
         })?;
         Ok(Submitted::Accepted { task_id })
@@ -195,8 +196,9 @@ impl Provider for AsyncTask {
             Some(other) => other.to_string(),
             None => {
                 return Err(ProviderError::BadAnswer(format!(
-                    "the status answer has nothing at {}",
-                    self.api.status_pointer
+                    "the status answer has nothing at status_pointer {:?} ({})",
+                    self.api.status_pointer,
+                    top_level_keys(&answer)
                 )));
             }
         };
@@ -239,8 +241,9 @@ impl Provider for AsyncTask {
                 .map(Some)
                 .ok_or_else(|| {
                     ProviderError::BadAnswer(format!(
-                        "the lookup answer has no usable task id at {}",
-                        self.api.task_id_pointer
+                        "the lookup answer has no usable task id at task_id_pointer {:?} ({})",
+                        self.api.task_id_pointer,
+                        top_level_keys(&answer)
                     ))
                 }),
             Err(ProviderError::Rejected { status: 404, .. }) => Ok(None),
@@ -250,6 +253,35 @@ impl Provider for AsyncTask {
 
     fn idempotency_header(&self) -> Option<&str> {
         self.idempotency_header.as_deref()
+    }
+}
+
+/// What an answer holds at its top level, for a message saying a pointer found nothing.
+fn top_level_keys(answer: &Value) -> String {
+    match answer {
+        Value::Object(fields) if fields.is_empty() => "the answer is an empty object".into(),
+        Value::Object(fields) => {
+            let keys: Vec<&str> = fields.keys().take(20).map(String::as_str).collect();
+            let more = if fields.len() > keys.len() {
+                ", …"
+            } else {
+                ""
+            };
+            format!("its top-level keys: {}{more}", keys.join(", "))
+        }
+        Value::Array(items) => format!("the answer is an array of {}", items.len()),
+        other => format!("the answer is {}", json_type(other)),
+    }
+}
+
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
     }
 }
 

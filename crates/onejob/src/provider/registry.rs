@@ -40,6 +40,7 @@ impl Providers {
                     "a provider needs a name",
                 ));
             }
+            raw.check_pointers()?;
             let http = super::provider_client(connect_timeout(config, raw)?);
             let adapter: Arc<dyn Provider> = match raw.adapter {
                 Adapter::OpenaiChat | Adapter::AnthropicMessages => {

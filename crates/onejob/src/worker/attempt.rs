@@ -503,6 +503,17 @@ enum Followed {
 /// provider's `request_timeout`), so a hung status endpoint holds nothing up.
 async fn follow(provider: &dyn Provider, task_id: &str, stops: &Stops<'_>) -> Followed {
     let mut wait = FIRST_POLL;
+    // Why the last status answer could not be read, if it could not: at the deadline that,
+    // not "still running", is what the operator needs (a pointer that finds nothing).
+    let mut unreadable: Option<String> = None;
+    let at_deadline = |unreadable: &Option<String>| match unreadable {
+        Some(problem) => Followed::Unknown(format!(
+            "task {task_id}: its status could not be read by the attempt's deadline: {problem}"
+        )),
+        None => Followed::Unknown(format!(
+            "task {task_id} still running at the attempt's deadline"
+        )),
+    };
     loop {
         tokio::select! {
             status = provider.status(task_id) => match status {
@@ -513,7 +524,7 @@ async fn follow(provider: &dyn Provider, task_id: &str, stops: &Stops<'_>) -> Fo
                         internal: message,
                     };
                 }
-                Ok(TaskStatus::Running) => {}
+                Ok(TaskStatus::Running) => unreadable = None,
                 Err(ProviderError::Unsupported(_)) => {
                     return Followed::Unknown("the provider cannot report the task's status".into());
                 }
@@ -521,12 +532,18 @@ async fn follow(provider: &dyn Provider, task_id: &str, stops: &Stops<'_>) -> Fo
                 Err(error @ ProviderError::TooLarge { .. }) => {
                     return Followed::Failed { public: error.public(), internal: error.to_string() };
                 }
+                // An answer the settings cannot read says nothing about the task either, but
+                // is what the deadline reports.
+                Err(ProviderError::BadAnswer(problem)) => {
+                    if unreadable.as_ref() != Some(&problem) {
+                        tracing::warn!(%problem, "status answer not readable");
+                    }
+                    unreadable = Some(problem);
+                }
                 // A status call that fails says nothing about the task: keep asking.
                 Err(error) => tracing::debug!(%error, "status poll failed"),
             },
-            () = tokio::time::sleep_until(stops.deadline) => {
-                return Followed::Unknown(format!("task {task_id} still running at the attempt's deadline"));
-            }
+            () = tokio::time::sleep_until(stops.deadline) => return at_deadline(&unreadable),
             () = stops.abandon.cancelled() => {
                 return Followed::Unknown("the worker shut down while the task was running".into());
             }
@@ -534,9 +551,7 @@ async fn follow(provider: &dyn Provider, task_id: &str, stops: &Stops<'_>) -> Fo
         }
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
-            () = tokio::time::sleep_until(stops.deadline) => {
-                return Followed::Unknown(format!("task {task_id} still running at the attempt's deadline"));
-            }
+            () = tokio::time::sleep_until(stops.deadline) => return at_deadline(&unreadable),
             () = stops.abandon.cancelled() => {
                 return Followed::Unknown("the worker shut down while the task was running".into());
             }

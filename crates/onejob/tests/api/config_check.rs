@@ -164,6 +164,111 @@ async fn reach_contacts_the_providers_and_the_database() {
     assert_eq!(code, 0, "{said}");
 }
 
+/// An `async-task` provider `tasks` on the task API at `base`, with `pointer_line`
+/// replacing its `key` line.
+fn task_config(base: &str, key: &str, pointer_line: &str) -> String {
+    let mut lines = vec![
+        r#"database = "sqlite://x.db""#.to_owned(),
+        "[[provider]]".into(),
+        r#"name = "tasks""#.into(),
+        r#"adapter = "async-task""#.into(),
+        format!(r#"submit_url = "{base}/v1/tasks""#),
+        format!(r#"status_url = "{base}/v1/tasks/{{task_id}}""#),
+        r#"task_id_pointer = "/task_id""#.into(),
+        r#"status_pointer = "/status""#.into(),
+        r#"result_pointer = "/result""#.into(),
+        r#"succeeded = ["succeeded"]"#.into(),
+        "[[kind]]".into(),
+        r#"name = "render""#.into(),
+        r#"providers = ["tasks"]"#.into(),
+    ];
+    for line in &mut lines {
+        if line.starts_with(&format!("{key} =")) {
+            *line = pointer_line.to_owned();
+        }
+    }
+    lines.join("\n") + "\n"
+}
+
+/// Each `*_pointer` that is not an RFC 6901 JSON Pointer is refused by its key, with the
+/// spelling that works, by `config check` and by `serve` before anything starts.
+#[tokio::test]
+async fn a_pointer_without_its_leading_slash_is_refused_by_key_with_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = format!("http://127.0.0.1:{}", free_port());
+    for (key, written, fix) in [
+        ("task_id_pointer", "id", "/id"),
+        ("status_pointer", "status", "/status"),
+        ("result_pointer", "data.output", "/data/output"),
+    ] {
+        let text = task_config(&base, key, &format!("{key} = {written:?}"));
+        std::fs::write(dir.path().join("onejob.toml"), &text).unwrap();
+        let (code, said) = check(dir.path(), &[], &[]).await;
+        assert_eq!(code, 2, "{said}");
+        assert!(
+            said.contains(&format!("config key `provider[tasks].{key}`")),
+            "{said}"
+        );
+        assert!(said.contains(&format!("write {fix:?}")), "{said}");
+
+        let (code, _, stderr) = output(
+            onejob()
+                .args([
+                    "serve",
+                    "--config",
+                    "onejob.toml",
+                    "--listen",
+                    "127.0.0.1:0",
+                ])
+                .current_dir(dir.path())
+                .env_remove("ONEJOB_DATABASE"),
+        )
+        .await;
+        assert_ne!(code, 0, "serve refuses it: {stderr}");
+        assert!(
+            stderr.contains(&format!("provider[tasks].{key}")),
+            "{stderr}"
+        );
+        assert!(
+            !dir.path().join("x.db").exists(),
+            "refused before the database"
+        );
+    }
+    // A lone "~" is not an escape either.
+    let text = task_config(&base, "status_pointer", r#"status_pointer = "/a~b""#);
+    std::fs::write(dir.path().join("onejob.toml"), &text).unwrap();
+    let (code, said) = check(dir.path(), &[], &[]).await;
+    assert_eq!(code, 2, "{said}");
+    assert!(said.contains("`provider[tasks].status_pointer`"), "{said}");
+}
+
+/// `--reach` asks an `async-task` status URL about a task that does not exist and says what
+/// `status_pointer` found in the answer, without submitting anything.
+#[tokio::test]
+async fn reach_says_what_the_status_pointer_found_in_a_probe() {
+    let upstream = onejob_fake::FakeServer::spawn(([127, 0, 0, 1], 0).into())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let text = task_config(
+        &upstream.base_url(),
+        "status_pointer",
+        r#"status_pointer = "/state""#,
+    );
+    std::fs::write(dir.path().join("onejob.toml"), &text).unwrap();
+    let (code, said) = check(dir.path(), &["--reach"], &[]).await;
+    assert_eq!(code, 0, "{said}");
+    assert!(
+        said.contains(r#"status of task "onejob-config-check""#),
+        "{said}"
+    );
+    assert!(
+        said.contains(r#"status_pointer "/state" found nothing (top-level keys: "#),
+        "{said}"
+    );
+    assert_eq!(upstream.submissions().total, 0, "a probe is no submission");
+}
+
 /// The systemd units in `deploy/` run commands this binary accepts: each `ExecStart` and
 /// `ExecStartPre` parses (`--help` after its arguments answers usage, where an unknown
 /// flag or subcommand is refused). `.ci/run` checks the units themselves with

@@ -18,6 +18,7 @@ postgres_and_sqlite_tests!(
     openai_chat_malformed_content_is_a_failed_attempt,
     openai_chat_hang_after_sending_is_running_then_unknown,
     async_task_adapter_follows_pointers_to_the_result,
+    an_async_task_status_pointer_that_finds_nothing_is_reported_as_that,
     verify_counts_prompt_tokens_with_tiktoken_or_a_local_tokenizer_json,
 );
 
@@ -192,6 +193,38 @@ async fn async_task_adapter_follows_pointers_to_the_result(backend: Backend) {
         attempts[0]["task_id"].as_str(),
         seen.requests[0].task_id.as_deref()
     );
+}
+
+/// A `status_pointer` that is a valid pointer but finds nothing in the status answers (a
+/// typo for `/status`) leaves the job `unknown` at the deadline, as it must (the task may
+/// have run), with a reason naming the pointer and the answer's keys, not "still running".
+async fn an_async_task_status_pointer_that_finds_nothing_is_reported_as_that(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
+    let fakes = Fakes::spawn().await;
+    let app = TestApp::running(&db, &fakes, |config| {
+        let base = fakes.primary.base_url();
+        let mut tasks = crate::helpers::fake_task_api("tasks", &base);
+        tasks.status_pointer = Some("/state".into());
+        config.providers.push(tasks);
+        config.kinds[0].providers = vec!["tasks".into()];
+        config.kinds[0].attempt_timeout = Duration::from_millis(1500);
+    })
+    .await;
+    let body = json!({"kind": "chat.completion", "params": {"prompt": "typo"}});
+    let job = app.create("typo", &body).await;
+    let id = job["id"].as_str().unwrap();
+    app.wait_job(id, WITHIN, |j| j["state"] == "unknown").await;
+    let attempts: Vec<Value> = app.operator_attempts(id).await;
+    let error = attempts[0]["error"].to_string();
+    assert!(
+        error.contains(r#"status_pointer \"/state\""#) && error.contains("top-level keys: "),
+        "{error}"
+    );
+    assert!(
+        error.contains("status"),
+        "the answer's keys are listed: {error}"
+    );
+    assert!(!error.contains("still running"), "{error}");
 }
 
 /// The fake provider has no tokenize endpoint, so `onejob verify` falls back to tiktoken for
