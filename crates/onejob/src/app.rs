@@ -210,6 +210,18 @@ pub async fn open_store_with(
     Ok(store)
 }
 
+/// Opens the database at `url` and migrates it (`onejob migrate`): what the migration did.
+pub async fn migrate_store(url: &str) -> Result<store::Migrated, StartError> {
+    let wrap = |source| StartError::Store {
+        url: store::redact(url),
+        source,
+    };
+    let store = store::open(url, &StoreOptions::default())
+        .await
+        .map_err(wrap)?;
+    store.migrate().await.map_err(wrap)
+}
+
 /// Opens the database at `url` for a command that manages what is in it (`onejob keys …`):
 /// it must exist and hold onejob's schema. Nothing is created or migrated, so a typo in the
 /// URL is an error, not a new empty database whose keys no server reads.

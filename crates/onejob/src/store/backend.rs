@@ -48,8 +48,8 @@ use uuid::Uuid;
 
 pub(crate) use super::dialect::{Arg, Conn, Dialect, Row, Variant};
 use super::{
-    Acknowledged, AttemptRecord, Completion, FirstAttempts, Intake, JobRecord, NewEvent, NewJob,
-    StoreError, Woken,
+    Acknowledged, AttemptRecord, Completion, FirstAttempts, Intake, JobRecord, Migrated, NewEvent,
+    NewJob, StoreError, Woken,
     batch::Batcher,
     bound::{Bound, Bounded},
     engine::Services,
@@ -149,8 +149,8 @@ pub(crate) trait Backend: Dialect {
     /// Waits until work may have become due, or `max_wait`; says what woke it.
     fn until_work(&self, max_wait: Duration) -> impl Future<Output = Woken> + Send;
 
-    /// Applies the pending schema migrations.
-    fn migrate_schema(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Applies the pending schema migrations; says how many there were.
+    fn migrate_schema(&self) -> impl Future<Output = Result<Migrated, StoreError>> + Send;
 
     /// Intake: creates the job or finds the one under its key, group-committed in this
     /// database's own way (the one operation each backend writes whole; see

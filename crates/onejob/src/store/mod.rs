@@ -79,8 +79,8 @@ pub trait Store:
     /// Which database this is (`"postgres"` or `"sqlite"`), for logs and `/readyz`.
     fn backend(&self) -> &'static str;
 
-    /// Applies the pending schema migrations.
-    async fn migrate(&self) -> Result<(), StoreError>;
+    /// Applies the pending schema migrations; says how many there were.
+    async fn migrate(&self) -> Result<Migrated, StoreError>;
 
     /// Checks that the database answers and, where writes can stall without an error
     /// (PostgreSQL: a primary whose synchronous standby is gone), that this node can commit.
@@ -150,13 +150,29 @@ pub trait Store:
     ) -> Result<Option<(AttemptRecord, JobRecord)>, StoreError>;
 }
 
+/// What a migration found and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Migrated {
+    /// Migrations the database had before.
+    pub before: usize,
+    /// Migrations applied now.
+    pub applied: usize,
+}
+
+impl Migrated {
+    /// The database held no onejob schema and now holds it whole.
+    pub fn created(&self) -> bool {
+        self.before == 0 && self.applied > 0
+    }
+}
+
 #[async_trait]
 impl<B: Backend + Retention> Store for B {
     fn backend(&self) -> &'static str {
         B::NAME
     }
 
-    async fn migrate(&self) -> Result<(), StoreError> {
+    async fn migrate(&self) -> Result<Migrated, StoreError> {
         self.migrate_schema().await
     }
 

@@ -75,6 +75,37 @@ async fn assert_duplicates_refused(db: &TestDatabase, app: &TestApp, round: &str
     assert_eq!(ids.len(), 1, "{round}: one job id for the key");
 }
 
+/// On an empty database `onejob migrate` says it created the schema; the online steps that
+/// build the key index there are how it comes to be, not an upgrade, and are not announced
+/// as one (they log at debug). A second run says the schema is up to date.
+#[tokio::test]
+async fn migrate_on_an_empty_database_says_it_created_the_schema() {
+    let db = TestDatabase::create(Backend::Postgres).await;
+    let migrate = || {
+        let mut command = migrator(&db, None);
+        command.env("RUST_LOG", "info").stderr(Stdio::piped());
+        command
+    };
+    let first = migrate().output().await.unwrap();
+    let said = String::from_utf8_lossy(&first.stderr);
+    assert!(first.status.success(), "{said}");
+    assert!(said.contains("created the PostgreSQL schema at"), "{said}");
+    assert!(!said.contains("widened"), "no upgrade is announced: {said}");
+    assert!(!said.contains("old constraint"), "{said}");
+    assert!(
+        scope(&db).await.is_done(),
+        "the key index is built all the same"
+    );
+
+    let again = migrate().output().await.unwrap();
+    let said = String::from_utf8_lossy(&again.stderr);
+    assert!(again.status.success(), "{said}");
+    assert!(
+        said.contains("PostgreSQL schema at") && said.contains("is up to date"),
+        "{said}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_migrator_killed_after_each_step_leaves_a_boundary_and_a_rerun_finishes() {
     let db = TestDatabase::create(Backend::Postgres).await;

@@ -11,8 +11,8 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use super::{
-    AttemptRecord, FirstAttempts, Intake, JobRecord, NewEvent, NewJob, StoreError, StoreOptions,
-    Woken,
+    AttemptRecord, FirstAttempts, Intake, JobRecord, Migrated, NewEvent, NewJob, StoreError,
+    StoreOptions, Woken,
     backend::Backend,
     batch::Batcher,
     bound::{Bound, Bounded, WRITE_TIMEOUT},
@@ -298,15 +298,21 @@ impl Backend for PgStore {
         self.wake.wait(max_wait).await
     }
 
-    async fn migrate_schema(&self) -> Result<(), StoreError> {
+    async fn migrate_schema(&self) -> Result<Migrated, StoreError> {
+        let before = sql::applied_migrations(&self.pool).await?;
         sqlx::migrate!("./migrations/postgres")
             .run(&self.pool)
             .await?;
-        online::widen_key_scope(&self.pool).await?;
+        let migrated = Migrated {
+            before,
+            applied: sql::applied_migrations(&self.pool).await? - before,
+        };
+        online::widen_key_scope(&self.pool, migrated.created()).await?;
         match self.variant {
-            Variant::Citus => citus::distribute(&self.pool).await,
-            Variant::Single => Ok(()),
+            Variant::Citus => citus::distribute(&self.pool).await?,
+            Variant::Single => {}
         }
+        Ok(migrated)
     }
 
     async fn intake(&self, job: NewJob) -> Result<Intake, StoreError> {

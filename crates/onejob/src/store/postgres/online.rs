@@ -228,7 +228,10 @@ fn wrong_index(index: &WideIndex, narrow: bool) -> StoreError {
 
 /// Runs the widening to its end (or as far as it can), each step after the previous one
 /// succeeded; a no-op when it is done.
-pub async fn widen_key_scope(pool: &PgPool) -> Result<KeyScope, StoreError> {
+///
+/// On a database whose schema was `created` just now the steps are how the index comes to
+/// be, not an upgrade of anything: they are logged at debug, not info.
+pub async fn widen_key_scope(pool: &PgPool, created: bool) -> Result<KeyScope, StoreError> {
     let mut conn = pool.acquire().await?;
     sqlx::query("SET application_name = 'onejob-migrate'")
         .execute(&mut *conn)
@@ -238,7 +241,7 @@ pub async fn widen_key_scope(pool: &PgPool) -> Result<KeyScope, StoreError> {
         return Ok(scope);
     }
     take_turn(&mut conn).await?;
-    let finished = run_steps(&mut conn).await;
+    let finished = run_steps(&mut conn, created).await;
     // Release the turn whatever happened; a dead session releases it by itself.
     let released = sqlx::query("SELECT pg_advisory_unlock($1)")
         .bind(ONLINE_LOCK)
@@ -290,7 +293,10 @@ async fn take_turn(conn: &mut PoolConnection<Postgres>) -> Result<(), StoreError
     }
 }
 
-async fn run_steps(conn: &mut PoolConnection<Postgres>) -> Result<KeyScope, StoreError> {
+async fn run_steps(
+    conn: &mut PoolConnection<Postgres>,
+    created: bool,
+) -> Result<KeyScope, StoreError> {
     let (mut scope, _) = catalog(conn).await?;
     // A wrong index under the name is left alone: `IF NOT EXISTS` then skips the build, and
     // `verify-index` refuses it.
@@ -304,10 +310,14 @@ async fn run_steps(conn: &mut PoolConnection<Postgres>) -> Result<KeyScope, Stor
                 .execute(&mut **conn)
                 .await?;
         }
-        tracing::info!(
-            index = KEY_SCOPE_INDEX,
-            "building the widened key index concurrently"
-        );
+        if created {
+            tracing::debug!(index = KEY_SCOPE_INDEX, "building the key index");
+        } else {
+            tracing::info!(
+                index = KEY_SCOPE_INDEX,
+                "building the widened key index concurrently"
+            );
+        }
         sqlx::raw_sql(
             "CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS jobs_one_per_key_scope \
              ON jobs (tenant, user_id, environment, key_hash)",
@@ -331,10 +341,17 @@ async fn run_steps(conn: &mut PoolConnection<Postgres>) -> Result<KeyScope, Stor
     crate::fault::after_migration_step(STEPS[1]);
 
     if scope.narrow {
-        tracing::info!(
-            constraint = NARROW_CONSTRAINT,
-            "the widened key index is valid; dropping the old constraint"
-        );
+        if created {
+            tracing::debug!(
+                constraint = NARROW_CONSTRAINT,
+                "dropping the narrower constraint"
+            );
+        } else {
+            tracing::info!(
+                constraint = NARROW_CONSTRAINT,
+                "the widened key index is valid; dropping the old constraint"
+            );
+        }
         if !drop_narrow(conn).await? {
             // Busy tables: the old, stricter constraint stays in force, which is safe; the
             // next start or `onejob migrate` drops it.

@@ -18,7 +18,7 @@
 //! time and an interval is only stable): the reconciler's backoff, which grows with the
 //! attempt's checks, is counted in seconds since the epoch (`to_timestamp`).
 
-use crate::store::sql::Sql;
+use crate::store::{StoreError, sql::Sql};
 
 /// The statements.
 pub(super) const SQL: Sql = Sql {
@@ -303,6 +303,20 @@ pub(super) const SQL: Sql = Sql {
         " FROM certificates WHERE ($1::uuid IS NULL OR id < $1) ORDER BY id DESC LIMIT $2"
     ),
 };
+
+/// How many migrations the database records as applied: 0 when it holds no onejob schema.
+pub(super) async fn applied_migrations(pool: &sqlx::PgPool) -> Result<usize, StoreError> {
+    let recorded: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+        .fetch_one(pool)
+        .await?;
+    if !recorded {
+        return Ok(0);
+    }
+    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
+        .fetch_one(pool)
+        .await?;
+    Ok(usize::try_from(applied).unwrap_or(0))
+}
 
 #[cfg(test)]
 mod tests {

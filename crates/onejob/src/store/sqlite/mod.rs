@@ -18,7 +18,7 @@ use sqlx::{
 };
 
 use super::{
-    AttemptRecord, FirstAttempts, Intake, JobRecord, NewEvent, NewJob, Store, StoreError,
+    AttemptRecord, FirstAttempts, Intake, JobRecord, Migrated, NewEvent, NewJob, Store, StoreError,
     StoreOptions, Woken, WorkSignal,
     backend::{Arg, Backend, Variant},
     batch::Batcher,
@@ -141,11 +141,15 @@ impl Backend for SqliteStore {
         self.wake.wait(max_wait).await
     }
 
-    async fn migrate_schema(&self) -> Result<(), StoreError> {
+    async fn migrate_schema(&self) -> Result<Migrated, StoreError> {
+        let before = sql::applied_migrations(&self.writer).await?;
         sqlx::migrate!("./migrations/sqlite")
             .run(&self.writer)
             .await?;
-        Ok(())
+        Ok(Migrated {
+            before,
+            applied: sql::applied_migrations(&self.writer).await? - before,
+        })
     }
 
     async fn intake(&self, job: NewJob) -> Result<Intake, StoreError> {

@@ -6,7 +6,7 @@
 //! the database's one write lock (`BEGIN IMMEDIATE`), so a "lock" is a plain read that no
 //! other writer, in this process or another, can interleave with.
 
-use crate::store::sql::Sql;
+use crate::store::{StoreError, sql::Sql};
 
 /// The current time as onejob stores it.
 macro_rules! now {
@@ -461,6 +461,22 @@ pub(super) const SQL: Sql = Sql {
         " FROM certificates WHERE (?1 IS NULL OR id < ?1) ORDER BY id DESC LIMIT ?2"
     ),
 };
+
+/// How many migrations the database records as applied: 0 when it holds no onejob schema.
+pub(super) async fn applied_migrations(pool: &sqlx::SqlitePool) -> Result<usize, StoreError> {
+    let recorded: bool = sqlx::query_scalar(
+        "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
+    )
+    .fetch_one(pool)
+    .await?;
+    if !recorded {
+        return Ok(0);
+    }
+    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
+        .fetch_one(pool)
+        .await?;
+    Ok(usize::try_from(applied).unwrap_or(0))
+}
 
 #[cfg(test)]
 mod tests {
