@@ -147,7 +147,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     println!(
         "   → {} job ({}), {created} × 201 Created, {} × 200 Idempotent-Replayed",
         ids.len(),
-        short(&ids[0]),
+        ids[0],
         5 - created
     );
     println!(
@@ -195,9 +195,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let attempts = demo.get(&format!("/v1/jobs/{id}/attempts")).await?;
     println!(
         "   → job {} is {}: attempt #1 {} (not failed: the upstream may still be working)",
-        short(&id),
-        unknown["state"],
-        attempts["attempts"][0]["error"]["reason"]
+        id, unknown["state"], attempts["attempts"][0]["error"]["reason"]
     );
     println!("   → nothing else starts while it is unknown; the reconciler asks the provider");
     let done = demo.wait(&id).await?;
@@ -251,7 +249,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         .find(|e| e["kind"] == "race_lost");
     println!(
         "   → the first to return won ({}); the late result was discarded, not merged{}",
-        short(done["completed_by"].as_str().unwrap_or_default()),
+        done["completed_by"].as_str().unwrap_or_default(),
         lost.map(|e| format!(
             " (race_lost: {} bytes, sha256 {}…)",
             e["detail"]["size"],
@@ -281,12 +279,6 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     worker.shutdown().await;
     let _ = server.await;
     Ok(())
-}
-
-#[cfg(feature = "fake")]
-/// The first block of a uuid, for short output.
-fn short(id: &str) -> &str {
-    id.split('-').next().unwrap_or(id)
 }
 
 #[cfg(feature = "fake")]

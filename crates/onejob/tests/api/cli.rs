@@ -498,6 +498,16 @@ async fn the_demo_plays_every_guarantee_and_exits() {
     ] {
         assert!(stdout.contains(scene), "{scene:?} missing from:\n{stdout}");
     }
+    // Whole ids, each its own: a UUIDv7's first block is its creation time, the same for
+    // jobs made in one millisecond's neighbourhood, so a cut id would name several.
+    let ids: std::collections::BTreeSet<uuid::Uuid> = stdout
+        .split(|c: char| !(c.is_ascii_hexdigit() || c == '-'))
+        .filter_map(|word| uuid::Uuid::parse_str(word).ok())
+        .collect();
+    assert!(
+        ids.len() >= 3,
+        "the scenes' job and attempt ids, whole and distinct: {ids:?}\n{stdout}"
+    );
 }
 
 /// The operator key a demo run printed.
