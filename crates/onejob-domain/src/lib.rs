@@ -6,6 +6,7 @@
 //! * [`params`]: the explicit limits on what a job's parameters may contain.
 //! * [`job`] and [`attempt`]: the two state machines and their allowed transitions.
 //! * [`event`]: the names of the entries in a job's append-only event log.
+//! * [`field`]: a violation at one place of a JSON document.
 //! * [`principal`]: who calls, always taken from the API key.
 //! * [`wire`]: the streamed forms of finished Anthropic messages and OpenAI responses.
 //!
@@ -13,6 +14,7 @@
 
 pub mod attempt;
 pub mod event;
+pub mod field;
 pub mod fingerprint;
 pub mod job;
 pub mod key;
@@ -22,6 +24,7 @@ pub mod wire;
 
 pub use attempt::AttemptState;
 pub use event::EventKind;
+pub use field::FieldError;
 pub use fingerprint::{Fingerprint, changed_paths};
 pub use job::JobState;
 pub use key::{IdempotencyKey, KeyError, KeyHash};

@@ -84,7 +84,7 @@ fn hash_secret(salt: &[u8; 16], secret: &str) -> [u8; 32] {
 
 /// How long a key lookup (found or not) is trusted by default without asking the database
 /// again (`[http] key_cache_ttl`).
-pub const KEY_CACHE_TTL: Duration = Duration::from_secs(30);
+pub const KEY_CACHE_TTL: Duration = crate::config::DEFAULT_KEY_CACHE_TTL;
 
 /// Most found keys, and separately most unknown ids, kept; beyond, expired entries are
 /// dropped, and if none had expired the cache starts over.

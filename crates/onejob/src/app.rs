@@ -71,7 +71,7 @@ pub struct App {
     /// The providers (bundled fakes started).
     pub providers: Providers,
     /// What the gateway's callers and this process's worker share.
-    pub hub: crate::gateway::Hub,
+    pub hub: crate::worker::Hub,
 }
 
 impl App {
@@ -88,7 +88,7 @@ impl App {
         let limits = ParamsLimits {
             max_depth: config.max_params_depth,
         };
-        let hub = crate::gateway::Hub::default();
+        let hub = crate::worker::Hub::default();
         let jobs = Jobs::new(
             store.clone(),
             kinds,

@@ -99,6 +99,13 @@ pub fn init_from_env() -> Result<(), UnknownFault> {
     Ok(())
 }
 
+/// The error a write whose reply was lost on the way back reads as: what a dropped
+/// connection gives (the store's own error implements it).
+pub trait ReplyLost {
+    /// That error.
+    fn reply_lost() -> Self;
+}
+
 fn armed() -> Option<&'static Fault> {
     ARMED.get_or_init(|| None).as_ref()
 }
@@ -114,9 +121,7 @@ pub fn after_answer() {
 
 /// With `ack-reply-lost` armed, turns the first acknowledgement `recorded` (committed) into
 /// the error a dropped connection gives, once per process; otherwise `recorded` unchanged.
-pub fn lose_ack_reply<T>(
-    recorded: Result<T, crate::store::StoreError>,
-) -> Result<T, crate::store::StoreError> {
+pub fn lose_ack_reply<T, E: ReplyLost>(recorded: Result<T, E>) -> Result<T, E> {
     static LOST: AtomicBool = AtomicBool::new(false);
     let fault = (&Fault::AckReplyLost, "ack-reply-lost");
     lose_reply(recorded, fault, &LOST, "the acknowledgement")
@@ -125,9 +130,7 @@ pub fn lose_ack_reply<T>(
 /// With `completion-reply-lost` armed, turns the first completion `recorded` (committed)
 /// into the error a dropped connection gives, once per process; otherwise `recorded`
 /// unchanged.
-pub fn lose_completion_reply<T>(
-    recorded: Result<T, crate::store::StoreError>,
-) -> Result<T, crate::store::StoreError> {
+pub fn lose_completion_reply<T, E: ReplyLost>(recorded: Result<T, E>) -> Result<T, E> {
     static LOST: AtomicBool = AtomicBool::new(false);
     let fault = (&Fault::CompletionReplyLost, "completion-reply-lost");
     lose_reply(recorded, fault, &LOST, "the completion")
@@ -136,10 +139,7 @@ pub fn lose_completion_reply<T>(
 /// With `intake-reply-lost` armed, turns the first intake `recorded` (committed) that
 /// started its job's first attempt into the error a dropped connection gives, once per
 /// process; otherwise `recorded` unchanged.
-pub fn lose_intake_reply<T>(
-    recorded: Result<T, crate::store::StoreError>,
-    started: bool,
-) -> Result<T, crate::store::StoreError> {
+pub fn lose_intake_reply<T, E: ReplyLost>(recorded: Result<T, E>, started: bool) -> Result<T, E> {
     static LOST: AtomicBool = AtomicBool::new(false);
     if !started {
         return recorded;
@@ -150,18 +150,15 @@ pub fn lose_intake_reply<T>(
 
 /// The first committed `recorded` while `fault` (and its `ONEJOB_FAULT` value) is armed
 /// and `lost` not yet set becomes a dropped connection's error.
-fn lose_reply<T>(
-    recorded: Result<T, crate::store::StoreError>,
+fn lose_reply<T, E: ReplyLost>(
+    recorded: Result<T, E>,
     (fault, value): (&Fault, &str),
     lost: &AtomicBool,
     what: &str,
-) -> Result<T, crate::store::StoreError> {
+) -> Result<T, E> {
     if recorded.is_ok() && armed() == Some(fault) && !lost.swap(true, Ordering::SeqCst) {
         eprintln!("onejob: {FAULT_ENV}={value}: {what} committed; its reply is lost");
-        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
-        return Err(crate::store::StoreError::unavailable(sqlx::Error::Io(
-            reset,
-        )));
+        return Err(E::reply_lost());
     }
     recorded
 }

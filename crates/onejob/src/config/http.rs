@@ -41,6 +41,9 @@ fn default_request_timeout() -> Duration {
     Duration::from_secs(30)
 }
 
+/// How long a key lookup is trusted by default (`[http] key_cache_ttl`).
+pub const DEFAULT_KEY_CACHE_TTL: Duration = Duration::from_secs(30);
+
 fn default_key_cache_ttl() -> Duration {
-    crate::api_key::KEY_CACHE_TTL
+    DEFAULT_KEY_CACHE_TTL
 }

@@ -24,7 +24,7 @@ use std::{
 use serde::{Deserialize, Serialize};
 
 pub use gateway::GatewayConfig;
-pub use http::HttpConfig;
+pub use http::{DEFAULT_KEY_CACHE_TTL, HttpConfig};
 pub use kind::{ContractCase, KindConfig, SchemaSource};
 pub use provider::{Adapter, DEFAULT_CONNECT_TIMEOUT, ProviderConfig, StructuredOutput};
 pub use retention::RetentionConfig;

@@ -8,7 +8,7 @@
 
 use serde_json::Value;
 
-use crate::kind::FieldError;
+use onejob_domain::FieldError;
 
 /// An endpoint of the gateway.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

@@ -18,37 +18,19 @@
 //! * [`request`]: the caller's request as sent, and the copy forwarded upstream;
 //! * [`streams`]: live streams of running attempts, which callers attach to from the start;
 //! * [`watch`]: in-process notice that a job changed, so a waiting caller answers at once.
-//!
-//! Its tests include properties over generated live streams of every streamed endpoint: a
-//! replay, assembled, is what the live stream's callers assembled (`replays`).
 
 pub mod assembly;
 pub mod completion;
 pub mod endpoint;
-#[cfg(test)]
-mod replays;
 pub mod request;
 pub mod streams;
 pub mod watch;
-
-/// What the gateway's callers and the worker of one process share: live streams, job
-/// change notices, and the hand-off of new jobs to the worker.
-#[derive(Debug, Clone, Default)]
-pub struct Hub {
-    /// Live streams of running attempts.
-    pub streams: streams::LiveStreams,
-    /// Notices of changed jobs.
-    pub watch: watch::JobWatch,
-    /// This process's worker, where one runs, for the new jobs it takes straight from
-    /// intake.
-    pub worker: crate::worker::Handoff,
-}
 
 use serde_json::{Map, Value};
 
 pub use endpoint::Endpoint;
 
-use crate::kind::FieldError;
+use onejob_domain::FieldError;
 
 /// How a caller wants its answer.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

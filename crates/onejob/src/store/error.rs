@@ -140,6 +140,13 @@ impl StoreError {
     }
 }
 
+impl crate::fault::ReplyLost for StoreError {
+    fn reply_lost() -> Self {
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        StoreError::unavailable(sqlx::Error::Io(reset))
+    }
+}
+
 impl From<sqlx::Error> for StoreError {
     fn from(error: sqlx::Error) -> Self {
         if let sqlx::Error::Database(db) = &error

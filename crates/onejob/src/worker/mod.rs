@@ -92,6 +92,19 @@ impl WorkerSettings {
     }
 }
 
+/// What the gateway's callers and the worker of one process share: live streams, job
+/// change notices, and the hand-off of new jobs to the worker.
+#[derive(Debug, Clone, Default)]
+pub struct Hub {
+    /// Live streams of running attempts.
+    pub streams: crate::gateway::streams::LiveStreams,
+    /// Notices of changed jobs.
+    pub watch: crate::gateway::watch::JobWatch,
+    /// This process's worker, where one runs, for the new jobs it takes straight from
+    /// intake.
+    pub worker: Handoff,
+}
+
 /// What the worker's tasks share.
 pub struct WorkerContext {
     /// The store.
@@ -107,7 +120,7 @@ pub struct WorkerContext {
     /// Answers not recorded yet, offered again by the reconciler.
     pub unrecorded: Unrecorded,
     /// The gateway's live streams and job notices, shared with this process's HTTP API.
-    pub hub: crate::gateway::Hub,
+    pub hub: Hub,
 }
 
 impl WorkerContext {
@@ -117,7 +130,7 @@ impl WorkerContext {
         kinds: Kinds,
         providers: Providers,
         settings: WorkerSettings,
-        hub: crate::gateway::Hub,
+        hub: Hub,
     ) -> Self {
         Self {
             store,

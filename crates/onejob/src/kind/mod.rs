@@ -4,20 +4,12 @@
 use std::{collections::HashMap, path::Path, sync::Arc, time::Duration};
 
 use onejob_domain::{Fingerprint, ParamsLimits};
-use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::config::{Config, ConfigError, ContractCase, KindConfig, SchemaSource};
 
-/// One schema violation: where, and what the schema wanted (never the offending value).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct FieldError {
-    /// JSON Pointer into the validated document.
-    pub path: String,
-    /// What is wrong, with the value masked.
-    pub message: String,
-}
+pub use onejob_domain::FieldError;
 
 /// Whether `output` carries anything at all: a number, `true`, or a non-blank string,
 /// somewhere. Without an output schema to say what a real artifact looks like, this is what
@@ -468,49 +460,4 @@ fn load_schema(source: &SchemaSource, base: &Path, key: &str) -> Result<Schema, 
 }
 
 #[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::{Schema, has_artifact};
-
-    #[test]
-    fn empty_outputs_are_no_artifact() {
-        for empty in [
-            json!(null),
-            json!(false),
-            json!(""),
-            json!("  \n"),
-            json!([]),
-            json!({}),
-            json!({"text": ""}),
-            json!([{}, [null]]),
-        ] {
-            assert!(!has_artifact(&empty), "{empty} counted as an artifact");
-        }
-        for real in [
-            json!("a fox"),
-            json!(0),
-            json!(true),
-            json!({"n": 0}),
-            json!([{"url": "x"}]),
-        ] {
-            assert!(has_artifact(&real), "{real} refused");
-        }
-    }
-
-    #[test]
-    fn formats_are_validated() {
-        let schema = Schema::compile(json!({
-            "type": "object",
-            "properties": {"url": {"type": "string", "format": "uri"}},
-        }))
-        .unwrap();
-        assert!(
-            schema
-                .check(&json!({"url": "https://fake.invalid/a.png"}))
-                .is_ok()
-        );
-        let errors = schema.check(&json!({"url": "not a uri"})).unwrap_err();
-        assert_eq!(errors[0].path, "/url");
-    }
-}
+mod tests;

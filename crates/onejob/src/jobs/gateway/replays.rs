@@ -17,12 +17,12 @@ use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
-use super::{
+use super::{LiveEvent, LiveStream};
+use crate::gateway::{
     Endpoint,
     assembly::Assembly,
     streams::{LiveStreams, StreamEnd},
 };
-use crate::jobs::gateway::{LiveEvent, LiveStream};
 
 /// Relays `live` (an upstream's events, chat's `[DONE]` left out) as an attempt streaming for
 /// a caller does, and ends the stream done (its answer won): the stored answer, and the

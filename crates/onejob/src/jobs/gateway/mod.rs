@@ -20,6 +20,9 @@
 //! their own, so a caller that goes away (its connection closed, the request deadline) drops
 //! only its wait. An attempt intake committed is always run, and a stream whose caller left
 //! is still read to its end and stored, for the retry to replay.
+//!
+//! Its tests include properties over generated live streams of every streamed endpoint: a
+//! replay, assembled, is what the live stream's callers assembled (`replays`).
 
 use std::{sync::Arc, time::Duration};
 
@@ -32,13 +35,13 @@ use uuid::Uuid;
 use super::{Jobs, Submission, SubmitError, Submitted};
 use crate::{
     gateway::{
-        Endpoint, Hub, split_request,
+        Endpoint, split_request,
         streams::{Next, StreamEnd, Wanted},
         watch::Watcher,
     },
     kind::Kind,
     store::{JobRecord, StoreError},
-    worker::Reserved,
+    worker::{Hub, Reserved},
 };
 
 /// How often a waiting call looks at its job when no notice came (a job worked by another
@@ -668,6 +671,9 @@ fn failure_of(error: Option<&Value>) -> (UpstreamFailure, Option<String>) {
     };
     (failure, text("request_id"))
 }
+
+#[cfg(test)]
+mod replays;
 
 #[cfg(test)]
 mod tests {
