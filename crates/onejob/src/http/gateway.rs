@@ -23,7 +23,7 @@ use std::{convert::Infallible, sync::Arc};
 use axum::{
     Json,
     body::Body,
-    extract::{Path, State},
+    extract::State,
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{
         IntoResponse, Response,
@@ -723,71 +723,6 @@ where
         .into_response()
 }
 
-/// A served model, as OpenAI describes one.
-fn model_object(model: &str) -> Value {
-    json!({ "id": model, "object": "model", "created": 0, "owned_by": "onejob" })
-}
-
-/// `GET /v1/models`: the model names the gateway serves, in OpenAI's list shape.
-#[utoipa::path(
-    get,
-    path = "/v1/models",
-    tag = "gateway",
-    operation_id = "listModels",
-    responses(
-        (status = 200, description = "The models served at POST /v1/chat/completions", body = Object),
-        (status = 401, description = "Missing or invalid API key", body = OpenAiError),
-        (status = 503, description = "The database is unavailable; retry after Retry-After", body = OpenAiError),
-    )
-)]
-pub async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    if let Err(problem) = caller(&headers, &state).await {
-        return openai_error(problem);
-    }
-    let data: Vec<Value> = state
-        .gateway
-        .models()
-        .iter()
-        .map(|model| model_object(model))
-        .collect();
-    Json(json!({ "object": "list", "data": data })).into_response()
-}
-
-/// `GET /v1/models/{model}`: one served model, as in the list (an OpenAI SDK's
-/// `models.retrieve`).
-#[utoipa::path(
-    get,
-    path = "/v1/models/{model}",
-    tag = "gateway",
-    operation_id = "retrieveModel",
-    params(("model" = String, Path, description = "One of the names GET /v1/models lists")),
-    responses(
-        (status = 200, description = "The model", body = Object),
-        (status = 401, description = "Missing or invalid API key", body = OpenAiError),
-        (status = 404, description = "No kind serves this model", body = OpenAiError),
-        (status = 503, description = "The database is unavailable; retry after Retry-After", body = OpenAiError),
-    )
-)]
-pub async fn model(
-    State(state): State<Arc<AppState>>,
-    Path(model): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    if let Err(problem) = caller(&headers, &state).await {
-        return openai_error(problem);
-    }
-    if state.gateway.serves(&model) {
-        return Json(model_object(&model)).into_response();
-    }
-    openai_error(gateway_problem(
-        Endpoint::Chat,
-        GatewayError::UnknownModel {
-            model,
-            models: state.gateway.models(),
-        },
-    ))
-}
-
 /// Whether `path` is one the gateway answers for: under `/v1/` and not onejob's own API
 /// (`/v1/jobs`, `/v1/attempts`, `/v1/certificates`), whose errors stay problem+json.
 pub fn owns(path: &str) -> bool {
@@ -819,47 +754,7 @@ pub fn unserved(path: &str, method_not_allowed: bool) -> Response {
     error_on(path, problem)
 }
 
+pub mod models;
+
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The JSON data of the one event `event` is, as a caller reads it.
-    async fn data_of(event: Result<Event, Infallible>) -> Value {
-        let response = sse(stream::iter(vec![event]));
-        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
-            .await
-            .unwrap();
-        let text = String::from_utf8(body.to_vec()).unwrap();
-        let data = text
-            .lines()
-            .find_map(|line| line.strip_prefix("data: "))
-            .unwrap_or_else(|| panic!("an event with data: {text}"));
-        serde_json::from_str(data).unwrap()
-    }
-
-    #[tokio::test]
-    async fn a_failed_streams_error_event_has_the_type_of_the_upstreams_refusal() {
-        let job = Uuid::now_v7();
-        let anthropic = |status| async move {
-            let event = data_of(stream_error(Endpoint::Messages, job, "no", status, 3)).await;
-            assert_eq!(event["type"], "error");
-            assert_eq!(event["error"]["code"], "attempt_failed");
-            assert_eq!(event["error"]["job_id"], json!(job));
-            event["error"]["type"].as_str().unwrap().to_owned()
-        };
-        assert_eq!(anthropic(Some(400)).await, "invalid_request_error");
-        assert_eq!(anthropic(Some(429)).await, "rate_limit_error");
-        assert_eq!(anthropic(Some(529)).await, "overloaded_error");
-        assert_eq!(anthropic(Some(401)).await, "api_error", "onejob's account");
-        assert_eq!(anthropic(None).await, "api_error");
-        let openai = |status| async move {
-            let event = data_of(stream_error(Endpoint::Chat, job, "no", status, 3)).await;
-            assert_eq!(event["error"]["code"], "attempt_failed");
-            event["error"]["type"].as_str().unwrap().to_owned()
-        };
-        assert_eq!(openai(Some(400)).await, "invalid_request_error");
-        assert_eq!(openai(Some(429)).await, "rate_limit_error");
-        assert_eq!(openai(Some(403)).await, "api_error", "onejob's account");
-        assert_eq!(openai(None).await, "api_error");
-    }
-}
+mod tests;

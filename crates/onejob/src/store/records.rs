@@ -7,6 +7,12 @@ use serde_json::{Value, json};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+mod keys;
+mod payloads;
+
+pub use keys::{ApiKeyRecord, ApiKeySummary, NewApiKey, Revocation};
+pub use payloads::{payload_digest, storable, storable_text, with_member};
+
 /// A job to create (or to find, if its key was used before).
 #[derive(Debug, Clone)]
 pub struct NewJob {
@@ -282,62 +288,6 @@ pub struct EventRecord {
     pub detail: Value,
     /// When.
     pub at: OffsetDateTime,
-}
-
-/// An API key to store.
-#[derive(Debug, Clone)]
-pub struct NewApiKey {
-    /// Its public id (the middle part of `oj_<id>_<secret>`).
-    pub id: String,
-    /// The principal it authenticates.
-    pub principal: Principal,
-    /// Random per-key salt.
-    pub salt: [u8; 16],
-    /// SHA-256(salt || secret).
-    pub secret_hash: [u8; 32],
-    /// Whether it may use operator endpoints.
-    pub operator: bool,
-}
-
-/// A stored API key.
-#[derive(Debug, Clone)]
-pub struct ApiKeyRecord {
-    /// Its public id.
-    pub id: String,
-    /// The principal it authenticates.
-    pub principal: Principal,
-    /// Its salt.
-    pub salt: Vec<u8>,
-    /// SHA-256(salt || secret).
-    pub secret_hash: Vec<u8>,
-    /// Whether it may use operator endpoints.
-    pub operator: bool,
-}
-
-/// What `onejob keys list` shows of a stored API key (nothing secret).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ApiKeySummary {
-    /// Its public id.
-    pub id: String,
-    /// The principal it authenticates.
-    pub principal: Principal,
-    /// Whether it may use operator endpoints.
-    pub operator: bool,
-    /// When it was created.
-    pub created_at: OffsetDateTime,
-    /// When it was revoked; `None` while it is valid.
-    pub revoked_at: Option<OffsetDateTime>,
-}
-
-/// What revoking an API key did.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Revocation {
-    /// The key is revoked now.
-    Revoked(ApiKeySummary),
-    /// The key had been revoked before; nothing changed.
-    AlreadyRevoked(ApiKeySummary),
-    /// No key has this id.
-    Unknown,
 }
 
 /// A stored attempt.
@@ -679,15 +629,6 @@ pub struct RetryPolicy {
     pub backoff: Duration,
 }
 
-/// `object` (a JSON object) with `key` set to `value`.
-pub fn with_member(object: &Value, key: &str, value: Value) -> Value {
-    let mut object = object.clone();
-    if let Some(map) = object.as_object_mut() {
-        map.insert(key.to_owned(), value);
-    }
-    object
-}
-
 /// The detail of the `attempt_resolved` event of an `unknown` attempt discarded because
 /// `winner` won its job.
 pub fn sibling_discarded(winner: Uuid) -> Value {
@@ -749,59 +690,6 @@ impl Exhausted {
             }),
         }
     }
-}
-
-/// `value` with every U+0000 in its strings and object keys replaced by U+FFFD.
-///
-/// PostgreSQL cannot store U+0000 in `jsonb` or `text`, and a provider's error body or an
-/// operator's reason may carry one: written as is, a definite failure would fail to record
-/// (and end unknown), and an operator's resolution would fail. Both stores write every error,
-/// event detail and reason through this, so both keep the same text.
-pub fn storable(value: &Value) -> std::borrow::Cow<'_, Value> {
-    fn has_nul(value: &Value) -> bool {
-        match value {
-            Value::String(text) => text.contains('\0'),
-            Value::Array(items) => items.iter().any(has_nul),
-            Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
-            _ => false,
-        }
-    }
-    fn clean(value: &Value) -> Value {
-        match value {
-            Value::String(text) => Value::String(storable_text(text).into_owned()),
-            Value::Array(items) => Value::Array(items.iter().map(clean).collect()),
-            Value::Object(map) => Value::Object(
-                map.iter()
-                    .map(|(k, v)| (storable_text(k).into_owned(), clean(v)))
-                    .collect(),
-            ),
-            other => other.clone(),
-        }
-    }
-    if has_nul(value) {
-        std::borrow::Cow::Owned(clean(value))
-    } else {
-        std::borrow::Cow::Borrowed(value)
-    }
-}
-
-/// `text` with every U+0000 replaced by U+FFFD (see [`storable`]).
-pub fn storable_text(text: &str) -> std::borrow::Cow<'_, str> {
-    if text.contains('\0') {
-        std::borrow::Cow::Owned(text.replace('\0', "\u{FFFD}"))
-    } else {
-        std::borrow::Cow::Borrowed(text)
-    }
-}
-
-/// The size and SHA-256 of a payload's canonical JSON: what the event log keeps of a result
-/// (never the result itself).
-pub fn payload_digest(payload: &Value) -> Value {
-    let bytes = onejob_domain::fingerprint::canonical_bytes(payload);
-    json!({
-        "size": bytes.len(),
-        "sha256": hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes)),
-    })
 }
 
 /// What one pruning pass deleted.
