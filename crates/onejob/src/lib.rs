@@ -15,7 +15,8 @@
 //!   made once (`store/engine.rs`; group commit in `grouped.rs` and `batch.rs`), the
 //!   statements and state changes written once (`statements.rs`, `transitions.rs`), and
 //!   `store/postgres/` (Citus a variant of it, `Variant` in `store/dialect.rs`; its
-//!   connections in `store/postgres/connections/`) and `store/sqlite/` beside each other.
+//!   connections from the `onejob-pg-connect` crate, its pools in `store/postgres/connect/`)
+//!   and `store/sqlite/` beside each other.
 //! * [`jobs`]: the use cases over a store (submit, read, cancel, retry, resolve, listings,
 //!   certificates recorded and read, API keys, health), answering typed domain errors; every
 //!   adapter (HTTP, gateway, CLI) stands on it and never on the store, except start-up

@@ -17,7 +17,7 @@
 //!   never handed out again (sqlx's pool would check it on release by waiting for that
 //!   reply, holding a pool slot for as long as the commit hangs);
 //! * is noted in the store's [`Stalls`]: `/readyz` answers `503` while this node cannot
-//!   commit, and the host follower (`postgres/connections/hosts.rs`) checks its host at once.
+//!   commit, and the host follower (`onejob-pg-connect`, `hosts.rs`) checks its host at once.
 //!
 //! A call that meets a read-only server (SQLSTATE 25006: a standby, or the old primary back
 //! as one after a failover) is noted in the same [`Stalls`], those of the store whose call
@@ -34,64 +34,17 @@
 //! SQLite runs unbounded ([`Bound::unbounded`]): its statements never wait on a network, and
 //! its lock waits are bounded by `busy_timeout`.
 
-use std::{
-    sync::{Arc, Mutex},
-    time::{Duration, Instant},
-};
+use std::{sync::Arc, time::Duration};
 
 use sqlx::{Database, Pool, pool::PoolConnection};
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 use super::StoreError;
 
 /// How long a statement or a commit may take on PostgreSQL by default.
 pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// When a bounded call of one store last ran out of time, when one last met a read-only
-/// server, and who waits to hear of either.
-#[derive(Debug, Default)]
-pub(crate) struct Stalls {
-    last: Mutex<Option<Instant>>,
-    read_only: Mutex<Option<Instant>>,
-    notice: Notify,
-}
-
-impl Stalls {
-    /// Notes a call that ran out now, and wakes [`Stalls::noticed`].
-    pub(crate) fn note(&self) {
-        *self.last.lock().expect("never poisoned") = Some(Instant::now());
-        self.notice.notify_waiters();
-    }
-
-    /// How long ago a call last ran out, if one did within `recent`.
-    pub(crate) fn within(&self, recent: Duration) -> Option<Duration> {
-        self.last
-            .lock()
-            .expect("never poisoned")
-            .map(|at| at.elapsed())
-            .filter(|ago| *ago < recent)
-    }
-
-    /// Notes a call that met a read-only server now, and wakes [`Stalls::noticed`].
-    pub(crate) fn note_read_only(&self) {
-        *self.read_only.lock().expect("never poisoned") = Some(Instant::now());
-        self.notice.notify_waiters();
-    }
-
-    /// True when a call met a read-only server less than `age` ago (so a connection `age`
-    /// old was opened before it).
-    pub(crate) fn read_only_within(&self, age: Duration) -> bool {
-        self.read_only
-            .lock()
-            .expect("never poisoned")
-            .is_some_and(|at| at.elapsed() < age)
-    }
-
-    /// Returns at the next [`Stalls::note`] or [`Stalls::note_read_only`].
-    pub(crate) async fn noticed(&self) {
-        self.notice.notified().await;
-    }
-}
+pub(crate) use onejob_pg_connect::Stalls;
 
 /// How long one statement or commit of a store may take (none: unbounded), and where the
 /// ones that ran out are noted.
@@ -99,7 +52,7 @@ impl Stalls {
 pub(crate) struct Bound {
     within: Option<Duration>,
     stalls: Arc<Stalls>,
-    /// Told when the store moves to another host (`postgres/connections/hosts.rs`), if it follows hosts.
+    /// Told when the store moves to another host (`onejob-pg-connect`, `hosts.rs`), if it follows hosts.
     moved: Option<watch::Receiver<usize>>,
 }
 

@@ -140,6 +140,19 @@ impl StoreError {
     }
 }
 
+impl From<onejob_pg_connect::ConnectError> for StoreError {
+    fn from(error: onejob_pg_connect::ConnectError) -> Self {
+        use onejob_pg_connect::ConnectError;
+        match error {
+            ConnectError::InvalidUrl { url, reason } => StoreError::InvalidUrl { url, reason },
+            ConnectError::NotWritable(why) => StoreError::NotWritable(why),
+            ConnectError::Tls(why) => StoreError::Tls(why),
+            ConnectError::TimedOut => StoreError::unavailable(sqlx::Error::PoolTimedOut),
+            ConnectError::Database(error) => StoreError::from(error),
+        }
+    }
+}
+
 impl crate::fault::ReplyLost for StoreError {
     fn reply_lost() -> Self {
         let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
@@ -188,7 +201,7 @@ fn is_unavailable(error: &sqlx::Error) -> bool {
             // PostgreSQL: connection exceptions (08…), operator intervention (57P0x: shutdown,
             // crash, cannot connect now), serialization failure and deadlock (40001, 40P01),
             // and a write on a read-only server (25006 read_only_sql_transaction: a standby,
-            // or the old primary back as one after a failover; see `postgres/connections/hosts.rs`).
+            // or the old primary back as one after a failover; see `onejob-pg-connect`'s `hosts.rs`).
             Some(code) => {
                 code.starts_with("08")
                     || code == "25006"

@@ -326,28 +326,4 @@ pub async fn open(url: &str, options: &StoreOptions) -> Result<Arc<dyn Store>, S
 
 /// The URL with any password replaced by `***`, for error messages and logs (also a URL
 /// the `url` crate cannot parse, such as PostgreSQL's list of hosts `h1:5432,h2:5432`).
-pub fn redact(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut parsed) if parsed.password().is_some() => {
-            let _ = parsed.set_password(Some("***"));
-            parsed.to_string()
-        }
-        Ok(_) => url.to_owned(),
-        Err(_) => redact_authority(url),
-    }
-}
-
-/// Replaces the password in `scheme://user:password@…` by `***`, reading only the text.
-fn redact_authority(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority = &rest[..rest.find(['/', '?']).unwrap_or(rest.len())];
-    let Some(at) = authority.rfind('@') else {
-        return url.to_owned();
-    };
-    match authority[..at].split_once(':') {
-        Some((user, _password)) => format!("{scheme}://{user}:***{}", &rest[at..]),
-        None => url.to_owned(),
-    }
-}
+pub use onejob_pg_connect::redact;

@@ -39,7 +39,7 @@ use uuid::Uuid;
 
 use super::{
     PgStore, Variant,
-    connections::{Hosts, side_pool, tcp},
+    connect::{Hosts, side_pool, tcp},
 };
 use crate::store::{
     StoreError,

@@ -48,7 +48,7 @@ use uuid::Uuid;
 
 use super::{
     PgStore,
-    connections::{
+    connect::{
         Hosts,
         held::{HeldConnection, Spare},
         side_pool, tcp,

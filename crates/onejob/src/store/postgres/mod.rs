@@ -22,13 +22,13 @@ use super::{
     tenants::Tenants,
     transitions::OnlyAttempt,
 };
-use connections::Hosts;
+use connect::Hosts;
 
 mod acknowledgement;
 mod by_shard;
 pub mod citus;
 mod completion;
-mod connections;
+mod connect;
 mod dialect;
 mod first;
 mod intake;
@@ -79,7 +79,7 @@ pub struct PgStore {
     _hosts: Option<Arc<Hosts>>,
     /// The TLS tunnel to a single host whose certificate rustls cannot read, if it needs
     /// one ([`connections`]; with several hosts, [`Hosts`] keeps theirs). Held, not read.
-    _tunnel: Option<Arc<connections::Tunnel>>,
+    _tunnel: Option<Arc<connect::Tunnel>>,
     /// One PostgreSQL, or a Citus coordinator (work spanning tenants then runs tenant by
     /// tenant: [`citus`]).
     variant: Variant,
@@ -95,7 +95,7 @@ impl PgStore {
     /// `target_session_attrs` (`any`, `read-write`, `primary`): the store then uses the
     /// first host whose session matches and follows a failover ([`connections`]).
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self, StoreError> {
-        let (connected, variant) = connections::connect(url, options, async |probe| {
+        let (connected, variant) = connect::connect(url, options, async |probe| {
             warn_without_autovacuum(probe).await;
             Ok(match citus::installed(probe).await? {
                 true => Variant::Citus,
@@ -103,7 +103,7 @@ impl PgStore {
             })
         })
         .await?;
-        let connections::Connected {
+        let connect::Connected {
             pool,
             bound,
             hosts,
@@ -269,10 +269,10 @@ impl Backend for PgStore {
                 if read_only {
                     return Err(StoreError::NotWritable(format!(
                         "{}: the session is read-only",
-                        connections::label(&self.pool)
+                        connect::label(&self.pool)
                     )));
                 }
-                connections::probe_write(connection).await
+                Ok(connect::probe_write(connection).await?)
             })
             .await
     }

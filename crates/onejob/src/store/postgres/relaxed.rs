@@ -4,7 +4,7 @@
 //! `synchronous_commit = off`, so their commits never wait for a WAL flush and never hold
 //! up the durable commits of intake (and with `plan_cache_mode = force_generic_plan`, as
 //! intake's pool, for the same reason: see [`super::intake`]), each writer on a connection it
-//! holds between writes ([`super::connections::held`]: the pool's checks on acquire and release cost two
+//! holds between writes ([`super::connect::held`]: the pool's checks on acquire and release cost two
 //! round trips per write):
 //!
 //! * **`replayed` events.** A replay's answer points at a job already durable; its event is
@@ -34,7 +34,7 @@ use tokio::sync::mpsc;
 
 use super::{
     DISPATCH_CHANNEL, Variant,
-    connections::{
+    connect::{
         Hosts,
         held::{HeldConnection, Spare},
         side_pool, tcp,

@@ -6,7 +6,7 @@ use super::{super::Variant, intake_pool, statistics};
 use crate::store::{
     Intake, NewJob, Store,
     bound::{Bound, WRITE_TIMEOUT},
-    postgres::{PgStore, connections::held::IDLE_CHECK, fresh},
+    postgres::{PgStore, connect::held::IDLE_CHECK, fresh},
 };
 
 /// Adds 20,000 jobs of one owner, and analyzes.

@@ -11,7 +11,7 @@
 //! idle connection to a vanished host (a pooled one, the `LISTEN` connection) looks alive
 //! for ever, and its next use waits on it; without a user timeout, a connection with data in
 //! flight waits out every retransmission. (Each statement and commit is also bounded by the
-//! store itself, `store/bound.rs`; these settings free the sockets below it.)
+//! store itself, onejob's `store/bound.rs`; these settings free the sockets below it.)
 //!
 //! sqlx keeps its socket to itself, so each new connection finds its own by its addresses:
 //! the server says which client port the session came from (`inet_client_port()`), and the
@@ -37,15 +37,13 @@ const KEEPALIVE_PROBES: u32 = 3;
 const USER_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Pool options whose every new connection gets the settings ([`set`]).
-pub(in crate::store::postgres) fn pool_options() -> PgPoolOptions {
+pub fn pool_options() -> PgPoolOptions {
     PgPoolOptions::new().after_connect(|connection, _| Box::pin(set(connection)))
 }
 
 /// Sets `TCP_NODELAY`, keepalives and the user timeout on `connection`'s socket, if this
 /// process finds it.
-pub(in crate::store::postgres) async fn set(
-    connection: &mut PgConnection,
-) -> Result<(), sqlx::Error> {
+pub async fn set(connection: &mut PgConnection) -> Result<(), sqlx::Error> {
     let ports: (Option<i32>, Option<i32>) =
         sqlx::query_as("SELECT inet_client_port(), inet_server_port()")
             .fetch_one(connection)
@@ -73,7 +71,7 @@ mod socket {
 
     /// Sets `TCP_NODELAY`, keepalives and the user timeout on this process's TCP socket from
     /// local port `local` to a peer's port `peer`; whether there is one.
-    pub(super) fn tune(local: u16, peer: u16) -> bool {
+    pub fn tune(local: u16, peer: u16) -> bool {
         with_socket(local, peer, |socket| {
             let keepalive = TcpKeepalive::new()
                 .with_time(KEEPALIVE_IDLE)
@@ -97,7 +95,7 @@ mod socket {
     /// Whether the socket with these ports has `TCP_NODELAY` set, and its user timeout
     /// (for tests).
     #[cfg(test)]
-    pub(super) fn settings(local: u16, peer: u16) -> Option<(bool, Option<std::time::Duration>)> {
+    pub fn settings(local: u16, peer: u16) -> Option<(bool, Option<std::time::Duration>)> {
         with_socket(local, peer, |socket| {
             Some((socket.tcp_nodelay().ok()?, socket.tcp_user_timeout().ok()?))
         })
@@ -135,7 +133,7 @@ mod socket {
 #[cfg(not(target_os = "linux"))]
 mod socket {
     /// Elsewhere the socket is not looked for.
-    pub(super) fn tune(_local: u16, _peer: u16) -> bool {
+    pub fn tune(_local: u16, _peer: u16) -> bool {
         false
     }
 }

@@ -42,8 +42,8 @@ use tokio::{
 };
 use x509_parser::prelude::{FromDer, X509Certificate};
 
-use super::tls::TlsSettings;
-use crate::store::StoreError;
+use crate::ConnectError;
+use crate::tls::TlsSettings;
 
 /// How long reaching the server (TCP, `SSLRequest`, the TLS handshake) may take.
 const REACH_WITHIN: Duration = Duration::from_secs(10);
@@ -57,14 +57,14 @@ const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
 /// certificate rustls cannot read, connects again through a new [`Tunnel`] and answers it
 /// too: connections from then on use [`Tunnel::options`]. Other failures are explained by
 /// `tls` ([`TlsSettings::explain`]).
-pub(super) async fn connect(
+pub async fn connect(
     options: &PgConnectOptions,
     tls: &TlsSettings,
     within: Duration,
-) -> Result<(PgConnection, Option<Arc<Tunnel>>), StoreError> {
+) -> Result<(PgConnection, Option<Arc<Tunnel>>), ConnectError> {
     let direct = match tokio::time::timeout(within, PgConnection::connect_with(options)).await {
         Ok(direct) => direct,
-        Err(_) => return Err(StoreError::unavailable(sqlx::Error::PoolTimedOut)),
+        Err(_) => return Err(ConnectError::TimedOut),
     };
     match direct {
         Ok(connection) => Ok((connection, None)),
@@ -78,7 +78,7 @@ pub(super) async fn connect(
             let connection =
                 tokio::time::timeout(within, PgConnection::connect_with(&tunnel.options(options)))
                     .await
-                    .map_err(|_| StoreError::unavailable(sqlx::Error::PoolTimedOut))??;
+                    .map_err(|_| ConnectError::TimedOut)??;
             Ok((connection, Some(tunnel)))
         }
         Err(error) => Err(tls.explain(error)),
@@ -88,21 +88,21 @@ pub(super) async fn connect(
 /// A Unix socket carrying plain-text PostgreSQL connections to one server over TLS (see the
 /// module doc); closed, with its directory, when dropped.
 #[derive(Debug)]
-pub(in crate::store::postgres) struct Tunnel {
+pub struct Tunnel {
     dir: PathBuf,
     accept: JoinHandle<()>,
 }
 
 impl Tunnel {
     /// Starts a tunnel to the server of `options` (host, port, `sslmode` prefer or require).
-    pub(super) fn open(options: &PgConnectOptions) -> Result<Arc<Self>, StoreError> {
+    pub fn open(options: &PgConnectOptions) -> Result<Arc<Self>, ConnectError> {
         let dir = std::env::temp_dir().join(format!(
             "onejob-tls-{}-{}",
             std::process::id(),
             uuid::Uuid::now_v7().simple()
         ));
         let failed = |error: std::io::Error| {
-            StoreError::Tls(format!(
+            ConnectError::Tls(format!(
                 "cannot open a local socket to carry TLS to {}: {error}",
                 options.get_host()
             ))
@@ -129,7 +129,7 @@ impl Tunnel {
     }
 
     /// `options` made to connect through this tunnel.
-    pub(super) fn options(&self, options: &PgConnectOptions) -> PgConnectOptions {
+    pub fn options(&self, options: &PgConnectOptions) -> PgConnectOptions {
         options
             .clone()
             .socket(&self.dir)

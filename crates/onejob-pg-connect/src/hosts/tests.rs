@@ -1,7 +1,7 @@
-//! Unit tests of `store/postgres/connections/hosts.rs`.
+//! Unit tests of `hosts.rs`: URLs parsed, and hosts chosen on the test server
+//! (`ONEJOB_TEST_POSTGRES`, else PostgreSQL on 127.0.0.1:5432).
 
 use super::*;
-use crate::store::bound::{Bound, Bounded};
 
 fn hosts(list: &HostList) -> Vec<(String, u16)> {
     list.targets
@@ -51,7 +51,7 @@ fn target_session_attrs_takes_libpqs_values_for_writing() {
     assert!(HostList::parse("postgres://u@h/db").unwrap().is_plain());
     for bad in ["standby", "read-only", "writable"] {
         let error = attrs(&format!("?target_session_attrs={bad}")).unwrap_err();
-        assert!(matches!(error, StoreError::InvalidUrl { .. }), "{bad}");
+        assert!(matches!(error, ConnectError::InvalidUrl { .. }), "{bad}");
         assert!(error.to_string().contains(bad), "{error}");
     }
 }
@@ -68,15 +68,13 @@ fn a_bad_host_list_is_a_clear_error_that_shows_no_password() {
         let text = error.to_string();
         assert!(text.contains(says), "{url}: {text}");
         assert!(!text.contains("hunter2"), "{text}");
-        assert!(!error.is_retryable());
     }
 }
 
 #[test]
 fn a_multi_host_url_is_redacted() {
-    let redacted = crate::store::redact(
-        "postgres://u:hunter2@h1:5432,h2:5433/db?target_session_attrs=primary",
-    );
+    let redacted =
+        crate::redact("postgres://u:hunter2@h1:5432,h2:5433/db?target_session_attrs=primary");
     assert!(!redacted.contains("hunter2"), "{redacted}");
     assert!(redacted.contains("h1:5432,h2:5433"), "{redacted}");
 }
@@ -128,8 +126,7 @@ async fn a_read_only_session_is_refused_when_writes_are_asked_for() {
         .choose()
         .await
         .expect_err("a read-only session was kept");
-    assert!(matches!(error, StoreError::NotWritable(_)), "{error}");
-    assert!(error.is_retryable());
+    assert!(matches!(error, ConnectError::NotWritable(_)), "{error}");
     // `primary` asks only that the server is not a standby, which this one is not.
     let primary = HostList::parse(&url_with(
         &server(),
@@ -140,122 +137,12 @@ async fn a_read_only_session_is_refused_when_writes_are_asked_for() {
         .choose()
         .await
         .unwrap();
-    // A write there is refused with 25006, which the store answers as unavailable (503).
+    // A write there is refused with 25006 (read_only_sql_transaction).
     let write = sqlx::query("CREATE TABLE onejob_never_created (x int)")
         .execute(&mut connection)
         .await
         .unwrap_err();
-    let error = StoreError::from(write);
-    assert!(matches!(error, StoreError::Unavailable(_)), "{error:?}");
+    let code = write.as_database_error().and_then(|e| e.code());
+    assert_eq!(code.as_deref(), Some("25006"), "{write:?}");
     connection.close().await.unwrap();
-}
-
-/// What of a store's connections the read-only tests need: its hosts, its bound (whose
-/// stalls are the store's own) and its shared pool, as `connections::connect` makes them.
-struct Follower {
-    _hosts: Arc<Hosts>,
-    bound: Bound,
-    pool: sqlx::PgPool,
-}
-
-/// A store's connections to the test server with the URL parameters `query`, its pool
-/// of one connection.
-async fn follower(query: &str) -> Follower {
-    let bound = Bound::within(Duration::from_secs(30));
-    let list = HostList::parse(&url_with(&server(), query)).unwrap();
-    let hosts = Hosts::new(list, Duration::from_secs(5), bound.stalls().clone());
-    let pool = super::super::held::checked_after_idle(
-        sqlx::postgres::PgPoolOptions::new().max_connections(1),
-        Some(hosts.switches()),
-    )
-    .connect_with(hosts.options(&[]))
-    .await
-    .unwrap();
-    Follower {
-        bound: bound.following(hosts.moved()),
-        _hosts: hosts,
-        pool,
-    }
-}
-
-/// The backend pid of the connection `pool` hands out next (given back at once).
-async fn pid(pool: &sqlx::PgPool) -> i32 {
-    let mut connection = pool.acquire().await.unwrap();
-    sqlx::query_scalar("SELECT pg_backend_pid()")
-        .fetch_one(&mut *connection)
-        .await
-        .unwrap()
-}
-
-/// A write through `store`'s bound, which its read-only session refuses with 25006.
-async fn refused_write(store: &Follower) {
-    let error = Bounded::acquire(&store.pool, &store.bound)
-        .await
-        .unwrap()
-        .run("a statement", async |connection| {
-            sqlx::query("CREATE TABLE onejob_never_created (x int)")
-                .execute(connection)
-                .await?;
-            Ok(())
-        })
-        .await
-        .unwrap_err();
-    assert!(error.met_read_only(), "{error:?}");
-}
-
-const READ_ONLY: &str =
-    "?options=-c%20default_transaction_read_only%3Don&target_session_attrs=primary";
-
-#[tokio::test]
-async fn a_pooled_connection_that_met_a_read_only_server_is_not_reused() {
-    let store = follower(READ_ONLY).await;
-    // Without the note, this connection (idle for less than `IDLE_CHECK`, on a host the
-    // pool has not moved from) would be handed out again unchecked.
-    let first = pid(&store.pool).await;
-    refused_write(&store).await;
-    assert!(
-        store
-            .bound
-            .stalls()
-            .read_only_within(Duration::from_secs(3600))
-    );
-    assert_ne!(
-        pid(&store.pool).await,
-        first,
-        "the connection that met a read-only server came back"
-    );
-}
-
-/// Two stores in one process, one on a read-only session (a standby's, say) and one on
-/// a writable one: the first meeting a read-only server closes its own connections and
-/// wakes its own watcher, never the other's.
-#[tokio::test]
-async fn a_read_only_server_one_store_met_leaves_another_stores_connections_alone() {
-    let standby = follower(READ_ONLY).await;
-    let primary = follower("?target_session_attrs=primary").await;
-    let kept = pid(&primary.pool).await;
-    let watcher = primary.bound.stalls().clone();
-    let woken = tokio::spawn(async move { watcher.noticed().await });
-    tokio::task::yield_now().await;
-    refused_write(&standby).await;
-    assert!(
-        standby
-            .bound
-            .stalls()
-            .read_only_within(Duration::from_secs(3600))
-    );
-    assert!(
-        !primary
-            .bound
-            .stalls()
-            .read_only_within(Duration::from_secs(3600)),
-        "the other store noted a read-only server it never met"
-    );
-    assert_eq!(
-        pid(&primary.pool).await,
-        kept,
-        "the other store's connection was closed for a read-only server it never met"
-    );
-    assert!(!woken.is_finished(), "the other store's watcher was woken");
-    woken.abort();
 }

@@ -1,34 +1,26 @@
-//! How the PostgreSQL store reaches its database: everything between a database URL and a
-//! pool whose connections go where writes are accepted, and nothing about what runs on
-//! them.
+//! How the PostgreSQL store opens its pools: on the connections of `onejob-pg-connect`
+//! (multi-host URLs that follow the host accepting writes, TLS, keepalives), each bounded
+//! by the store's [`Bound`], and nothing about what runs on them.
 //!
-//! * [`hosts`]: a URL naming several hosts, libpq's `target_session_attrs`, and following
-//!   the host that accepts writes through a failover (a watcher per store);
-//! * `tls.rs`: checking `sslrootcert` before connecting, and saying what to change when a
-//!   handshake fails; `tunnel.rs`: TLS to a server whose certificate rustls cannot read;
-//! * [`tcp`]: `TCP_NODELAY` and keepalives with a user timeout on every connection;
-//! * [`held`]: connections checked only after they sat idle, in the shared pool and held by
-//!   one serial writer across its uses;
 //! * here: opening a store's pool ([`connect`]), and the small side pools of its hot paths
-//!   ([`side_pool`]), following the same hosts.
+//!   ([`side_pool`]), following the same hosts;
+//! * [`held`]: connections checked only after they sat idle, in the shared pool and held by
+//!   one serial writer across its uses.
 //!
-//! This is PostgreSQL's alone (SQLite opens a file), so it sits under `store/postgres/`;
-//! bounding each statement in time (`store/bound.rs`) is the store's, for both databases.
+//! Bounding each statement in time (`store/bound.rs`) is the store's, for both databases.
 
 use std::sync::Arc;
 
+use onejob_pg_connect::{HostList, tls::TlsSettings, tunnel};
 use sqlx::{Connection, PgConnection, PgPool, postgres::PgPoolOptions};
 
 use crate::store::{StoreError, StoreOptions, bound::Bound};
 
 pub(super) mod held;
-pub(super) mod hosts;
-pub(super) mod tcp;
-mod tls;
-mod tunnel;
+#[cfg(test)]
+mod tests;
 
-pub(super) use hosts::{Hosts, probe_write};
-pub(super) use tunnel::Tunnel;
+pub(super) use onejob_pg_connect::{Hosts, Tunnel, probe_write, tcp};
 
 /// A store's database, reached: its pool, bounded by `bound`, and what keeps the pool where
 /// the writes go.
@@ -44,7 +36,7 @@ pub(super) struct Connected {
     pub(super) hosts: Option<Arc<Hosts>>,
     /// The TLS tunnel to a single host whose certificate rustls cannot read, if it needs
     /// one (with several hosts, [`Hosts`] keeps theirs). Held, not read.
-    pub(super) tunnel: Option<Arc<tunnel::Tunnel>>,
+    pub(super) tunnel: Option<Arc<Tunnel>>,
 }
 
 /// Connects a pool to `url` and checks that one connection can be opened, first running
@@ -52,13 +44,13 @@ pub(super) struct Connected {
 ///
 /// `url` may list several hosts, `postgres://u@h1:5432,h2:5432/db`, with libpq's
 /// `target_session_attrs` (`any`, `read-write`, `primary`): the pool then uses the first
-/// host whose session matches and follows a failover ([`hosts`]).
+/// host whose session matches and follows a failover ([`Hosts`]).
 pub(super) async fn connect<T>(
     url: &str,
     options: &StoreOptions,
     inspect: impl AsyncFnOnce(&mut PgConnection) -> Result<T, StoreError>,
 ) -> Result<(Connected, T), StoreError> {
-    let list = hosts::HostList::parse(url)?;
+    let list = HostList::parse(url)?;
     let bound = Bound::within(options.write_timeout);
     let followed = (!list.is_plain()).then(|| {
         Hosts::new(
@@ -68,7 +60,7 @@ pub(super) async fn connect<T>(
         )
     });
     let first = &list.targets[0];
-    let tls = tls::TlsSettings::of(&first.url, &first.options);
+    let tls = TlsSettings::of(&first.url, &first.options);
     tls.check_root_cert()?;
     // One direct connection first: a pool would retry until its timeout and then report
     // only that it timed out, hiding why (refused, unknown host, bad password, a

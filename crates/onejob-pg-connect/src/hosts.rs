@@ -28,11 +28,11 @@
 //! tries the other hosts first, and tries a wedged host again only [`RECHECK_WEDGED`] after
 //! it was found so (each try of it costs [`COMMIT_WITHIN`]), so that a standby promoted
 //! meanwhile is found within about [`RETRY_EVERY`]. The store's statements notice a wedged
-//! host before the watcher's next check does: each of them is bounded (`store/bound.rs`),
+//! host before the watcher's next check does: each of them is bounded (onejob's `store/bound.rs`),
 //! and one that runs out wakes the watcher at once, as a read-only refusal does. One that
 //! meets a read-only server before the watcher sees it gets SQLSTATE 25006, which the store
 //! answers as unavailable (HTTP 503 with `Retry-After`); the store whose call it was notes
-//! it in its own stalls (`store/bound.rs`; never in anything of the process's, so another
+//! it in its own [`Stalls`] (never in anything of the process's, so another
 //! store in the same process is not touched), so its connection and every one of that
 //! store's connections opened before it are closed instead of handed out again, and its
 //! watcher checks its host at once.
@@ -50,14 +50,14 @@ use std::{
 
 use sqlx::{Connection, PgConnection, PgPool, postgres::PgConnectOptions};
 
-use super::{
+use crate::{ConnectError, Stalls};
+use crate::{
     tls::TlsSettings,
     tunnel::{self, Tunnel},
 };
-use crate::store::{StoreError, bound::Stalls};
 
 /// How often the watcher checks the host the pools use.
-pub(super) const WATCH_EVERY: Duration = Duration::from_millis(500);
+pub const WATCH_EVERY: Duration = Duration::from_millis(500);
 
 /// How long the watcher waits before trying the hosts again when none matched.
 const RETRY_EVERY: Duration = Duration::from_millis(250);
@@ -124,9 +124,9 @@ pub struct HostList {
 impl HostList {
     /// Parses a `postgres://` URL with one host or several (`h1:5432,h2,[::1]:5433`), and the
     /// `target_session_attrs` parameter; the other parameters are sqlx's.
-    pub fn parse(url: &str) -> Result<Self, StoreError> {
-        let invalid = |reason: String| StoreError::InvalidUrl {
-            url: crate::store::redact(url),
+    pub fn parse(url: &str) -> Result<Self, ConnectError> {
+        let invalid = |reason: String| ConnectError::InvalidUrl {
+            url: crate::redact(url),
             reason,
         };
         let (scheme, rest) = url
@@ -226,7 +226,7 @@ fn split_port(host: &str) -> Result<(&str, Option<u16>), String> {
 pub struct Switches {
     last: Mutex<Option<Instant>>,
     /// The store's stalls, where its calls that met a read-only server are noted
-    /// (`store/bound.rs`).
+    /// ([`Stalls`]).
     stalls: Arc<Stalls>,
 }
 
@@ -282,7 +282,7 @@ struct Refused {
 
 impl Hosts {
     /// The hosts of `list`, none chosen yet (the first until [`Hosts::choose`]), for the
-    /// store whose calls are noted in `stalls` (`store/bound.rs`: calls that ran out of time
+    /// store whose calls are noted in `stalls` ([`Stalls`]: calls that ran out of time
     /// or met a read-only server).
     pub fn new(list: HostList, connect_timeout: Duration, stalls: Arc<Stalls>) -> Arc<Self> {
         Arc::new(Self {
@@ -343,7 +343,7 @@ impl Hosts {
     /// Tries the hosts in order, those found wedged last (and those found so within
     /// [`RECHECK_WEDGED`] not at all), and makes the first that matches the one in use;
     /// returns a connection to it, or the last host's error when none matched.
-    pub async fn choose(&self) -> Result<PgConnection, StoreError> {
+    pub async fn choose(&self) -> Result<PgConnection, ConnectError> {
         let mut last = None;
         for index in self.order() {
             let target = &self.list.targets[index];
@@ -365,7 +365,7 @@ impl Hosts {
             }
         }
         Err(last.unwrap_or_else(|| {
-            StoreError::NotWritable(
+            ConnectError::NotWritable(
                 "every host was found not committing a moment ago; checking again soon".into(),
             )
         }))
@@ -387,7 +387,7 @@ impl Hosts {
     }
 
     /// Opens a connection to host `index` and keeps it if its session matches.
-    async fn try_host(&self, index: usize) -> Result<PgConnection, StoreError> {
+    async fn try_host(&self, index: usize) -> Result<PgConnection, ConnectError> {
         let target = &self.list.targets[index];
         let tunnelled = self.tunnels.lock().expect("never poisoned")[index].is_some();
         let mut connection = if tunnelled {
@@ -396,7 +396,7 @@ impl Hosts {
                 PgConnection::connect_with(&self.target_options(index)),
             )
             .await
-            .map_err(|_| StoreError::unavailable(sqlx::Error::PoolTimedOut))??
+            .map_err(|_| ConnectError::TimedOut)??
         } else {
             let tls = TlsSettings::of(&target.url, &target.options);
             let (connection, tunnel) =
@@ -416,7 +416,7 @@ impl Hosts {
                 self.mark(index, refused.wedged);
                 // Dropped, not closed: a connection whose commit hangs would hang its close.
                 drop(connection);
-                Err(StoreError::NotWritable(format!(
+                Err(ConnectError::NotWritable(format!(
                     "{}: {}",
                     target.label, refused.why
                 )))
@@ -428,7 +428,10 @@ impl Hosts {
     /// Why the session on `connection` does not match, if it does not: a standby, a
     /// read-only session, or a server whose commits do not complete (two round trips, none
     /// for `any`), the whole check within [`COMMIT_WITHIN`].
-    async fn refusal(&self, connection: &mut PgConnection) -> Result<Option<Refused>, StoreError> {
+    async fn refusal(
+        &self,
+        connection: &mut PgConnection,
+    ) -> Result<Option<Refused>, ConnectError> {
         match tokio::time::timeout(COMMIT_WITHIN, self.check(connection)).await {
             Ok(Ok(None)) => Ok(None),
             Ok(Ok(Some(why))) => Ok(Some(Refused { why, wedged: false })),
@@ -445,7 +448,7 @@ impl Hosts {
     }
 
     /// [`Hosts::refusal`], unbounded: why the session does not match, if it does not.
-    async fn check(&self, connection: &mut PgConnection) -> Result<Option<String>, StoreError> {
+    async fn check(&self, connection: &mut PgConnection) -> Result<Option<String>, ConnectError> {
         let (recovery, read_only): (bool, bool) =
             match self.list.attrs {
                 SessionAttrs::Any => return Ok(None),
@@ -496,7 +499,7 @@ impl Hosts {
     /// Starts the watcher (ends when the store's last handle on `hosts` is dropped); a call
     /// of the store that runs out of time or meets a read-only server (its stalls, given to
     /// [`Hosts::new`]) has it check its host at once.
-    pub(crate) fn watch(hosts: &Arc<Self>) {
+    pub fn watch(hosts: &Arc<Self>) {
         let stalls = hosts.switches.stalls.clone();
         tokio::spawn(watch(Arc::downgrade(hosts), stalls));
     }
@@ -512,9 +515,7 @@ impl Hosts {
 /// would not wait); any role may emit one by default. Where the function is missing or not
 /// granted (SQLSTATE 42883, 42501), the check is skipped rather than the host refused; any
 /// other refusal (a read-only server's 25006) is the answer.
-pub(in crate::store::postgres) async fn probe_write(
-    connection: &mut PgConnection,
-) -> Result<(), StoreError> {
+pub async fn probe_write(connection: &mut PgConnection) -> Result<(), ConnectError> {
     let mut transaction = connection.begin().await?;
     let message = sqlx::query("SELECT pg_logical_emit_message(true, 'onejob.host-check', '')")
         .execute(&mut *transaction)

@@ -26,11 +26,11 @@ use std::{
 
 use sqlx::{Connection, PgConnection, PgPool, Postgres, postgres::PgPoolOptions};
 
-use super::hosts::Switches;
 use crate::store::{
     StoreError,
     bound::{Bound, Bounded},
 };
+use onejob_pg_connect::Switches;
 
 /// How long a held connection may sit unused before its next use checks it first.
 pub(in crate::store::postgres) const IDLE_CHECK: Duration = Duration::from_secs(1);

@@ -17,11 +17,11 @@ use std::path::PathBuf;
 use rustls::CertificateError;
 use sqlx::postgres::{PgConnectOptions, PgSslMode};
 
-use crate::store::StoreError;
+use crate::ConnectError;
 
 /// The TLS settings of one database URL, as far as error messages need them.
 #[derive(Debug, Clone)]
-pub(super) struct TlsSettings {
+pub struct TlsSettings {
     mode: PgSslMode,
     root_cert: Option<PathBuf>,
     host: String,
@@ -29,7 +29,7 @@ pub(super) struct TlsSettings {
 
 impl TlsSettings {
     /// Reads the settings of `url` (already parsed into `options`).
-    pub(super) fn of(url: &str, options: &PgConnectOptions) -> Self {
+    pub fn of(url: &str, options: &PgConnectOptions) -> Self {
         let from_url = url::Url::parse(url).ok().and_then(|parsed| {
             parsed
                 .query_pairs()
@@ -50,19 +50,19 @@ impl TlsSettings {
 
     /// Refuses a `sslrootcert` that cannot be read or holds no certificate, naming it (sqlx
     /// would report only "No such file or directory", or nothing under `require`).
-    pub(super) fn check_root_cert(&self) -> Result<(), StoreError> {
+    pub fn check_root_cert(&self) -> Result<(), ConnectError> {
         let Some(path) = &self.root_cert else {
             return Ok(());
         };
         let text = std::fs::read(path).map_err(|e| {
-            StoreError::Tls(format!(
+            ConnectError::Tls(format!(
                 "cannot read sslrootcert={}: {e}; point it at the PEM file of the CA that \
                  signed the server's certificate",
                 path.display()
             ))
         })?;
         if !String::from_utf8_lossy(&text).contains("-----BEGIN CERTIFICATE-----") {
-            return Err(StoreError::Tls(format!(
+            return Err(ConnectError::Tls(format!(
                 "sslrootcert={} holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
                 path.display()
             )));
@@ -72,8 +72,8 @@ impl TlsSettings {
 
     /// Whether `error` is sqlx's TLS refusing the server's certificate although this
     /// `sslmode` (prefer or require) checks nothing of it: rustls could not read the
-    /// certificate (webpki reads X.509 v3 only). [`super::tunnel`] reaches such a server.
-    pub(super) fn unreadable_certificate(&self, error: &sqlx::Error) -> bool {
+    /// certificate (webpki reads X.509 v3 only). [`crate::tunnel`] reaches such a server.
+    pub fn unreadable_certificate(&self, error: &sqlx::Error) -> bool {
         matches!(self.mode, PgSslMode::Prefer | PgSslMode::Require)
             && matches!(
                 find_rustls_error(error),
@@ -82,24 +82,24 @@ impl TlsSettings {
     }
 
     /// The error to report for a failed connection: a TLS failure becomes a
-    /// [`StoreError::Tls`] that says what to check; anything else stays as it was.
-    pub(super) fn explain(&self, error: sqlx::Error) -> StoreError {
+    /// [`ConnectError::Tls`] that says what to check; anything else stays as it was.
+    pub fn explain(&self, error: sqlx::Error) -> ConnectError {
         if let Some(tls) = find_rustls_error(&error) {
-            return StoreError::Tls(self.describe(tls));
+            return ConnectError::Tls(self.describe(tls));
         }
         if let sqlx::Error::Tls(inner) = &error {
             let text = inner.to_string();
             if text.contains("does not support TLS") {
-                return StoreError::Tls(format!(
+                return ConnectError::Tls(format!(
                     "the server at {} does not accept TLS connections, and sslmode={} requires \
                      TLS (enable ssl on the server, or use sslmode=prefer or disable)",
                     self.host,
                     mode_name(self.mode)
                 ));
             }
-            return StoreError::Tls(format!("{text}{}", self.root_cert_hint()));
+            return ConnectError::Tls(format!("{text}{}", self.root_cert_hint()));
         }
-        StoreError::from(error)
+        ConnectError::from(error)
     }
 
     fn describe(&self, error: &rustls::Error) -> String {
@@ -216,7 +216,6 @@ mod tests {
         let message = tls.explain(error).to_string();
         assert!(message.contains("certificate not trusted"), "{message}");
         assert!(message.contains("sslrootcert=/etc/ca.pem"), "{message}");
-        assert!(!StoreError::Tls(message).is_retryable());
     }
 
     #[test]
@@ -225,6 +224,6 @@ mod tests {
         let lost = tls.explain(sqlx::Error::Io(
             std::io::ErrorKind::ConnectionRefused.into(),
         ));
-        assert!(matches!(lost, StoreError::Unavailable(_)));
+        assert!(matches!(lost, ConnectError::Database(_)));
     }
 }
