@@ -228,4 +228,4 @@ impl Config {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -4,7 +4,8 @@ use std::path::{Path, PathBuf};
 
 use super::*;
 
-fn parse(text: &str) -> Result<Config, ConfigError> {
+/// `text` as a configuration file `onejob.toml` in the working directory.
+pub(crate) fn parse(text: &str) -> Result<Config, ConfigError> {
     Config::from_toml(
         text,
         Path::new("onejob.toml"),

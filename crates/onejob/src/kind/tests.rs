@@ -1,13 +1,11 @@
 //! Kinds compiled from configurations: schemas, artifacts, endpoints and the providers a
 //! kind may name.
 
-use std::path::{Path, PathBuf};
-
 use serde_json::json;
 
 use super::{Kinds, Schema, has_artifact};
 use crate::config::{
-    Config, ConfigError, DEFAULT_DATABASE, DEFAULT_LISTEN, DEFAULT_MAX_BODY_BYTES, DEMO_CONFIG,
+    DEFAULT_DATABASE, DEFAULT_LISTEN, DEFAULT_MAX_BODY_BYTES, DEMO_CONFIG, tests::parse,
 };
 
 #[test]
@@ -49,16 +47,6 @@ fn formats_are_validated() {
     );
     let errors = schema.check(&json!({"url": "not a uri"})).unwrap_err();
     assert_eq!(errors[0].path, "/url");
-}
-
-/// `text` as a configuration file `onejob.toml` in the working directory.
-fn parse(text: &str) -> Result<Config, ConfigError> {
-    Config::from_toml(
-        text,
-        Path::new("onejob.toml"),
-        PathBuf::from("."),
-        std::iter::empty(),
-    )
 }
 
 #[test]

@@ -11,25 +11,15 @@ use crate::store::{
     bound::{Bound, Bounded},
 };
 
-/// The test server's URL with `hosts` in place of its host (nothing is written).
-fn url_with(hosts: &str, query: &str) -> String {
+/// The test server's URL with the parameters `query` (nothing is written).
+fn url_with(query: &str) -> String {
     let url = std::env::var("ONEJOB_TEST_POSTGRES")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-    let (scheme, rest) = url.split_once("://").unwrap();
-    let (user, rest) = rest.rsplit_once('@').unwrap();
-    let path = &rest[rest.find('/').unwrap()..];
-    format!("{scheme}://{user}@{hosts}{path}{query}")
-}
-
-/// The test server's `host:port`.
-fn server() -> String {
-    let url = std::env::var("ONEJOB_TEST_POSTGRES")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-    HostList::parse(&url).unwrap().targets[0].label.clone()
+    format!("{url}{query}")
 }
 
 /// What of a store's connections the read-only tests need: its hosts, its bound (whose
-/// stalls are the store's own) and its shared pool, as `connections::connect` makes them.
+/// stalls are the store's own) and its shared pool, as `connect::connect` makes them.
 struct Follower {
     _hosts: Arc<Hosts>,
     bound: Bound,
@@ -40,7 +30,7 @@ struct Follower {
 /// of one connection.
 async fn follower(query: &str) -> Follower {
     let bound = Bound::within(Duration::from_secs(30));
-    let list = HostList::parse(&url_with(&server(), query)).unwrap();
+    let list = HostList::parse(&url_with(query)).unwrap();
     let hosts = Hosts::new(list, Duration::from_secs(5), bound.stalls().clone());
     let pool = super::held::checked_after_idle(
         sqlx::postgres::PgPoolOptions::new().max_connections(1),
