@@ -19,8 +19,6 @@ use std::{net::SocketAddr, path::PathBuf};
 #[cfg(feature = "fake")]
 use anyhow::{Context, bail};
 #[cfg(feature = "fake")]
-use onejob_domain::Principal;
-#[cfg(feature = "fake")]
 use onejob_fake::{Behaviour, Rule};
 #[cfg(feature = "fake")]
 use serde_json::{Value, json};
@@ -31,7 +29,6 @@ use super::serve::{certify_bundled_fakes, shutdown_signal};
 use crate::{
     app::App,
     config::{Config, DEMO_CONFIG},
-    jobs::keys::ApiKeys,
 };
 
 /// Arguments of `onejob demo`.
@@ -98,7 +95,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let listener = app.bind().await?;
     let addr = listener.local_addr()?;
     certify_bundled_fakes(&app).await?;
-    let (token, kept) = operator_key(&app.jobs.api_keys(), &dir).await?;
+    let (token, kept) =
+        super::keys::kept_operator_key(&app.jobs.api_keys(), &dir.join(KEY_FILE)).await?;
     // The database outlives a run: each run's idempotency keys are its own.
     let run = uuid::Uuid::now_v7().simple().to_string();
     let key = |name: &str| format!("demo:{run}:{name}");
@@ -288,38 +286,6 @@ fn demo_dir(given: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     let dir = given.unwrap_or_else(|| std::env::temp_dir().join("onejob-demo"));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(dir)
-}
-
-#[cfg(feature = "fake")]
-/// The demo's operator key: the one kept in `dir` if it still authenticates an operator in
-/// `keys`, else a new one, written there (readable by the owner only). `true` when kept.
-async fn operator_key(keys: &ApiKeys, dir: &std::path::Path) -> anyhow::Result<(String, bool)> {
-    let path = dir.join(KEY_FILE);
-    if let Ok(text) = std::fs::read_to_string(&path) {
-        let token = text.trim();
-        if keys
-            .authenticated(token)
-            .await?
-            .is_some_and(|record| record.operator)
-        {
-            return Ok((token.to_owned(), true));
-        }
-    }
-    let token = keys.issue(Principal::new("demo", "demo"), true).await?;
-    write_private(&path, &format!("{token}\n"))
-        .with_context(|| format!("keeping the demo's key in {}", path.display()))?;
-    Ok((token, false))
-}
-
-#[cfg(feature = "fake")]
-/// Writes `text` to `path`, readable and writable by the owner only (on Unix).
-fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    options.open(path)?.write_all(text.as_bytes())
 }
 
 #[cfg(feature = "fake")]

@@ -6,7 +6,7 @@
 //! With neither, the commands refuse: a key written to a guessed `sqlite://onejob.db`
 //! would authenticate nothing.
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use clap::Subcommand;
 use onejob_domain::Principal;
 
@@ -162,6 +162,41 @@ fn table(keys: &[ApiKeySummary]) -> String {
         out.push('\n');
     }
     out
+}
+
+/// The demo principal's operator key kept in the file `path`: the one written there if it
+/// still authenticates an operator in `keys`, else a new one, written there (readable by
+/// the owner only). `true` when kept. The database keeps only a key's hash, so a key to
+/// print again on the next start has to be kept somewhere: `onejob demo` keeps it in its
+/// directory, a bare `onejob serve` beside its SQLite file.
+pub(super) async fn kept_operator_key(
+    keys: &ApiKeys,
+    path: &std::path::Path,
+) -> anyhow::Result<(String, bool)> {
+    if let Ok(text) = std::fs::read_to_string(path) {
+        let token = text.trim();
+        if keys
+            .authenticated(token)
+            .await?
+            .is_some_and(|record| record.operator)
+        {
+            return Ok((token.to_owned(), true));
+        }
+    }
+    let token = keys.issue(Principal::new("demo", "demo"), true).await?;
+    write_private(path, &format!("{token}\n"))
+        .with_context(|| format!("keeping the operator key in {}", path.display()))?;
+    Ok((token, false))
+}
+
+/// Writes `text` to `path`, readable and writable by the owner only (on Unix).
+fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)?.write_all(text.as_bytes())
 }
 
 #[cfg(test)]

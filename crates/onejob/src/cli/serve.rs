@@ -5,7 +5,10 @@
 //! fresh API key with a curl line to try. With a config file, on a database that holds no
 //! usable API key, it says how to make one (`onejob keys create --config …`).
 
-use std::net::SocketAddr;
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+};
 
 use anyhow::Context;
 use onejob_domain::Principal;
@@ -47,12 +50,19 @@ pub async fn run(args: ServeArgs, chosen: Chosen) -> anyhow::Result<()> {
     tracing::info!(%addr, database = app.store.backend(), "onejob serving");
     if demo {
         certify_bundled_fakes(&app).await?;
-        let token = app
-            .jobs
-            .api_keys()
-            .issue(Principal::new("demo", "demo"), true)
-            .await?;
-        print_welcome(addr, &store::redact(&app.config.database), &token);
+        let keys = app.jobs.api_keys();
+        let kept = match sqlite_file(&app.config.database) {
+            Some(file) => {
+                let path = key_file(&file);
+                let (token, _) = super::keys::kept_operator_key(&keys, &path).await?;
+                (token, Some(path))
+            }
+            None => (
+                keys.issue(Principal::new("demo", "demo"), true).await?,
+                None,
+            ),
+        };
+        print_welcome(addr, &store::redact(&app.config.database), kept);
     } else if !app
         .jobs
         .api_keys()
@@ -130,10 +140,30 @@ pub(super) async fn certify_bundled_fakes(app: &App) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_welcome(addr: SocketAddr, database: &str, token: &str) {
+/// The file of a `sqlite:` database URL, if it names one (not `:memory:`).
+fn sqlite_file(url: &str) -> Option<PathBuf> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))?;
+    let path = rest.split('?').next().unwrap_or_default();
+    (!path.is_empty() && path != ":memory:").then(|| path.into())
+}
+
+/// Where a bare `serve` keeps its operator key: beside the database file, `onejob.db.key`.
+fn key_file(database: &Path) -> PathBuf {
+    let mut name = database.as_os_str().to_owned();
+    name.push(".key");
+    name.into()
+}
+
+fn print_welcome(addr: SocketAddr, database: &str, (token, kept): (String, Option<PathBuf>)) {
+    let kept = match kept {
+        Some(path) => format!("kept in {}", path.display()),
+        None => "a new one each start".into(),
+    };
     println!(
         "onejob is running on http://{addr} (demo config, database {database})\n\
-         API key (tenant demo, user demo, operator): {token}\n\n\
+         API key (tenant demo, user demo, operator; {kept}): {token}\n\n\
          Try it:\n  \
          curl -i http://{addr}/v1/jobs \\\n    \
          -H 'Authorization: Bearer {token}' \\\n    \

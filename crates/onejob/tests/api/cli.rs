@@ -336,6 +336,30 @@ async fn serve_without_config_runs_the_demo_and_prints_a_working_key() {
     }
     assert_eq!(state, "succeeded", "the bundled fake provider ran the job");
     let _ = child.kill().await;
+    let _ = child.wait().await;
+
+    // One operator key per database: kept beside it (the owner's alone), printed again by
+    // the next start on it, and still the only key there.
+    let kept = dir.path().join("onejob.db.key");
+    assert_eq!(std::fs::read_to_string(&kept).unwrap().trim(), key);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&kept).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    }
+    let (mut again, _, key_again) = serve_demo(dir.path()).await;
+    assert_eq!(key_again, key, "a second start prints the same key");
+    let _ = again.kill().await;
+    let _ = again.wait().await;
+    let db = format!("sqlite://{}", dir.path().join("onejob.db").display());
+    let (code, listed, stderr) = output(onejob().args(["keys", "list", "--database", &db])).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        listed.lines().filter(|l| l.contains(" demo ")).count(),
+        1,
+        "{listed}"
+    );
 }
 
 #[tokio::test]
