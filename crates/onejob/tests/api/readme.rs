@@ -141,9 +141,9 @@ const VENVS: [(&str, Venv); 2] = [
     (
         ".venv",
         Venv {
-            requirements: "sdk/python/requirements.txt",
-            env: "ONEJOB_SDK_VENV",
-            default: "/var/cache/onejob/venv-sdk",
+            requirements: "sdk/python/quickstart-requirements.txt",
+            env: "ONEJOB_QUICKSTART_VENV",
+            default: "/var/cache/onejob/venv-quickstart",
         },
     ),
     (

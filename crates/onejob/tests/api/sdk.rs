@@ -110,6 +110,56 @@ pub(crate) fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// The README's quickstart requirements install only what its quickstarts import, at the
+/// versions the SDK tests (`requirements.txt`) pin, so what a reader installs is what the
+/// tests ran.
+#[test]
+fn the_quickstart_requirements_pin_the_tested_sdks_and_no_framework() {
+    let pins = |file: &str| -> std::collections::BTreeMap<String, String> {
+        read(&sdk(file))
+            .lines()
+            .filter(|line| !line.starts_with('#'))
+            .filter_map(|line| line.split_once("=="))
+            .map(|(name, version)| (name.trim().to_lowercase(), version.trim().to_owned()))
+            .collect()
+    };
+    let quickstart = pins("python/quickstart-requirements.txt");
+    let tested = pins("python/requirements.txt");
+    for package in ["openai", "anthropic"] {
+        assert_eq!(quickstart.get(package), tested.get(package), "{package}");
+    }
+    for framework in [
+        "litellm",
+        "langchain-openai",
+        "openai-agents",
+        "boto3",
+        "tokenizers",
+    ] {
+        assert!(
+            !quickstart.contains_key(framework),
+            "{framework} is not a quickstart's"
+        );
+    }
+    assert!(
+        quickstart.len() < 25,
+        "{} packages: {quickstart:?}",
+        quickstart.len()
+    );
+    let imported = ["quickstart.py", "beyond.py"]
+        .map(|script| read(&sdk(&format!("python/{script}"))))
+        .join("\n");
+    for line in imported
+        .lines()
+        .filter(|l| l.starts_with("from ") || l.starts_with("import "))
+    {
+        let module = line.split_whitespace().nth(1).unwrap_or_default();
+        assert!(
+            module == "os" || quickstart.contains_key(module),
+            "{module} is imported by a quickstart: pin it in quickstart-requirements.txt"
+        );
+    }
+}
+
 /// The packages whose pinned versions the venv must have (the scripts' own clients).
 const PYTHON_PACKAGES: [&str; 2] = ["openai", "openai-agents"];
 
