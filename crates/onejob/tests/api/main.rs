@@ -36,6 +36,7 @@ mod proof;
 mod providers;
 mod readme;
 mod recovery;
+mod release;
 mod retention;
 mod runs;
 mod sdk;
