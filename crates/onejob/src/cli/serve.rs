@@ -1,9 +1,10 @@
 //! `onejob serve`: the API and a worker in one process (`--no-worker` for the API alone).
 //!
 //! With no config file found and no database given (or with `--demo`) it runs the built-in
-//! demo configuration (`sqlite://onejob.db` unless told another database) and prints a
-//! fresh API key with a curl line to try. With a config file, on a database that holds no
-//! usable API key, it says how to make one (`onejob keys create --config …`).
+//! demo configuration (`sqlite://onejob.db` unless told another database) and prints an
+//! operator API key, kept beside a SQLite database (`onejob.db.key`) so that every start
+//! prints the same one, with a curl line to try. With a config file, on a database that
+//! holds no usable API key, it says how to make one (`onejob keys create --config …`).
 
 use std::{
     net::SocketAddr,
